@@ -1,0 +1,60 @@
+"""Exceptions raised by calimon. The CLI turns each into one line and a non-zero exit code."""
+
+from __future__ import annotations
+
+
+class CalimonError(Exception):
+    """Base class of every error calimon raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(CalimonError):
+    """Bad user input: a file, a row, a field or an argument that does not fit."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 field: str | None = None):
+        self.path, self.line, self.field = path, line, field
+        where = ""
+        if path is not None:
+            where = str(path)
+            if line is not None:
+                where += f":{line}"
+            if field is not None:
+                where += f": field '{field}'"
+            where += ": "
+        elif field is not None:
+            where = f"field '{field}': "
+        super().__init__(where + message)
+
+
+class ConfigError(InputError):
+    """A YAML config (model, prompt, monitor, policy) is missing or invalid."""
+
+
+class ModelNotAvailableError(CalimonError):
+    """The weights of a configured model are not on this machine."""
+
+    exit_code = 2
+
+
+class MissingExtraError(CalimonError):
+    """An optional dependency is not installed; the message gives the pip line."""
+
+    exit_code = 2
+
+
+class DataSourceError(CalimonError):
+    """A benchmark source file is missing or does not match its checksum."""
+
+    exit_code = 2
+
+
+class SandboxError(CalimonError):
+    """Code could not be executed in the sandbox."""
+
+
+class BackendError(CalimonError):
+    """A model backend failed on a batch."""
