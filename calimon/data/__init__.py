@@ -1,0 +1,1 @@
+"""Benchmark builders and loaders. See `calimon.data.registry` for the available benchmarks."""
