@@ -1,0 +1,141 @@
+"""PNG figures of MR / FAR curves: bands, binary-protocol points and operating points.
+
+matplotlib is imported inside the functions and drawn through the Agg canvas directly (no
+pyplot, no global backend switch), so importing calimon stays light and works headless.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from calimon.curves import BinaryPoint, Curve, OperatingPoint
+from calimon.errors import InputError
+
+_MARKERS = ("D", "s", "^", "v", "P", "X", "*", "<", ">")
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=120)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _axes_style(ax: Any, labels: bool = True) -> None:
+    ax.set_xlim(-0.01, 1.01)
+    ax.set_ylim(-0.01, 1.01)
+    ax.set_aspect("equal")
+    ax.grid(True, alpha=0.3, linewidth=0.5)
+    if labels:
+        ax.set_xlabel("false-alarm rate (FAR)")
+        ax.set_ylabel("miss rate (MR)")
+
+
+def _draw_curve(ax: Any, name: str, curve: Curve, color: Any, linewidth: float = 1.6,
+                alpha: float = 1.0) -> None:
+    """Step curve: at FAR x the best MR is the MR at the last sweep point with FAR <= x."""
+    if not curve.defined:
+        ax.plot([], [], color=color, label=f"{name}: not drawn ({curve.undefined_reason})")
+        return
+    label = f"{name} (AUROC {curve.auroc:.3f}, n+={curve.n_pos}, n-={curve.n_neg})"
+    ax.step(curve.far, curve.mr, where="post", color=color, linewidth=linewidth, alpha=alpha,
+            label=label)
+    band = curve.band
+    if band is not None and band.n_used:
+        ax.fill_between(band.far_grid, band.mr_lo, band.mr_hi, step="post", color=color,
+                        alpha=0.18 * alpha, linewidth=0)
+
+
+def _draw_binary(ax: Any, i: int, p: BinaryPoint) -> None:
+    label = f"{p.name} (binary"
+    if p.n_parse_failure:
+        label += f", {p.n_parse_failure} parse failures"
+    if math.isnan(p.mr) or math.isnan(p.far):
+        ax.plot([], [], linestyle="none", marker=_MARKERS[i % len(_MARKERS)], color="black",
+                label=label + ", undefined on parsed samples)")
+        return
+    # Bars span failures-counted-as-passed to failures-counted-as-flagged.
+    xerr = [[p.far - p.far_lo], [p.far_hi - p.far]]
+    yerr = [[p.mr - p.mr_lo], [p.mr_hi - p.mr]]
+    ax.errorbar([p.far], [p.mr], xerr=xerr, yerr=yerr, marker=_MARKERS[i % len(_MARKERS)],
+                markersize=7, color=f"C{(i + 5) % 10}", markeredgecolor="black", capsize=3,
+                linestyle="none", label=label + ")", zorder=5)
+
+
+def _draw_operating(ax: Any, p: OperatingPoint) -> None:
+    ax.plot([p.far], [p.mr], marker="o", markersize=5, color="black", zorder=6)
+    thr = "inf" if math.isinf(p.threshold) else f"{p.threshold:.3g}"
+    ax.annotate(f"{p.name}\nt={thr}", (p.far, p.mr), xytext=(6, 6),
+                textcoords="offset points", fontsize=7)
+
+
+def plot_curves(path: str | Path, curves: Mapping[str, Curve],
+                binary_points: Sequence[BinaryPoint] = (),
+                operating_points: Sequence[OperatingPoint] = (), title: str = "") -> Path:
+    """Write a PNG of MR (y) vs FAR (x): each curve with its band, binary points with their
+    parse-failure ranges, operating points annotated. Returns the path written."""
+    if not curves and not binary_points:
+        raise InputError("expected at least one curve or binary point, got none", field="curves")
+    fig = _figure(7.0, 6.2)
+    ax = fig.add_subplot()
+    for i, (name, curve) in enumerate(curves.items()):
+        _draw_curve(ax, name, curve, f"C{i % 10}")
+    for i, p in enumerate(binary_points):
+        _draw_binary(ax, i, p)
+    for p in operating_points:
+        _draw_operating(ax, p)
+    _axes_style(ax)
+    ax.set_title(title or "miss rate vs false-alarm rate")
+    ax.legend(fontsize=7, loc="upper right")
+    return _save(fig, path)
+
+
+def plot_curve_grid(path: str | Path, curves_by_group: Mapping[str, Curve], ncols: int = 3,
+                    title: str = "") -> Path:
+    """Small multiples, one panel per group (e.g. the output of ``curves_by``). If an ``"all"``
+    curve is present it is drawn faintly in every other panel as a reference."""
+    if not curves_by_group:
+        raise InputError("expected at least one curve, got none", field="curves_by_group")
+    if not (isinstance(ncols, int) and ncols >= 1):
+        raise InputError(f"expected an integer >= 1, got {ncols!r}", field="ncols")
+    names = list(curves_by_group)
+    ncols = min(ncols, len(names))
+    nrows = math.ceil(len(names) / ncols)
+    fig = _figure(3.2 * ncols, 3.3 * nrows + (0.4 if title else 0))
+    ref = curves_by_group.get("all")
+    for k, name in enumerate(names):
+        ax = fig.add_subplot(nrows, ncols, k + 1)
+        curve = curves_by_group[name]
+        if ref is not None and name != "all" and ref.defined:
+            ax.step(ref.far, ref.mr, where="post", color="0.6", linewidth=1.0)
+        _draw_curve(ax, name, curve, f"C{k % 10}")
+        _axes_style(ax, labels=False)
+        if curve.defined:
+            sub = f"AUROC {curve.auroc:.3f}, n={curve.n_pos}+/{curve.n_neg}-"
+        else:
+            sub = "no curve"
+            ax.text(0.5, 0.5, str(curve.undefined_reason).replace(": ", "\n"), fontsize=7,
+                    ha="center", va="center", transform=ax.transAxes,
+                    bbox={"facecolor": "white", "edgecolor": "0.7"})
+        ax.set_title(f"{name}\n{sub}", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if k % ncols == 0:
+            ax.set_ylabel("MR", fontsize=8)
+        if k // ncols == nrows - 1:
+            ax.set_xlabel("FAR", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path)
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
