@@ -39,7 +39,7 @@ TOL = 1e-12
 # ---------------------------------------------------------------------------- validation
 
 def as_scores(scores: Any, name: str = "scores") -> np.ndarray:
-    """1-D float array of finite scores; NaN / None (a missing score) is refused, never read as 0."""
+    """1-D float array of scores in [0, 1]; NaN / None (a missing score) is refused, never 0."""
     try:
         arr = np.asarray(scores, dtype=float)
     except (TypeError, ValueError) as exc:
@@ -53,10 +53,10 @@ def as_scores(scores: Any, name: str = "scores") -> np.ndarray:
             f"expected finite scores, got {nan.size} missing (NaN/None) at indices "
             f"{nan[:10].tolist()}{'...' if nan.size > 10 else ''}; a missing score is never "
             f"treated as 0: drop those samples explicitly and report the count", field=name)
-    inf = np.flatnonzero(np.isinf(arr))
-    if inf.size:
-        raise InputError(f"expected finite scores, got {inf.size} infinite value(s) at indices "
-                         f"{inf[:10].tolist()}", field=name)
+    out = np.flatnonzero((arr < 0) | (arr > 1))
+    if out.size:
+        raise InputError(f"expected scores in [0, 1], got {out.size} value(s) outside (first: "
+                         f"{arr[out[0]]!r} at index {int(out[0])})", field=name)
     return arr
 
 
