@@ -139,9 +139,9 @@ def confusion_at(scores: Any, labels: Any, t: float) -> tuple[int, int, int, int
     """``(tp, fp, tn, fn)`` when flagging every sample with ``score >= t``."""
     s = as_scores(scores)
     y = as_labels(labels, s.size)
-    if t is None or math.isnan(float(t)):
+    if not isinstance(t, int | float | np.number) or math.isnan(t):
         raise InputError(f"expected a number (or +inf), got {t!r}", field="t")
-    flag = s >= float(t)
+    flag = s >= t
     tp = int(np.sum(flag & y))
     fp = int(np.sum(flag & ~y))
     fn = int(np.sum(~flag & y))

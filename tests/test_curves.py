@@ -90,6 +90,9 @@ def test_confusion_at_hand_example():
     assert confusion_at(HAND_S, HAND_Y, math.inf) == (0, 0, 4, 4)
     assert confusion_at(HAND_S, HAND_Y, 0.0) == (4, 4, 0, 0)
     assert confusion_at(HAND_S, HAND_Y, 0.55) == (3, 1, 3, 1)
+    for bad in (None, math.nan, "0.5"):
+        with pytest.raises(InputError, match="'t'"):
+            confusion_at(HAND_S, HAND_Y, bad)
 
 
 def test_auroc_matches_sklearn_and_metrics():
