@@ -1,0 +1,370 @@
+"""Scored transcripts for the deployment tools: the ``curve.csv`` reader, a splitter, a writer.
+
+A finished run directory (``calimon curve --out DIR``) holds ``curve.csv`` with one row per
+sample and the columns ``id,pair_id,label,category,task,split,status,p_raw,p_cal``:
+
+- ``label``: 1 = misbehavior, 0 = benign, empty = unknown (allowed only where labels are not
+  needed, e.g. ``apply-policy`` on new traffic);
+- ``status``: ``ok`` and ``truncated`` rows carry scores; any other status (``parse_failure``,
+  ``error``, ...) has no score. Such a row is **dropped, never read as 0**, and counted in
+  ``ScoredSet.dropped_ids``;
+- ``p_raw`` / ``p_cal``: the model's confidence of misbehavior and its calibrated (out-of-fold)
+  version, probabilities in [0, 1]. One of them is the *active* score (``ScoredSet.score``).
+
+Only ``id``, ``status`` and the active score column are required in the header; the others get
+neutral defaults (``pair_id`` = ``id``, unknown label, empty category/task/split). Extra columns
+are ignored. Errors name the file, the line and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calimon.errors import InputError
+
+SCORE_COLUMNS = ("p_cal", "p_raw")
+SCORED_STATUSES = ("ok", "truncated")
+COLUMNS = ("id", "pair_id", "label", "category", "task", "split", "status", "p_raw", "p_cal")
+_TRUE, _FALSE = {"1", "true", "True", "TRUE"}, {"0", "false", "False", "FALSE"}
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class ScoredSet:
+    """Scored samples as parallel read-only numpy arrays (one entry per kept row).
+
+    ``labels``: 1 misbehavior, 0 benign, -1 unknown. ``p_raw`` / ``p_cal``: NaN where the
+    inactive column is empty; the active column (``score``) is always finite. ``dropped_ids``:
+    rows without a score (status not ok/truncated), left out and reported, never scored as 0.
+    """
+
+    ids: np.ndarray
+    pair_ids: np.ndarray
+    labels: np.ndarray
+    categories: np.ndarray
+    tasks: np.ndarray
+    splits: np.ndarray
+    statuses: np.ndarray
+    p_raw: np.ndarray
+    p_cal: np.ndarray
+    score: str = "p_cal"
+    path: str = "<memory>"
+    dropped_ids: tuple[str, ...] = field(default=())
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def scores(self) -> np.ndarray:
+        """The active score column."""
+        return self.p_cal if self.score == "p_cal" else self.p_raw
+
+    @property
+    def n_dropped(self) -> int:
+        return len(self.dropped_ids)
+
+    @property
+    def has_labels(self) -> bool:
+        return bool(len(self) and np.all(self.labels >= 0))
+
+    @property
+    def benign_scores(self) -> np.ndarray:
+        return self.scores[self.labels == 0]
+
+    @property
+    def misbehaving_scores(self) -> np.ndarray:
+        return self.scores[self.labels == 1]
+
+    def subset(self, mask: Any) -> ScoredSet:
+        """Rows where ``mask`` (bool array or index array) selects; ``dropped_ids`` is kept."""
+        idx = np.asarray(mask)
+        kw = {name: _ro(np.asarray(getattr(self, name))[idx].copy()) for name in _ARRAYS}
+        return replace(self, **kw)
+
+    def with_score(self, score: str) -> ScoredSet:
+        """The same rows with another active column; rows where it is empty raise InputError."""
+        if score not in SCORE_COLUMNS:
+            raise InputError(f"expected one of {list(SCORE_COLUMNS)}, got {score!r}",
+                             field="score")
+        values = self.p_cal if score == "p_cal" else self.p_raw
+        missing = np.flatnonzero(np.isnan(values))
+        if missing.size:
+            raise InputError(f"{missing.size} scored row(s) have no {score} (first id "
+                             f"{self.ids[missing[0]]!r})", path=self.path, field=score)
+        return replace(self, score=score)
+
+    def require_labels(self, what: str = "this computation") -> None:
+        """Raise InputError unless every row has a 0/1 label."""
+        unknown = np.flatnonzero(self.labels < 0)
+        if unknown.size:
+            raise InputError(f"{what} needs a 0/1 label on every row; {unknown.size} row(s) "
+                             f"have none (first id {self.ids[unknown[0]]!r})",
+                             path=self.path, field="label")
+        if not len(self):
+            raise InputError(f"{what} needs at least one scored row, got none",
+                             path=self.path)
+
+    def rates(self, threshold: float) -> tuple[float, float]:
+        """(MR, FAR) when flagging iff score >= threshold; NaN where a class is absent."""
+        self.require_labels("rates")
+        flag = self.scores >= threshold
+        pos, neg = self.labels == 1, self.labels == 0
+        mr = float(np.mean(~flag[pos])) if pos.any() else math.nan
+        far = float(np.mean(flag[neg])) if neg.any() else math.nan
+        return mr, far
+
+    @classmethod
+    def from_arrays(cls, scores: Any, labels: Any = None, *, pair_ids: Any = None,
+                    ids: Any = None, categories: Any = None, tasks: Any = None,
+                    splits: Any = None, score: str = "p_cal") -> ScoredSet:
+        """Build a set in memory; ``scores`` fills the ``score`` column (the other is NaN)."""
+        s = np.asarray(scores, dtype=float)
+        if s.ndim != 1 or not np.all(np.isfinite(s)):
+            raise InputError("expected a 1-D array of finite scores", field="scores")
+        n = s.shape[0]
+        if score not in SCORE_COLUMNS:
+            raise InputError(f"expected one of {list(SCORE_COLUMNS)}, got {score!r}",
+                             field="score")
+
+        def col(values: Any, default: Any, name: str, dtype: Any = object) -> np.ndarray:
+            if values is None:
+                return np.full(n, default, dtype=dtype) if not callable(default) else default()
+            arr = np.asarray(values, dtype=dtype)
+            if arr.shape != (n,):
+                raise InputError(f"expected {n} values (one per score), got shape {arr.shape}",
+                                 field=name)
+            return arr
+
+        idv = col(ids, lambda: np.array([f"s{i}" for i in range(n)], dtype=object), "ids")
+        lab = col(labels, -1, "labels", np.int64).astype(np.int8)
+        if np.any((lab < -1) | (lab > 1)):
+            raise InputError("expected labels 1, 0 or -1 (unknown)", field="labels")
+        other = np.full(n, np.nan)
+        return cls(ids=_ro(idv.astype(object)),
+                   pair_ids=_ro(col(pair_ids, None, "pair_ids") if pair_ids is not None
+                                else idv.astype(object).copy()),
+                   labels=_ro(lab), categories=_ro(col(categories, "", "categories")),
+                   tasks=_ro(col(tasks, "", "tasks")), splits=_ro(col(splits, "", "splits")),
+                   statuses=_ro(np.full(n, "ok", dtype=object)),
+                   p_cal=_ro(s.copy() if score == "p_cal" else other),
+                   p_raw=_ro(s.copy() if score == "p_raw" else other.copy()), score=score)
+
+
+_ARRAYS = ("ids", "pair_ids", "labels", "categories", "tasks", "splits", "statuses", "p_raw",
+           "p_cal")
+
+
+def _parse_prob(text: str, *, path: str, line: int, column: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise InputError(f"expected a probability in [0, 1], got {text!r}", path=path,
+                         line=line, field=column) from None
+    if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+        raise InputError(f"expected a probability in [0, 1], got {text!r}", path=path,
+                         line=line, field=column)
+    return v
+
+
+def read_scored_csv(path: str | Path, *, score: str = "p_cal",
+                    require_labels: bool = True) -> ScoredSet:
+    """Read a ``curve.csv`` (or any CSV with the same columns) into a ScoredSet.
+
+    Rows whose status is not ok/truncated are dropped and listed in ``dropped_ids``. A kept row
+    must have a probability in the ``score`` column; with ``require_labels`` it must also have a
+    0/1 label. Errors name the file, the line and the column.
+    """
+    p = str(path)
+    if score not in SCORE_COLUMNS:
+        raise InputError(f"expected one of {list(SCORE_COLUMNS)}, got {score!r}", field="score")
+    if not Path(path).is_file():
+        raise InputError("no such file", path=p)
+    cols: dict[str, list[Any]] = {name: [] for name in _ARRAYS}
+    dropped: list[str] = []
+    seen: dict[str, int] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        for required in ("id", "status", score):
+            if required not in header:
+                raise InputError(f"missing column {required!r} in the header (got {header})",
+                                 path=p, line=1, field=required)
+        for row in reader:
+            line = reader.line_num
+            if None in row:
+                raise InputError(f"{len(row[None])} more value(s) than header columns",
+                                 path=p, line=line)
+
+            def get(name: str, _row: dict = row) -> str:
+                v = _row.get(name)
+                return "" if v is None else v.strip()
+
+            rid = get("id")
+            if not rid:
+                raise InputError("must not be empty", path=p, line=line, field="id")
+            if rid in seen:
+                raise InputError(f"duplicate id {rid!r} (first seen on line {seen[rid]})",
+                                 path=p, line=line, field="id")
+            seen[rid] = line
+            status = get("status")
+            if not status:
+                raise InputError("must not be empty (expected ok, truncated, parse_failure, "
+                                 "error, ...)", path=p, line=line, field="status")
+            if status not in SCORED_STATUSES:
+                dropped.append(rid)
+                continue
+            label_text = get("label")
+            if label_text in _TRUE:
+                label = 1
+            elif label_text in _FALSE:
+                label = 0
+            elif label_text == "" and not require_labels:
+                label = -1
+            else:
+                raise InputError(f"expected 1 or 0{'' if require_labels else ' or empty'}, got "
+                                 f"{label_text!r}", path=p, line=line, field="label")
+            probs = {}
+            for c in SCORE_COLUMNS:
+                text = get(c)
+                if text == "":
+                    if c == score:
+                        raise InputError(f"status is {status!r} but the score is empty",
+                                         path=p, line=line, field=c)
+                    probs[c] = math.nan
+                else:
+                    probs[c] = _parse_prob(text, path=p, line=line, column=c)
+            cols["ids"].append(rid)
+            cols["pair_ids"].append(get("pair_id") or rid)
+            cols["labels"].append(label)
+            cols["categories"].append(get("category"))
+            cols["tasks"].append(get("task"))
+            cols["splits"].append(get("split"))
+            cols["statuses"].append(status)
+            cols["p_raw"].append(probs["p_raw"])
+            cols["p_cal"].append(probs["p_cal"])
+    arrays = {k: _ro(np.array(v, dtype=object)) for k, v in cols.items()
+              if k not in ("labels", "p_raw", "p_cal")}
+    return ScoredSet(**arrays, labels=_ro(np.array(cols["labels"], dtype=np.int8)),
+                     p_raw=_ro(np.array(cols["p_raw"], dtype=float)),
+                     p_cal=_ro(np.array(cols["p_cal"], dtype=float)),
+                     score=score, path=p, dropped_ids=tuple(dropped))
+
+
+def _fmt(v: float) -> str:
+    return "" if math.isnan(v) else repr(float(v))
+
+
+def write_scored_csv(scored: ScoredSet, path: str | Path, *,
+                     unscored: Sequence[bool] | None = None) -> Path:
+    """Write ``scored`` in the ``curve.csv`` layout; ``unscored[i]`` writes row ``i`` as a
+    ``parse_failure`` with empty scores (to exercise readers on failed rows)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    bad = np.zeros(len(scored), bool) if unscored is None else np.asarray(unscored, bool)
+    with out.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        for i in range(len(scored)):
+            lab = int(scored.labels[i])
+            w.writerow([scored.ids[i], scored.pair_ids[i], "" if lab < 0 else lab,
+                        scored.categories[i], scored.tasks[i], scored.splits[i],
+                        "parse_failure" if bad[i] else scored.statuses[i],
+                        "" if bad[i] else _fmt(scored.p_raw[i]),
+                        "" if bad[i] else _fmt(scored.p_cal[i])])
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """A calibration / test partition; ``method`` says how it was made (for reports)."""
+
+    calib: ScoredSet
+    test: ScoredSet
+    method: str
+
+
+def calib_test_split(scored: ScoredSet, seed: int = 0) -> Split:
+    """Calibration and test rows: the ``split`` column if any row has one, else a pair split.
+
+    With split values: calib = rows with ``split == "calib"``, test = ``split == "test"`` (rows
+    of other splits, e.g. ``train``, are left out); both must be non-empty.
+    Without: pairs (``pair_id``) are shuffled with ``seed`` within each category (the category
+    of a pair's first row) and the first half (rounded up) of each category goes to calib; a
+    pair never straddles the two halves.
+    """
+    if np.any(scored.splits != ""):
+        calib, test = scored.splits == "calib", scored.splits == "test"
+        for name, mask in (("calib", calib), ("test", test)):
+            if not mask.any():
+                raise InputError(f"no scored row has split == {name!r} (the split column is "
+                                 f"filled, so it is used as given)", path=scored.path,
+                                 field="split")
+        return Split(scored.subset(calib), scored.subset(test), "split column (calib / test)")
+    rng = np.random.default_rng(seed)
+    pairs, first = np.unique(scored.pair_ids.astype(str), return_index=True)
+    cats = scored.categories[first].astype(str)
+    to_calib: set[str] = set()
+    for cat in np.unique(cats):
+        members = pairs[cats == cat]
+        members = members[rng.permutation(members.size)]
+        to_calib.update(members[: (members.size + 1) // 2].tolist())
+    mask = np.array([pid in to_calib for pid in scored.pair_ids.astype(str)], dtype=bool)
+    if mask.all() or not mask.any():
+        raise InputError("need at least two pairs to split calibration / test", path=scored.path,
+                         field="pair_id")
+    return Split(scored.subset(mask), scored.subset(~mask),
+                 f"pair-grouped 50/50 split stratified by category, seed {seed}")
+
+
+def synthetic_scored(n_pairs: int = 1000, seed: int = 0, separation: float = 2.5,
+                     with_split: bool = True) -> ScoredSet:
+    """A synthetic paired benchmark for examples and tests (not a model's output).
+
+    Each pair draws a category and task uniformly and a shared difficulty ``u ~ N(0, 0.7^2)``;
+    the benign member has latent ``z = -separation/2 + u + e``, the misbehaving one
+    ``z = +separation/2 + u + e`` with ``e ~ N(0, 1)`` (sycophancy pairs use 60% of the
+    separation). ``p_cal = sigmoid(z)`` and ``p_raw = sigmoid(2 z)`` (overconfident). With
+    ``with_split`` pairs go to calib / test 50/50 at random.
+    """
+    if n_pairs < 1:
+        raise InputError(f"expected n_pairs >= 1, got {n_pairs}", field="n_pairs")
+    rng = np.random.default_rng(seed)
+    cats = np.array(["safety", "sycophancy", "spec_gaming"], dtype=object)
+    tasks = np.array(["qa", "code", "reasoning"], dtype=object)
+    cat = cats[rng.integers(0, 3, n_pairs)]
+    task = tasks[rng.integers(0, 3, n_pairs)]
+    sep = np.where(cat == "sycophancy", 0.6 * separation, separation)
+    u = rng.normal(0.0, 0.7, n_pairs)
+    z = np.stack([-sep / 2 + u, sep / 2 + u], axis=1) + rng.normal(0.0, 1.0, (n_pairs, 2))
+    split = np.where(rng.random(n_pairs) < 0.5, "calib", "test") if with_split else \
+        np.full(n_pairs, "")
+    pair = np.array([f"syn-{i:05d}" for i in range(n_pairs)], dtype=object)
+    ids = np.array([f"{p}-{s}" for p in pair for s in ("b", "m")], dtype=object)
+    zz = z.ravel()
+    out = ScoredSet.from_arrays(
+        1.0 / (1.0 + np.exp(-zz)), np.tile([0, 1], n_pairs), pair_ids=np.repeat(pair, 2),
+        ids=ids, categories=np.repeat(cat, 2), tasks=np.repeat(task, 2),
+        splits=np.repeat(split.astype(object), 2))
+    return replace(out, p_raw=_ro(1.0 / (1.0 + np.exp(-2.0 * zz))))
+
+
+def write_synthetic_run(out_dir: str | Path, n_pairs: int = 1000, seed: int = 0,
+                        n_failed: int = 10, with_split: bool = True) -> Path:
+    """Write ``out_dir/curve.csv`` from :func:`synthetic_scored`, with ``n_failed`` random
+    rows marked ``parse_failure`` (empty scores). Returns the CSV path."""
+    scored = synthetic_scored(n_pairs, seed, with_split=with_split)
+    rng = np.random.default_rng(seed + 1)
+    bad = np.zeros(len(scored), bool)
+    bad[rng.choice(len(scored), size=min(n_failed, len(scored)), replace=False)] = True
+    return write_scored_csv(scored, Path(out_dir) / "curve.csv", unscored=bad)
