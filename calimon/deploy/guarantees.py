@@ -1,0 +1,227 @@
+"""Thresholds with finite-sample guarantees: exact Clopper-Pearson bounds and Learn-then-Test.
+
+Convention: a transcript is flagged iff ``score >= threshold``.
+``FAR(t) = P(score >= t | benign)`` and ``MR(t) = P(score < t | misbehavior)`` are *population*
+rates over the deployment traffic of each class.
+
+**What ``certify_far`` promises.** Let the ``n`` calibration benign scores be i.i.d. draws from
+the same distribution as the benign transcripts met in deployment (exchangeable with them).
+Then, with probability at least ``1 - delta`` over the draw of the calibration set, the returned
+threshold has ``FAR <= alpha`` on deployment benign traffic. The probability is over the
+calibration sample, not over deployment transcripts: in about a fraction ``delta`` of the
+calibration sets one could have drawn, the certificate is wrong. It says nothing once the
+benign distribution shifts (new model, new prompt template, new kind of traffic).
+
+**Why Learn-then-Test.** Scanning many thresholds and keeping one whose own Clopper-Pearson
+bound is below ``alpha`` is a multiple-testing problem: each bound holds at ``1 - delta`` for a
+threshold fixed in advance, not for one picked after looking. Learn-then-Test (Angelopoulos et
+al., 2021) treats every threshold ``t`` as a test of ``H_t: FAR(t) > alpha`` with the exact
+binomial p-value ``P(Binom(n, alpha) <= k_t)`` (``k_t`` = calibration false alarms at ``t``),
+and tests them in a **fixed order from the strictest threshold to the loosest, stopping at the
+first failure**. Fixed-sequence testing controls the family-wise error rate at ``delta`` with no
+correction: a wrong certificate needs the test of the highest threshold with ``FAR > alpha`` to
+pass, which happens with probability at most ``delta``. Because ``k_t`` and the p-value are
+monotone in ``t``, the thresholds that pass form one interval ``(v, inf)``; every threshold in
+it is certified. ``v`` is a calibration score, so we return the midpoint between ``v`` and the
+next calibration score above it (any threshold in the same gap flags exactly the same
+calibration samples; see :func:`cut_values`).
+
+``p_value <= delta`` is the same condition as "the one-sided Clopper-Pearson upper
+``(1 - delta)`` bound on the rate is ``<= alpha``"; the bound is reported with each certificate.
+``certify_mr`` is the mirror image on misbehaving scores (strictest = lowest threshold).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy.stats import beta as beta_dist
+from scipy.stats import binom
+
+from calimon.errors import InputError
+
+METHOD = "ltt-fixed-sequence-clopper-pearson"
+
+
+def _check_rate(x: Any, name: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, int | float | np.floating) or not 0 < x < 1:
+        raise InputError(f"expected a number strictly between 0 and 1, got {x!r}", field=name)
+    return float(x)
+
+
+def _check_counts(k: Any, n: Any) -> tuple[int, int]:
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise InputError(f"expected an integer >= 1, got {n!r}", field="n")
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k <= n:
+        raise InputError(f"expected an integer in [0, n={n}], got {k!r}", field="k")
+    return int(k), int(n)
+
+
+def cp_upper(k: int, n: int, delta: float) -> float:
+    """One-sided exact (Clopper-Pearson) upper ``1 - delta`` bound on a rate: ``k`` events in
+    ``n`` trials. Equals ``1 - delta ** (1 / n)`` when ``k == 0``; 1 when ``k == n``."""
+    k, n = _check_counts(k, n)
+    delta = _check_rate(delta, "delta")
+    if k == n:
+        return 1.0
+    return float(beta_dist.ppf(1.0 - delta, k + 1, n - k))
+
+
+def cp_lower(k: int, n: int, delta: float) -> float:
+    """One-sided exact (Clopper-Pearson) lower ``1 - delta`` bound; 0 when ``k == 0``."""
+    k, n = _check_counts(k, n)
+    delta = _check_rate(delta, "delta")
+    if k == 0:
+        return 0.0
+    return float(beta_dist.ppf(delta, k, n - k + 1))
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Two-sided exact interval at ``level`` (each tail ``(1 - level) / 2``)."""
+    tail = (1.0 - _check_rate(level, "level")) / 2.0
+    return cp_lower(k, n, tail), cp_upper(k, n, tail)
+
+
+def samples_needed(alpha: float, delta: float, k: int = 0) -> int:
+    """Smallest ``n`` such that ``k`` events in ``n`` trials certify ``rate <= alpha`` at
+    ``1 - delta`` (one-sided Clopper-Pearson upper bound ``<= alpha``).
+
+    For ``k == 0`` the closed form ``ceil(ln(delta) / ln(1 - alpha))``: zero false alarms in
+    299 benign samples certify ``FAR < 1%`` at 95%.
+    """
+    alpha, delta = _check_rate(alpha, "alpha"), _check_rate(delta, "delta")
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
+        raise InputError(f"expected an integer >= 0, got {k!r}", field="k")
+    if k == 0:
+        n = math.ceil(math.log(delta) / math.log1p(-alpha))
+        # guard the last bit of floating point in the division
+        while n > 1 and 1.0 - delta ** (1.0 / (n - 1)) <= alpha:
+            n -= 1
+        while 1.0 - delta ** (1.0 / n) > alpha:
+            n += 1
+        return n
+    # binom.cdf(k, n, alpha) is decreasing in n: exponential then binary search
+    lo, hi = k + 1, k + 1
+    while binom.cdf(k, hi, alpha) > delta:
+        lo, hi = hi, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if binom.cdf(k, mid, alpha) <= delta:
+            hi = mid
+        else:
+            lo = mid + 1
+    return int(lo)
+
+
+def cut_values(values: np.ndarray) -> np.ndarray:
+    """Thresholds between the sorted distinct ``values`` (length ``m``): ``m + 1`` cuts.
+
+    Cut ``i`` separates the ``i`` lowest distinct values from the rest, so
+    ``#(score < cut_i)`` counts the samples in the first ``i`` groups. Cut 0 is the lowest value,
+    cut ``m`` is the next float above the highest, and inner cuts are gap midpoints.
+    """
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return np.array([0.0])
+    mids = (v[:-1] + v[1:]) / 2.0
+    mids = np.where(mids > v[:-1], mids, v[1:])  # adjacent floats: the midpoint rounds down
+    return np.r_[v[0], mids, np.nextafter(v[-1], np.inf)]
+
+
+@dataclass(frozen=True)
+class CertifiedThreshold:
+    """A threshold certified for ``rate <= alpha`` with confidence ``1 - delta``.
+
+    ``rate``: ``"far"`` (false alarms among benign) or ``"mr"`` (misses among misbehaving).
+    ``k`` of the ``n`` calibration samples of that class are errors at ``threshold``
+    (``empirical = k / n``); ``bound`` is the one-sided Clopper-Pearson upper ``1 - delta``
+    bound for ``k`` in ``n``; ``p_value`` the binomial test of ``rate > alpha``.
+    ``certified`` is False when even the strictest threshold fails (too few samples; see
+    ``samples_needed``): then ``threshold`` is ``+inf`` for FAR (flag nothing) or ``-inf`` for
+    MR (flag everything), the trivial choices, and nothing was learned from the data.
+    """
+
+    rate: str
+    threshold: float
+    certified: bool
+    bound: float
+    empirical: float
+    n: int
+    k: int
+    alpha: float
+    delta: float
+    p_value: float
+    method: str = METHOD
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _scores(x: Any, name: str) -> np.ndarray:
+    s = np.asarray(x, dtype=float)
+    if s.ndim != 1 or s.size == 0:
+        raise InputError(f"expected a non-empty 1-D array of scores, got shape {s.shape}",
+                         field=name)
+    if not np.all(np.isfinite(s)):
+        raise InputError("expected finite scores; drop missing ones explicitly (a missing "
+                         "score is never 0)", field=name)
+    return s
+
+
+def _fixed_sequence(errors: np.ndarray, n: int, alpha: float, delta: float) -> int:
+    """Index of the last hypothesis rejected when testing ``errors`` (error counts, ordered
+    strictest first) in sequence and stopping at the first failure; -1 if the first fails."""
+    p = binom.cdf(errors, n, alpha)
+    fails = np.flatnonzero(p > delta)
+    return (errors.size - 1) if fails.size == 0 else int(fails[0]) - 1
+
+
+def _certificate(rate: str, thr: float, k: int, n: int, alpha: float, delta: float,
+                 ok: bool) -> CertifiedThreshold:
+    return CertifiedThreshold(rate=rate, threshold=float(thr), certified=ok,
+                              bound=cp_upper(k, n, delta), empirical=k / n, n=n, k=k,
+                              alpha=alpha, delta=delta, p_value=float(binom.cdf(k, n, alpha)))
+
+
+def certify_far(scores_benign: Any, alpha: float, delta: float = 0.05) -> CertifiedThreshold:
+    """Lowest threshold with ``FAR <= alpha`` certified at ``1 - delta`` (fixed-sequence LTT).
+
+    ``scores_benign``: calibration-split scores of benign transcripts only. Guarantee and
+    assumption (i.i.d. / exchangeable calibration and deployment benign transcripts): module
+    docstring. The returned threshold is the midpoint of the gap above the highest calibration
+    score it does not flag; any threshold in that gap or higher is equally certified.
+    """
+    s = _scores(scores_benign, "scores_benign")
+    alpha, delta = _check_rate(alpha, "alpha"), _check_rate(delta, "delta")
+    v, counts = np.unique(s, return_counts=True)
+    cuts = cut_values(v)
+    below = np.r_[0, np.cumsum(counts)]  # #(s < cut_i)
+    n = s.size
+    false_alarms = (n - below)[::-1]  # cuts from the strictest (highest) to the loosest
+    last = _fixed_sequence(false_alarms, n, alpha, delta)
+    if last < 0:
+        return _certificate("far", math.inf, 0, n, alpha, delta, False)
+    i = cuts.size - 1 - last
+    return _certificate("far", cuts[i], int(n - below[i]), n, alpha, delta, True)
+
+
+def certify_mr(scores_misbehaving: Any, alpha: float, delta: float = 0.05) -> CertifiedThreshold:
+    """Highest threshold with ``MR <= alpha`` certified at ``1 - delta`` (fixed-sequence LTT).
+
+    The mirror of :func:`certify_far` on calibration-split misbehaving scores: thresholds are
+    tested from the lowest (flag everything, MR 0) upward, stopping at the first failure. The
+    assumption is exchangeability of calibration and deployment *misbehaving* transcripts.
+    """
+    s = _scores(scores_misbehaving, "scores_misbehaving")
+    alpha, delta = _check_rate(alpha, "alpha"), _check_rate(delta, "delta")
+    v, counts = np.unique(s, return_counts=True)
+    cuts = cut_values(v)
+    misses = np.r_[0, np.cumsum(counts)]  # #(s < cut_i), strictest first
+    n = s.size
+    last = _fixed_sequence(misses, n, alpha, delta)
+    if last < 0:
+        return _certificate("mr", -math.inf, 0, n, alpha, delta, False)
+    return _certificate("mr", cuts[last], int(misses[last]), n, alpha, delta, True)
