@@ -1,0 +1,404 @@
+"""Calibration maps: raw probability of misbehavior -> calibrated probability.
+
+Each map follows the scikit-learn contract (constructor stores arguments, ``fit(p, y)``
+returns self, fitted attributes end in ``_``) and serializes to a JSON-safe dict
+``{"method": name, "params": {...}}`` with :meth:`Calibrator.to_dict` /
+:meth:`Calibrator.from_dict`; predictions of a reloaded map are bit-identical.
+
+The parametric maps (temperature, Platt, beta) are maximum-likelihood logistic fits solved
+by Newton's method with a ridge of ``1e-8`` on the slopes only (never the intercept): it does
+not move a well-posed fit measurably but keeps the parameters finite when the calibration set
+is perfectly separable. Inputs are clipped to ``[eps, 1 - eps]`` before any logit or log.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.special import expit
+
+from calimon.errors import InputError
+from calimon.metrics import STRATEGIES, as_labels, as_probabilities, assign_bins, bin_edges
+
+__all__ = [
+    "CALIBRATORS",
+    "BetaCalibration",
+    "Calibrator",
+    "HistogramBinning",
+    "IsotonicCalibration",
+    "PlattScaling",
+    "TemperatureScaling",
+    "calibrator_from_dict",
+    "make_calibrator",
+]
+
+RIDGE = 1e-8
+MIN_INVERSE_TEMPERATURE = 1e-6  # T <= 1e6: an uninformative or inverted score maps to ~0.5
+
+
+def _fit_logistic(X: np.ndarray, y: np.ndarray, *, intercept: bool = True,
+                  ridge: float = RIDGE) -> tuple[np.ndarray, float]:
+    """Minimise mean log-loss of ``sigmoid(X @ w + c)`` + ``ridge/2 * |w|^2`` (Newton + Armijo)."""
+    n, k = X.shape
+    A = np.hstack([X, np.ones((n, 1))]) if intercept else X
+    pen = np.r_[np.full(k, ridge), np.zeros(A.shape[1] - k)]
+    theta = np.zeros(A.shape[1])
+
+    def objective(t: np.ndarray) -> float:
+        z = A @ t
+        return float(np.mean(np.logaddexp(0.0, z) - y * z) + 0.5 * np.sum(pen * t * t))
+
+    f = objective(theta)
+    for _ in range(200):
+        s = expit(A @ theta)
+        grad = A.T @ (s - y) / n + pen * theta
+        if np.max(np.abs(grad)) < 1e-12:
+            break
+        hess = (A * (s * (1.0 - s))[:, None]).T @ A / n + np.diag(pen + 1e-14)
+        try:
+            step = np.linalg.solve(hess, grad)
+        except np.linalg.LinAlgError:
+            step = np.linalg.lstsq(hess, grad, rcond=None)[0]
+        t, f_new = 1.0, objective(theta - step)
+        while f_new > f - 1e-4 * t * float(grad @ step) and t > 1e-10:
+            t *= 0.5
+            f_new = objective(theta - t * step)
+        if f_new > f:  # no descent possible any more: at the optimum up to rounding
+            break
+        theta, f_old, f = theta - t * step, f, f_new
+        if f_old - f < 1e-16 * max(1.0, abs(f)) and np.max(np.abs(t * step)) < 1e-12:
+            break
+    return theta[:k], (float(theta[k]) if intercept else 0.0)
+
+
+def _logit(p: np.ndarray, eps: float) -> np.ndarray:
+    pc = np.clip(p, eps, 1.0 - eps)
+    return np.log(pc) - np.log1p(-pc)
+
+
+class Calibrator:
+    """Base class: ``fit(p, y) -> self``, ``predict(p) -> ndarray``, ``to_dict``/``from_dict``."""
+
+    method: ClassVar[str] = ""
+    init_params: ClassVar[tuple[str, ...]] = ()
+    fitted_params: ClassVar[tuple[str, ...]] = ()  # JSON keys; attribute = key + "_"
+
+    # --- subclass hooks ---
+    def _fit(self, p: np.ndarray, y: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _predict(self, p: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _validate_init(self) -> None:
+        pass
+
+    # --- public API ---
+    def fit(self, p: Any, y: Any) -> Calibrator:
+        """Fit the map on raw probabilities ``p`` and 0/1 labels ``y`` (both classes needed)."""
+        self._validate_init()
+        pa = as_probabilities(p)
+        ya = as_labels(y, n=pa.shape[0])
+        n_pos = int(ya.sum())
+        if n_pos == 0 or n_pos == ya.shape[0]:
+            raise InputError(f"{type(self).__name__}.fit needs both classes, got {ya.shape[0]} "
+                             f"label(s), all {int(ya[0]) if ya.size else '-'}", field="y")
+        self._fit(pa, ya.astype(np.float64))
+        return self
+
+    def predict(self, p: Any) -> np.ndarray:
+        """Calibrated probabilities for raw probabilities ``p``; always within [0, 1]."""
+        if not self.is_fitted:
+            raise InputError(f"{type(self).__name__} is not fitted: call fit(p, y) first",
+                             field="calibrator")
+        return np.clip(self._predict(as_probabilities(p)), 0.0, 1.0)
+
+    @property
+    def is_fitted(self) -> bool:
+        return all(hasattr(self, k + "_") for k in self.fitted_params)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"method": ..., "params": {...}}`` with plain floats/ints/lists only."""
+        if not self.is_fitted:
+            raise InputError(f"{type(self).__name__} is not fitted: nothing to serialize",
+                             field="calibrator")
+        params: dict[str, Any] = {k: _plain(getattr(self, k)) for k in self.init_params}
+        params.update({k: _plain(getattr(self, k + "_")) for k in self.fitted_params})
+        return {"method": self.method, "params": params}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Calibrator:
+        """Rebuild a fitted map from :meth:`to_dict` output; bad content raises InputError."""
+        if not isinstance(d, dict):
+            raise InputError(f"expected a dict, got {type(d).__name__}", field="calibration map")
+        if d.get("method") != cls.method:
+            raise InputError(f"expected {cls.method!r}, got {d.get('method')!r}", field="method")
+        params = d.get("params")
+        if not isinstance(params, dict):
+            raise InputError(f"expected an object, got {type(params).__name__}", field="params")
+        expected = set(cls.init_params) | set(cls.fitted_params)
+        if set(params) != expected:
+            missing, extra = sorted(expected - set(params)), sorted(set(params) - expected)
+            raise InputError(f"expected keys {sorted(expected)} for method {cls.method!r}; "
+                             f"missing {missing}, unexpected {extra}", field="params")
+        obj = cls(**{k: params[k] for k in cls.init_params})
+        try:
+            obj._validate_init()
+            obj._load({k: params[k] for k in cls.fitted_params})
+        except InputError as exc:
+            message = str(exc).removeprefix(f"field '{exc.field}': ")
+            raise InputError(message, field=f"params.{exc.field}") from None
+        return obj
+
+    def _load(self, fitted: dict[str, Any]) -> None:
+        for k, v in fitted.items():
+            setattr(self, k + "_", _number(v, k))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.init_params)
+        return f"{type(self).__name__}({args})"
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return [float(x) for x in v]
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    return v
+
+
+def _number(v: Any, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise InputError(f"expected a finite number, got {v!r}", field=name)
+    return float(v)
+
+
+def _vector(v: Any, name: str, *, lo: float = -math.inf, hi: float = math.inf) -> np.ndarray:
+    if not isinstance(v, list) or not v:
+        raise InputError(f"expected a non-empty list of numbers, got {type(v).__name__}",
+                         field=name)
+    arr = np.array([_number(x, name) for x in v], dtype=np.float64)
+    if (arr < lo).any() or (arr > hi).any():
+        raise InputError(f"expected values in [{lo}, {hi}], got min {arr.min()} max {arr.max()}",
+                         field=name)
+    return arr
+
+
+def _check_eps(eps: Any) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0.0 < eps < 0.5:
+        raise InputError(f"expected a number with 0 < eps < 0.5, got {eps!r}", field="eps")
+
+
+class TemperatureScaling(Calibrator):
+    """``sigmoid(logit(p) / T)`` with ``T > 0`` fitted by minimising the log-loss.
+
+    ``T`` is capped at 1e6: a score that is uninformative or inverted fits to ~0.5
+    everywhere (temperature scaling cannot flip a ranking; Platt scaling can).
+    """
+
+    method = "temperature"
+    init_params = ("eps",)
+    fitted_params = ("temperature",)
+
+    def __init__(self, eps: float = 1e-12):
+        self.eps = eps
+
+    def _validate_init(self) -> None:
+        _check_eps(self.eps)
+
+    def _fit(self, p: np.ndarray, y: np.ndarray) -> None:
+        (w,), _ = _fit_logistic(_logit(p, self.eps)[:, None], y, intercept=False)
+        self.temperature_ = 1.0 / max(float(w), MIN_INVERSE_TEMPERATURE)
+
+    def _load(self, fitted: dict[str, Any]) -> None:
+        super()._load(fitted)
+        if self.temperature_ <= 0:
+            raise InputError(f"expected T > 0, got {self.temperature_}", field="temperature")
+
+    def _predict(self, p: np.ndarray) -> np.ndarray:
+        return expit(_logit(p, self.eps) / self.temperature_)
+
+
+class PlattScaling(Calibrator):
+    """``sigmoid(a * logit(p) + b)``, a logistic regression on ``logit(p)``.
+
+    ``a`` may be negative: the map then un-inverts a score that ranks the wrong way round,
+    which is what the data say; it is not clamped.
+    """
+
+    method = "platt"
+    init_params = ("eps",)
+    fitted_params = ("a", "b")
+
+    def __init__(self, eps: float = 1e-12):
+        self.eps = eps
+
+    def _validate_init(self) -> None:
+        _check_eps(self.eps)
+
+    def _fit(self, p: np.ndarray, y: np.ndarray) -> None:
+        (a,), b = _fit_logistic(_logit(p, self.eps)[:, None], y)
+        self.a_, self.b_ = float(a), float(b)
+
+    def _predict(self, p: np.ndarray) -> np.ndarray:
+        return expit(self.a_ * _logit(p, self.eps) + self.b_)
+
+
+class BetaCalibration(Calibrator):
+    """Beta calibration (Kull et al. 2017): ``sigmoid(a * ln p - b * ln(1 - p) + c)``.
+
+    Fitted as a logistic regression on ``[ln p, -ln(1 - p)]``. As in ``betacal`` (and netcal's
+    mask step), ``a, b >= 0`` keeps the map monotone: if ``a < 0`` the fit is redone without
+    ``ln p`` (a = 0), else if ``b < 0`` without ``-ln(1 - p)`` (b = 0); if the remaining slope
+    is still negative it is dropped as well, leaving the constant base-rate map.
+    """
+
+    method = "beta"
+    init_params = ("eps",)
+    fitted_params = ("a", "b", "c")
+
+    def __init__(self, eps: float = 1e-12):
+        self.eps = eps
+
+    def _validate_init(self) -> None:
+        _check_eps(self.eps)
+
+    def _features(self, p: np.ndarray) -> np.ndarray:
+        pc = np.clip(p, self.eps, 1.0 - self.eps)
+        return np.column_stack([np.log(pc), -np.log1p(-pc)])
+
+    def _fit(self, p: np.ndarray, y: np.ndarray) -> None:
+        X = self._features(p)
+        keep = [0, 1]
+        w, c = _fit_logistic(X, y)
+        while keep and (w < 0).any():
+            keep.pop(int(np.flatnonzero(w < 0)[0]))  # betacal order: drop a first
+            w, c = _fit_logistic(X[:, keep], y)
+        coef = np.zeros(2)
+        coef[keep] = w
+        self.a_, self.b_, self.c_ = float(coef[0]), float(coef[1]), float(c)
+
+    def _load(self, fitted: dict[str, Any]) -> None:
+        super()._load(fitted)
+        for k in ("a", "b"):
+            if getattr(self, k + "_") < 0:
+                raise InputError(f"expected a value >= 0, got {getattr(self, k + '_')}", field=k)
+
+    def _predict(self, p: np.ndarray) -> np.ndarray:
+        X = self._features(p)
+        return expit(self.a_ * X[:, 0] + self.b_ * X[:, 1] + self.c_)
+
+
+class IsotonicCalibration(Calibrator):
+    """Increasing isotonic regression (scikit-learn), values outside the fit range clipped.
+
+    The breakpoints are stored; ``predict`` is linear interpolation between them
+    (``np.interp``), which is what scikit-learn's ``IsotonicRegression.predict`` computes.
+    """
+
+    method = "isotonic"
+    fitted_params = ("x_thresholds", "y_thresholds")
+
+    def _fit(self, p: np.ndarray, y: np.ndarray) -> None:
+        from sklearn.isotonic import IsotonicRegression
+
+        iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip")
+        iso.fit(p, y)
+        self.x_thresholds_ = np.asarray(iso.X_thresholds_, dtype=np.float64)
+        self.y_thresholds_ = np.asarray(iso.y_thresholds_, dtype=np.float64)
+
+    def _load(self, fitted: dict[str, Any]) -> None:
+        x = _vector(fitted["x_thresholds"], "x_thresholds", lo=0.0, hi=1.0)
+        yv = _vector(fitted["y_thresholds"], "y_thresholds", lo=0.0, hi=1.0)
+        if x.shape != yv.shape:
+            raise InputError(f"expected as many values as x_thresholds ({x.size}), got "
+                             f"{yv.size}", field="y_thresholds")
+        if (np.diff(x) < 0).any() or (np.diff(yv) < 0).any():
+            raise InputError("expected non-decreasing breakpoints", field="x_thresholds")
+        self.x_thresholds_, self.y_thresholds_ = x, yv
+
+    def _predict(self, p: np.ndarray) -> np.ndarray:
+        return np.interp(p, self.x_thresholds_, self.y_thresholds_)
+
+
+class HistogramBinning(Calibrator):
+    """Histogram binning (Zadrozny & Elkan 2001): each bin predicts its fraction of positives.
+
+    ``strategy="uniform"``: ``n_bins`` equal-width bins over [0, 1]; ``"quantile"``:
+    equal-mass bins from the quantiles of the fit set (first/last edge 0 and 1). Bins are
+    ``[e_i, e_{i+1})`` with the last one closed, for fit and predict alike. A bin that got no
+    fit sample predicts the global positive rate of the fit set (netcal uses the bin centre).
+    """
+
+    method = "histogram"
+    init_params = ("n_bins", "strategy")
+    fitted_params = ("edges", "values", "counts", "base_rate")
+
+    def __init__(self, n_bins: int = 10, strategy: str = "uniform"):
+        self.n_bins = n_bins
+        self.strategy = strategy
+
+    def _validate_init(self) -> None:
+        if isinstance(self.n_bins, bool) or not isinstance(self.n_bins, int) or self.n_bins < 1:
+            raise InputError(f"expected a positive integer, got {self.n_bins!r}", field="n_bins")
+        if self.strategy not in STRATEGIES:
+            raise InputError(f"expected one of {', '.join(STRATEGIES)}, got {self.strategy!r}",
+                             field="strategy")
+
+    def _fit(self, p: np.ndarray, y: np.ndarray) -> None:
+        edges = bin_edges(p, self.n_bins, self.strategy)
+        idx = assign_bins(p, edges)
+        counts = np.bincount(idx, minlength=self.n_bins)
+        pos = np.bincount(idx, weights=y, minlength=self.n_bins)
+        self.base_rate_ = float(y.mean())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.values_ = np.where(counts > 0, pos / counts, self.base_rate_)
+        self.edges_, self.counts_ = edges, counts
+
+    def _load(self, fitted: dict[str, Any]) -> None:
+        edges = _vector(fitted["edges"], "edges", lo=0.0, hi=1.0)
+        values = _vector(fitted["values"], "values", lo=0.0, hi=1.0)
+        counts = _vector(fitted["counts"], "counts", lo=0.0)
+        if edges.size != self.n_bins + 1 or (np.diff(edges) < 0).any():
+            raise InputError(f"expected {self.n_bins + 1} non-decreasing edges, got {edges.size}",
+                             field="edges")
+        for name, arr in (("values", values), ("counts", counts)):
+            if arr.size != self.n_bins:
+                raise InputError(f"expected {self.n_bins} entries, got {arr.size}", field=name)
+        self.edges_, self.values_, self.counts_ = edges, values, counts.astype(np.int64)
+        self.base_rate_ = _number(fitted["base_rate"], "base_rate")
+
+    def _predict(self, p: np.ndarray) -> np.ndarray:
+        return self.values_[assign_bins(p, self.edges_)]
+
+
+CALIBRATORS: dict[str, type[Calibrator]] = {
+    cls.method: cls
+    for cls in (TemperatureScaling, PlattScaling, IsotonicCalibration, HistogramBinning,
+                BetaCalibration)
+}
+
+
+def make_calibrator(name: str, **kwargs: Any) -> Calibrator:
+    """A new, unfitted calibrator by registry name (``CALIBRATORS``)."""
+    cls = CALIBRATORS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise InputError(f"unknown calibration method {name!r}; choose one of "
+                         f"{', '.join(sorted(CALIBRATORS))}", field="method")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise InputError(f"bad arguments for {name!r}: {exc}", field="method") from None
+
+
+def calibrator_from_dict(d: Any) -> Calibrator:
+    """Rebuild any registered calibrator from its ``to_dict()`` output."""
+    method = d.get("method") if isinstance(d, dict) else None
+    if method not in CALIBRATORS:
+        raise InputError(f"unknown calibration method {method!r}; choose one of "
+                         f"{', '.join(sorted(CALIBRATORS))}", field="method")
+    return CALIBRATORS[method].from_dict(d)
