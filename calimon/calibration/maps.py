@@ -50,26 +50,30 @@ def _fit_logistic(X: np.ndarray, y: np.ndarray, *, intercept: bool = True,
         z = A @ t
         return float(np.mean(np.logaddexp(0.0, z) - y * z) + 0.5 * np.sum(pen * t * t))
 
-    f = objective(theta)
     for _ in range(200):
         s = expit(A @ theta)
         grad = A.T @ (s - y) / n + pen * theta
-        if np.max(np.abs(grad)) < 1e-12:
-            break
         hess = (A * (s * (1.0 - s))[:, None]).T @ A / n + np.diag(pen + 1e-14)
         try:
             step = np.linalg.solve(hess, grad)
         except np.linalg.LinAlgError:
             step = np.linalg.lstsq(hess, grad, rcond=None)[0]
+        decrement = float(grad @ step)  # squared Newton decrement: twice the predicted gain
+        if not decrement > 1e-24:
+            break
+        if decrement < 1e-8:
+            # quadratic-convergence region: full steps, no line search (whose objective
+            # differences would drown in rounding here)
+            theta = theta - step
+            if np.max(np.abs(step)) <= 1e-14 * (1.0 + np.max(np.abs(theta))):
+                break
+            continue
+        f = objective(theta)
         t, f_new = 1.0, objective(theta - step)
-        while f_new > f - 1e-4 * t * float(grad @ step) and t > 1e-10:
+        while f_new > f - 1e-4 * t * decrement and t > 1e-10:
             t *= 0.5
             f_new = objective(theta - t * step)
-        if f_new > f:  # no descent possible any more: at the optimum up to rounding
-            break
-        theta, f_old, f = theta - t * step, f, f_new
-        if f_old - f < 1e-16 * max(1.0, abs(f)) and np.max(np.abs(t * step)) < 1e-12:
-            break
+        theta = theta - t * step
     return theta[:k], (float(theta[k]) if intercept else 0.0)
 
 

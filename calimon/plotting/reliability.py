@@ -1,0 +1,66 @@
+"""Reliability diagram: raw and calibrated scores against the diagonal, with bin counts.
+
+Drawing only; the numbers come from :func:`calimon.metrics.reliability_bins` and
+:func:`calimon.metrics.ece`. matplotlib is imported when a plot is drawn, and the figure is
+rendered with the Agg canvas directly, so no global pyplot backend is touched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from calimon.errors import InputError
+from calimon.metrics import as_labels, as_probabilities, ece, reliability_bins
+
+__all__ = ["plot_reliability"]
+
+
+def plot_reliability(path: str | os.PathLike[str], p_before: Any,
+                     p_after_by_method: Mapping[str, Any], y: Any, n_bins: int = 15,
+                     title: str = "", *, strategy: str = "uniform", dpi: int = 150) -> Path:
+    """Write a PNG reliability diagram of ``p_before`` and each calibrated score; return the path.
+
+    Top panel: fraction of positives against mean score per bin (non-empty bins only), the
+    diagonal, ECE in the legend. Bottom panel: number of samples per bin for each series.
+    """
+    raw = as_probabilities(p_before, name="p_before")
+    labels = as_labels(y, n=raw.shape[0])
+    if not isinstance(p_after_by_method, Mapping):
+        raise InputError(f"expected a dict of method name -> scores, got "
+                         f"{type(p_after_by_method).__name__}", field="p_after_by_method")
+    series = {"raw": raw}
+    for name, scores in p_after_by_method.items():
+        field = f"p_after_by_method[{name!r}]"
+        arr = as_probabilities(scores, name=field)
+        if arr.shape != raw.shape:
+            raise InputError(f"expected {raw.shape[0]} scores (as many as p_before), got "
+                             f"{arr.shape[0]}", field=field)
+        series[str(name)] = arr
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0, 6.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    top.plot([0, 1], [0, 1], linestyle="--", color="0.5", linewidth=1, label="perfect")
+    for i, (name, scores) in enumerate(series.items()):
+        rb = reliability_bins(scores, labels, n_bins=n_bins, strategy=strategy)
+        filled = rb.counts > 0
+        style = {"color": "0.2", "linestyle": ":"} if i == 0 else {"color": f"C{i - 1}"}
+        top.plot(rb.mean_confidence[filled], rb.accuracy[filled], marker="o", markersize=3,
+                 label=f"{name} (ECE {ece(scores, labels, n_bins, strategy):.3f})", **style)
+        bottom.stairs(rb.counts, rb.edges, **style)
+    top.set(xlim=(0, 1), ylim=(0, 1), ylabel="fraction misbehavior (observed)",
+            title=title or f"Reliability ({n_bins} {strategy} bins, n = {raw.shape[0]})")
+    top.legend(loc="upper left", fontsize="small")
+    bottom.set(xlabel="predicted probability of misbehavior", ylabel="count")
+    bottom.set_yscale("symlog", linthresh=1)
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi, format="png")
+    return out
