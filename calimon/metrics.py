@@ -113,7 +113,7 @@ def assign_bins(p: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.clip(idx, 0, len(edges) - 2)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ReliabilityBins:
     """Per-bin statistics of a reliability diagram.
 

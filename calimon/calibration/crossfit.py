@@ -129,7 +129,7 @@ def fit_on_split(method: str, p_fit: Any, y_fit: Any, p_apply: Any,
     return cal, cal.predict(as_probabilities(p_apply, name="p_apply"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CalibrationResult:
     """Cross-fitted calibration of one score by several methods.
 

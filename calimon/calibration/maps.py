@@ -107,8 +107,9 @@ class Calibrator:
         ya = as_labels(y, n=pa.shape[0])
         n_pos = int(ya.sum())
         if n_pos == 0 or n_pos == ya.shape[0]:
-            raise InputError(f"{type(self).__name__}.fit needs both classes, got {ya.shape[0]} "
-                             f"label(s), all {int(ya[0]) if ya.size else '-'}", field="y")
+            got = f"all {int(ya[0])}" if ya.size else "none"
+            raise InputError(f"{type(self).__name__}.fit needs both classes, got "
+                             f"{ya.shape[0]} label(s), {got}", field="y")
         self._fit(pa, ya.astype(np.float64))
         return self
 
@@ -167,7 +168,8 @@ class Calibrator:
 
 def _plain(v: Any) -> Any:
     if isinstance(v, np.ndarray):
-        return [float(x) for x in v]
+        kind = int if np.issubdtype(v.dtype, np.integer) else float
+        return [kind(x) for x in v]
     if isinstance(v, np.integer):
         return int(v)
     if isinstance(v, np.floating):
@@ -347,7 +349,8 @@ class HistogramBinning(Calibrator):
         self.strategy = strategy
 
     def _validate_init(self) -> None:
-        if isinstance(self.n_bins, bool) or not isinstance(self.n_bins, int) or self.n_bins < 1:
+        if (isinstance(self.n_bins, bool) or not isinstance(self.n_bins, int | np.integer)
+                or self.n_bins < 1):
             raise InputError(f"expected a positive integer, got {self.n_bins!r}", field="n_bins")
         if self.strategy not in STRATEGIES:
             raise InputError(f"expected one of {', '.join(STRATEGIES)}, got {self.strategy!r}",
