@@ -65,12 +65,14 @@ def data_audit(
     name: str = typer.Argument(..., help="Benchmark name or a samples .jsonl path."),
     markdown: Path | None = typer.Option(None, "--markdown",
                                          help="Also write the table as markdown to this file."),
+    by_source: bool = typer.Option(False, "--by-source",
+                                   help="Add a row per source in cells with several sources."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON rows."),
 ) -> None:
     """Shortcut audit: AUROC of length-only and TF-IDF baselines per cell (train -> test)."""
     from calimon.data.amb_open.audit import audit_markdown, shortcut_audit
 
-    rows = shortcut_audit(registry.load_benchmark(name))
+    rows = shortcut_audit(registry.load_benchmark(name), by_source=by_source)
     if markdown is not None:
         Path(markdown).write_text(audit_markdown(rows), encoding="utf-8")
     if json_out:

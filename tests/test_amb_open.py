@@ -72,13 +72,13 @@ def test_check_samples_refuses_a_swapped_id():
 
 def test_splits_keep_pairs_together_and_floor_test_pairs():
     samples = [s for i in range(300) for s in _pair(f"a{i}")]
-    samples += [s for i in range(120) for s in _pair(f"b{i}", cat="sycophancy")]
+    samples += [s for i in range(168) for s in _pair(f"b{i}", cat="sycophancy")]
     samples += [Sample(id=f"h{i}-b", request="q", response="a", label=False, category="safety",
                        task="qa", pair_id=f"h{i}", meta={"unpaired": True}) for i in range(50)]
     out = amb_open.split_samples(samples, seed=3)
     assert [s.id for s in out] == [s.id for s in samples]
     _assert_pair_disjoint(out)
-    for cat, n in (("safety", 300), ("sycophancy", 120)):
+    for cat, n in (("safety", 300), ("sycophancy", 168)):  # 168: a size where rounding bites
         test = {s.pair_id for s in out if s.category == cat and s.split == "test" and s.label}
         assert len(test) >= max(amb_open.MIN_TEST_PAIRS, round(0.2 * n) - 1)
         assert len(test) <= round(0.2 * n) + amb_open.MIN_TEST_PAIRS

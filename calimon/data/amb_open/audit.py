@@ -82,8 +82,11 @@ def tfidf_auroc(train: Sequence[Sample], test: Sequence[Sample]) -> float:
     return _auroc(y_te, model.predict_proba(x_te)[:, 1])
 
 
-def shortcut_audit(samples: Sequence[Sample], *, include_all: bool = True) -> list[CellAudit]:
-    """One row per non-empty cell (fixed category x task order), then an "all" row."""
+def shortcut_audit(samples: Sequence[Sample], *, include_all: bool = True,
+                   by_source: bool = False) -> list[CellAudit]:
+    """One row per non-empty cell (fixed category x task order), then an "all" row. With
+    ``by_source``, each cell with several sources is followed by one row per source, named
+    "category/task [source]" (each fitted on its own train samples only)."""
     labelled = [s for s in samples if s.label is not None]
     if any(s.split is None for s in labelled):
         raise InputError("every sample needs a split (train/calib/test); build the benchmark "
@@ -94,6 +97,10 @@ def shortcut_audit(samples: Sequence[Sample], *, include_all: bool = True) -> li
             cell = [s for s in labelled if (s.category, s.task) == (cat, task)]
             if cell:
                 groups.append((f"{cat}/{task}", cell))
+                sources = sorted({s.source for s in cell})
+                if by_source and len(sources) > 1:
+                    groups += [(f"{cat}/{task} [{src}]", [s for s in cell if s.source == src])
+                               for src in sources]
     if include_all and groups:
         groups.append(("all", labelled))
     rows = []
