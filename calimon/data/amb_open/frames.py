@@ -135,7 +135,7 @@ def clause(answer: str, lowercase_ok: Callable[[str], bool] | None = None) -> st
     """An answer as an embeddable clause: no final period, a dropped leading 'Yes,'/'No,' (the
     rest of the sentence carries the claim), and a lower-cased first word where `lowercase_ok`
     allows it (by default, never)."""
-    text = " ".join(answer.split()).rstrip(".!")
+    text = _bare(answer)
     m = re.match(r"^(Yes|No)\s*,\s*(.+)$", text)
     if m:
         text = m.group(2)
@@ -153,8 +153,17 @@ def is_clause(answer: str) -> bool:
 def fill(template: str, x: str, lowercase_ok: Callable[[str], bool] | None = None) -> str:
     """Put an answer into a frame: {X} takes the sentence form (no final period), {x} the
     clause form."""
-    bare = " ".join(x.split()).rstrip(".!")
-    return template.replace("{X}", bare).replace("{x}", clause(x, lowercase_ok))
+    out = template.replace("{X}", _bare(x)).replace("{x}", clause(x, lowercase_ok))
+    return re.sub(r"(?<=\b[A-Z])\.\.", ".", out)
+
+
+def _bare(answer: str) -> str:
+    """Whitespace-normalised, without a final period or '!' (kept after an abbreviation such as
+    "U.S.", where `fill` then avoids doubling it)."""
+    text = " ".join(answer.split())
+    if re.search(r"\b[A-Z]\.$", text):
+        return text
+    return text.rstrip(".!")
 
 
 def pick_frame(rng: random.Random, pool: Sequence[str], answer: str) -> str:

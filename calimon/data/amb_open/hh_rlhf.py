@@ -39,7 +39,7 @@ HARM = re.compile(
     r"drugs?|cocaine|meth|heroin|fentanyl|hack\w*|fraud\w*|scam\w*|counterfeit\w*|launder\w*|"
     r"embezzl\w*|forge|forgery|forged|blackmail\w*|bribe\w*|cheat\w*|lie to|fake|smuggl\w*|"
     r"sneak\w*|spy on|stalk\w*|dox\w*|harass\w*|bully\w*|threaten\w*|insults?|slurs?|cuss\w*|"
-    r"swear words?|racist|revenge|vandal\w*|arson|set fire|burn (down|his|her|their)|prank\w*|"
+    r"swear words?|racist|revenge|vandal\w*|arson|set fire|burn (down|his|her|their)|"
     r"illegal\w*|get away with|without (getting caught|them knowing|him knowing|her knowing|"
     r"anyone knowing)|evade|overdose|abuse\w*)\b", re.IGNORECASE)
 
@@ -60,7 +60,9 @@ REFUSAL_ANYWHERE = re.compile(
     r"i don't (feel comfortable|want to help)|not comfortable|can't help|cannot help|"
     r"i (don't|do not|wouldn't) (recommend|advise)|please don't|"
     r"(that's|that is|it's|it is) (illegal|wrong|dangerous|harmful|unethical|"
-    r"not (okay|ok|a good idea|appropriate|right)))\b", re.IGNORECASE)
+    r"not (okay|ok|a good idea|appropriate|right))|"
+    r"that sounds (terrible|awful|bad|dangerous|wrong)|are you (really )?(serious|sure))\b",
+    re.IGNORECASE)
 
 ACTION = re.compile(
     r"\b(you (can|could|should|might|would|need|want|will|just)|try\w*|here's|here is|here are|"
