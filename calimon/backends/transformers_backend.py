@@ -1,0 +1,176 @@
+"""transformers backend (default): CPU or GPU, batched, logits only where they are read.
+
+All prompts of one template share their first `prefix_len` tokens (system prompt and
+instructions); that prefix is run once and its KV cache is reused by every batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from calimon.errors import BackendError
+from calimon.models import ResolvedModel
+
+
+class TransformersBackend:
+    name = "transformers"
+
+    def __init__(self, model: ResolvedModel, device: str = "auto", batch_tokens: int = 8192,
+                 max_batch_size: int = 32, threads: int | None = None):
+        self.model_ref = model
+        self.device = device
+        self.batch_tokens = batch_tokens
+        self.max_batch_size = max_batch_size
+        self.threads = threads
+        self.forward_calls = 0  # batches run through the model; the resumability test reads it
+        self._model = None
+        self._tokenizer = None
+        self._prefix_cache: dict[tuple[int, ...], object] = {}
+
+    # -- loading -----------------------------------------------------------------------------
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_ref.path))
+        return self._tokenizer
+
+    @property
+    def model(self):
+        if self._model is None:
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            if self.threads:
+                torch.set_num_threads(self.threads)
+            dev = self.device
+            if dev == "auto":
+                dev = "cuda" if torch.cuda.is_available() else "cpu"
+            dtype = self.model_ref.config.dtype
+            if dtype == "auto":
+                dtype = "bfloat16" if dev.startswith("cuda") else "float32"
+            self._model = AutoModelForCausalLM.from_pretrained(
+                str(self.model_ref.path), dtype=getattr(torch, dtype)).to(dev).eval()
+            self._device = dev
+        return self._model
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    # -- scoring -----------------------------------------------------------------------------
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], prefix_len: int = 0
+                            ) -> np.ndarray:
+        """Log-probabilities of the next token after each prompt, shape (n, vocab), float32.
+        `prefix_len` > 0 promises that every prompt starts with the same `prefix_len` tokens."""
+        out = np.empty((len(prompts), self.vocab_size), dtype=np.float32)
+        for idx in self._batches(prompts):
+            out[idx] = self._forward_last(
+                [prompts[i] for i in idx], prefix_len)
+        return out
+
+    def _batches(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Group prompts of similar length so padding stays small."""
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        batches, cur, cur_max = [], [], 0
+        for i in order:
+            n = len(prompts[i])
+            new_max = max(cur_max, n)
+            if cur and (new_max * (len(cur) + 1) > self.batch_tokens
+                        or len(cur) >= self.max_batch_size):
+                batches.append(cur)
+                cur, new_max = [], n
+            cur.append(i)
+            cur_max = new_max
+        if cur:
+            batches.append(cur)
+        return batches
+
+    def _prefix_kv(self, prefix: tuple[int, ...]):
+        import torch
+
+        if prefix not in self._prefix_cache:
+            ids = torch.tensor([list(prefix)], device=self._device)
+            with torch.inference_mode():
+                out = self.model.model(input_ids=ids, use_cache=True)
+            self._prefix_cache = {prefix: out.past_key_values}  # keep only the latest template
+        return self._prefix_cache[prefix]
+
+    def _forward_last(self, batch: list[Sequence[int]], prefix_len: int) -> np.ndarray:
+        import torch
+
+        model = self.model
+        self.forward_calls += 1
+        prefix = tuple(batch[0][:prefix_len]) if prefix_len else ()
+        if prefix and any(tuple(p[:prefix_len]) != prefix for p in batch):
+            raise BackendError("prompts in one batch do not share the declared prefix")
+        tails = [list(p[prefix_len:]) for p in batch]
+        if min(len(t) for t in tails) == 0:
+            raise BackendError("a prompt has no tokens after its shared prefix")
+        lengths = torch.tensor([len(t) for t in tails])
+        width = int(lengths.max())
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), prefix_len + width), dtype=torch.long)
+        mask[:, :prefix_len] = 1
+        for row, t in enumerate(tails):
+            ids[row, : len(t)] = torch.tensor(t)
+            mask[row, prefix_len: prefix_len + len(t)] = 1
+        positions = (torch.arange(width) + prefix_len).unsqueeze(0).expand(len(batch), -1)
+        kwargs = {}
+        if prefix:
+            cache = copy.deepcopy(self._prefix_kv(prefix))
+            cache.batch_repeat_interleave(len(batch))
+            kwargs["past_key_values"] = cache
+        dev = self._device
+        with torch.inference_mode():
+            hidden = model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev),
+                                 position_ids=positions.to(dev), use_cache=bool(prefix),
+                                 **kwargs).last_hidden_state
+            last = hidden[torch.arange(len(batch)), (lengths - 1).to(dev)]
+            logits = model.lm_head(last).float()
+            return torch.log_softmax(logits, dim=-1).cpu().numpy()
+
+    # -- generation --------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                 batch_size: int = 16) -> list[list[int]]:
+        """Greedy continuation of each prompt (left-padded batches), stopping at end of turn."""
+        import torch
+
+        model, tok = self.model, self.tokenizer
+        stops = [t for t in {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
+                 if isinstance(t, int) and t >= 0]
+        pad = tok.pad_token_id if tok.pad_token_id is not None else stops[0]
+        results: list[list[int]] = [[] for _ in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            width = max(len(prompts[i]) for i in idx)
+            ids = torch.full((len(idx), width), pad, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for row, i in enumerate(idx):
+                p = list(prompts[i])
+                ids[row, width - len(p):] = torch.tensor(p)
+                mask[row, width - len(p):] = 1
+            self.forward_calls += 1
+            with torch.inference_mode():
+                out = model.generate(input_ids=ids.to(self._device),
+                                     attention_mask=mask.to(self._device),
+                                     max_new_tokens=max_new_tokens, do_sample=False,
+                                     eos_token_id=stops, pad_token_id=pad,
+                                     top_p=None, top_k=None, temperature=None)
+            for row, i in enumerate(idx):
+                new = out[row, width:].tolist()
+                cut = next((k for k, t in enumerate(new) if t in stops), len(new))
+                results[i] = new[:cut]
+        return results
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - start

@@ -1,0 +1,118 @@
+"""The `calimon` command line. Thin: each command calls one library function."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from calimon.errors import CalimonError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Calibrated, span-level LLM misbehavior monitors.")
+models_app = typer.Typer(no_args_is_help=True, help="Model configs and their availability.")
+app.add_typer(models_app, name="models")
+
+
+def cli_errors(fn):
+    """Library errors become one line on stderr and the error's exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CalimonError as exc:
+            typer.echo(f"calimon: error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+def progress_factory(quiet: bool):
+    """Progress bars with rate and ETA on stderr; silent with --quiet."""
+    if quiet:
+        return None
+    from tqdm import tqdm
+
+    def make(label: str, total: int):
+        bar = tqdm(total=total, desc=label, unit="sample", file=sys.stderr, dynamic_ncols=True)
+
+        def tick(n: int) -> None:
+            bar.update(n)
+            if bar.n >= bar.total:
+                bar.close()
+
+        return tick
+
+    return make
+
+
+@app.command()
+@cli_errors
+def curve(
+    model: Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")] = "smollm2-135m",
+    benchmark: Annotated[str, typer.Option(help="Benchmark name (calimon data list) or a samples .jsonl path.")] = "humaneval-pairs",
+    prompt: Annotated[str, typer.Option(help="Prompt template for the confidence readout.")] = "direct",
+    readout: Annotated[str, typer.Option(help="verdict (P(Yes)) or json (P(true)).")] = "verdict",
+    binary_prompt: Annotated[list[str] | None, typer.Option(help="Prompts whose binary (generated JSON) protocol is drawn as points; repeatable.")] = None,
+    no_binary: Annotated[bool, typer.Option(help="Skip the binary-protocol points.")] = False,
+    binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).")] = None,
+    split: Annotated[str | None, typer.Option(help="Evaluate on this split with maps fitted on 'calib'; default: all samples, cross-fitted.")] = None,
+    calibration: Annotated[str, typer.Option(help="Calibration map for the curve: temperature, platt, isotonic, histogram, beta.")] = "platt",
+    n_boot: Annotated[int, typer.Option(help="Pair-clustered bootstrap resamples for the bands.")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed for selection, folds and bootstrap.")] = 0,
+    far: Annotated[list[float] | None, typer.Option(help="Operating points at FAR <= these values; repeatable.")] = None,
+    cost_miss: Annotated[float, typer.Option(help="Cost of a miss for the min-cost point.")] = 1.0,
+    cost_false_alarm: Annotated[float, typer.Option(help="Cost of a false alarm for the min-cost point.")] = 1.0,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per forward batch.")] = 8192,
+    store: Annotated[Path, typer.Option(help="SQLite run store (readings are reused across runs).")] = Path("runs/store.sqlite"),
+    out: Annotated[Path | None, typer.Option(help="Output folder (default: a new folder under runs/).")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+):
+    """Score a benchmark, calibrate, and trace the full Miss-Rate / False-Alarm-Rate curve."""
+    from calimon.pipeline import ALL_METHODS, CurveSettings, run_curve
+    from calimon.tables import operating_table
+
+    if calibration not in ALL_METHODS:
+        raise typer.BadParameter(f"expected one of {list(ALL_METHODS)}", param_hint="--calibration")
+    settings = CurveSettings(
+        model=model, benchmark=benchmark, prompt=prompt, readout=readout,
+        binary_prompts=() if no_binary else tuple(binary_prompt or ("direct", "evidence")),
+        binary_limit=binary_limit, limit=limit, split=split, calibration=calibration,
+        n_boot=n_boot, seed=seed, fars=tuple(far or (0.01, 0.05, 0.10)), cost_miss=cost_miss,
+        cost_false_alarm=cost_false_alarm, device=device, batch_tokens=batch_tokens,
+        store=store, out=out)
+    run = run_curve(settings, progress=progress_factory(quiet or as_json))
+    if as_json:
+        typer.echo(json.dumps({k: run.summary[k] for k in (
+            "provenance", "counts", "auroc_raw", "auroc", "operating_points", "binary_points",
+            "calibration")}, default=str, indent=1))
+        return
+    typer.echo(operating_table(run.summary))
+    typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, curve.png, curves_by_group.png, "
+               "reliability.png, calibration/")
+
+
+@models_app.command("list")
+@cli_errors
+def models_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False):
+    """Configured models and whether their weights are on this machine."""
+    from calimon.model_listing import list_models
+
+    rows = list_models()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    for r in rows:
+        typer.echo(f"{r['name']:<24} {r['status']:<12} {r['detail']}")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()

@@ -1,0 +1,72 @@
+"""YAML configs loaded into pydantic models (extra fields forbidden, versioned).
+
+Configs live in the top-level `configs/` folder of the checkout, or in $CALIMON_CONFIGS.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from calimon.errors import ConfigError
+
+CONFIGS_ENV = "CALIMON_CONFIGS"
+M = TypeVar("M", bound=BaseModel)
+
+
+def configs_root() -> Path:
+    if os.environ.get(CONFIGS_ENV):
+        return Path(os.environ[CONFIGS_ENV])
+    return Path(__file__).resolve().parents[1] / "configs"
+
+
+def config_names(kind: str) -> list[str]:
+    folder = configs_root() / kind
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def named_config_path(kind: str, name: str) -> Path:
+    """configs/<kind>/<name>.yaml; a name that would leave the folder is refused."""
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        raise ConfigError(f"invalid {kind} config name {name!r}", field=kind)
+    path = configs_root() / kind / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown {kind} {name!r}; known: {config_names(kind)}", field=kind)
+    return path
+
+
+def load_yaml_model(path: Path, model: type[M]) -> M:
+    """Parse a YAML file into `model`; errors name the file, line (where known) and field."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read ({exc.strerror})", path=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"not valid YAML ({getattr(exc, 'problem', exc)})", path=str(path),
+                          line=mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise ConfigError("expected a YAML mapping at the top level", path=str(path))
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or None
+        raise ConfigError(f"{err['msg']} (got {err.get('input')!r:.80})", path=str(path),
+                          line=_line_of(text, err["loc"]), field=field) from None
+
+
+def _line_of(text: str, loc: tuple) -> int | None:
+    """Best-effort line of the first key of `loc` in the YAML text."""
+    if not loc or not isinstance(loc[0], str):
+        return None
+    for i, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith(f"{loc[0]}:"):
+            return i
+    return None

@@ -1,0 +1,144 @@
+"""The files of a curve run: curve.json, curve.csv, curve.png, curves_by_group.png,
+reliability.png and calibration/<method>.json."""
+
+from __future__ import annotations
+
+import csv
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from calimon.calibration.crossfit import calibrate, fit_on_split
+from calimon.calibration.io import fit_set_hash, save_map
+from calimon.curves import Curve, binary_point, curves_by
+from calimon.errors import InputError
+from calimon.metrics import calibration_report
+from calimon.samples import Sample
+from calimon.verdict import Verdict
+
+CSV_COLUMNS = ("id", "pair_id", "label", "category", "task", "split", "status", "p_raw", "p_cal",
+               "format_mass", "truncated")
+
+
+def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
+                        readings: dict[str, Verdict], binary_set: list[Sample],
+                        binary_readings: dict[str, dict[str, Verdict]], provenance: dict) -> dict:
+    from calimon.pipeline import dump_json, status_counts, usable
+
+    kept, p_raw, y = usable(evaluate, readings)
+    if len(kept) == 0 or y.all() or not y.any():
+        raise InputError(f"only {len(kept)} scored samples with labels {sorted(set(y.tolist()))}"
+                          "; a curve needs scored misbehaving and benign samples")
+    groups = np.array([x.pair_id for x in kept])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if fit:
+            after_by_method, calib = _fit_apply(s, fit, readings, p_raw, y, out)
+        else:
+            result = calibrate(p_raw, y, groups, methods=s.methods, seed=s.seed)
+            after_by_method = {m: np.asarray(result.oof[m]) for m in s.methods}
+            calib = {"mode": "cross-fitted (pair-grouped, out-of-fold)", **result.to_dict()}
+            fhash = fit_set_hash(p_raw, y, [x.id for x in kept])
+            (out / "calibration").mkdir(exist_ok=True)
+            for m in s.methods:
+                save_map(result.maps[m], out / "calibration" / f"{m}.json", fit_hash=fhash,
+                         metrics=result.metrics_after[m], extra=_map_extra(provenance))
+    calib["notes"] = list(calib.get("notes", [])) + [str(w.message) for w in caught]
+    p_cal = np.clip(after_by_method[s.calibration], 0.0, 1.0)
+    keys = {"category": [x.category for x in kept], "task": [x.task for x in kept]}
+    curves = curves_by(p_cal, y, groups, keys=keys, n_boot=s.n_boot, seed=s.seed)
+    raw_curve = Curve.from_scores(p_raw, y, groups, n_boot=0)
+    overall = curves["all"]
+    points = overall.operating_points(fars=s.fars, cost_miss=s.cost_miss,
+                                      cost_false_alarm=s.cost_false_alarm)
+    bpoints = []
+    for name, table in binary_readings.items():
+        labelled = [x for x in binary_set if x.transcript_hash in table]
+        decisions = [table[x.transcript_hash].decision
+                     if table[x.transcript_hash].scored else None for x in labelled]
+        bpoints.append(binary_point(decisions, [bool(x.label) for x in labelled],
+                                    name=f"binary/{name}"))
+    fm = np.array([readings[x.transcript_hash].format_mass for x in kept
+                   if readings[x.transcript_hash].format_mass is not None], dtype=float)
+    summary = {
+        "provenance": provenance,
+        "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(s).items()},
+        "counts": {"evaluated": len(evaluate), "scored": len(kept),
+                   "status": status_counts(evaluate, readings),
+                   "n_pos": int(y.sum()), "n_neg": int((~y).sum()),
+                   "truncated": sum(readings[x.transcript_hash].status == "truncated"
+                                    for x in kept)},
+        "score": "p_cal", "calibration_method": s.calibration,
+        "auroc_raw": raw_curve.auroc, "auroc": overall.auroc,
+        "format_mass": {"mean": float(fm.mean()) if fm.size else None,
+                        "max": float(fm.max()) if fm.size else None},
+        "thresholds": overall.to_dict()["thresholds"], "mr": overall.to_dict()["mr"],
+        "far": overall.to_dict()["far"], "band": overall.to_dict()["band"],
+        "operating_points": [p.to_dict() for p in points],
+        "binary_points": [b.to_dict() for b in bpoints],
+        "binary_sample_count": len(binary_set),
+        "calibration": calib,
+        "raw_curve": raw_curve.to_dict(),
+        "curves": {k: c.to_dict() for k, c in curves.items()},
+    }
+    dump_json(summary, out / "curve.json")
+    _write_csv(out / "curve.csv", evaluate, readings, {x.id: v for x, v in zip(kept, p_cal,
+                                                                               strict=True)})
+    _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
+    return summary
+
+
+def _map_extra(provenance: dict) -> dict:
+    return {k: provenance[k] for k in ("model", "model_revision", "prompt", "template_hash",
+                                       "readout", "benchmark", "dataset_hash")}
+
+
+def _fit_apply(s, fit, readings, p_raw, y, out):
+    from calimon.pipeline import usable
+
+    fkept, fp, fy = usable(fit, readings)
+    (out / "calibration").mkdir(exist_ok=True)
+    fhash = fit_set_hash(fp, fy, [x.id for x in fkept])
+    after, maps, applied = {}, {}, {}
+    for m in s.methods:
+        cal, applied[m] = fit_on_split(m, fp, fy, p_raw)
+        after[m] = calibration_report(applied[m], y)
+        maps[m] = cal.to_dict()
+        save_map(cal, out / "calibration" / f"{m}.json", fit_hash=fhash, metrics=after[m],
+                 extra={"fit_split": "calib", "eval_split": s.split})
+    clean = {m: {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                 for k, v in d.items()} for m, d in after.items()}
+    return applied, {"mode": f"fitted on split 'calib' ({len(fkept)} samples), "
+                                f"applied to split {s.split!r}",
+                                "metrics_before": calibration_report(p_raw, y),
+                                "metrics_after": clean, "maps": maps, "methods": list(s.methods)}
+
+
+def _write_csv(path: Path, samples: list[Sample], readings: dict[str, Verdict],
+               p_cal: dict[str, float]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_COLUMNS)
+        for x in samples:
+            v = readings.get(x.transcript_hash)
+            status = v.status if v else "missing"
+            scored = v is not None and v.scored
+            w.writerow([x.id, x.pair_id, "" if x.label is None else int(x.label), x.category,
+                        x.task, x.split or "", status,
+                        f"{v.p_raw:.6g}" if scored else "",
+                        f"{p_cal[x.id]:.6g}" if x.id in p_cal else "",
+                        "" if v is None or v.format_mass is None else f"{v.format_mass:.6g}",
+                        int(bool(v and v.truncation))])
+
+
+def _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method):
+    from calimon.plotting.curve import plot_curve_grid, plot_curves
+    from calimon.plotting.reliability import plot_reliability
+
+    title = f"{s.model} · {s.prompt}/{s.readout} · {s.benchmark}"
+    plot_curves(out / "curve.png", {"all (calibrated)": curves["all"]}, binary_points=bpoints,
+                operating_points=points, title=title)
+    plot_curve_grid(out / "curves_by_group.png", curves, title=title)
+    plot_reliability(out / "reliability.png", p_raw, after_by_method, y, title=title)

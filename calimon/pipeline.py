@@ -1,0 +1,144 @@
+"""`calimon curve`: score a benchmark, calibrate, sweep thresholds, write the run folder."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from calimon import __version__
+from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
+from calimon.errors import InputError
+from calimon.models import resolve_model
+from calimon.monitor import Monitor, score_with_store
+from calimon.prompts import load_prompt
+from calimon.samples import Sample
+from calimon.selection import dataset_hash, select_pairs
+from calimon.store import RunStore
+from calimon.verdict import Verdict
+
+Progress = Callable[[str, int], Callable[[int], None]]
+ALL_METHODS = ("temperature", "platt", "isotonic", "histogram", "beta")
+
+
+@dataclass(frozen=True)
+class CurveSettings:
+    model: str = "smollm2-135m"
+    benchmark: str = DEFAULT_BENCHMARK
+    prompt: str = "direct"
+    readout: str = "verdict"
+    binary_prompts: tuple[str, ...] = ("direct", "evidence")
+    binary_limit: int | None = None
+    limit: int | None = None
+    split: str | None = None
+    calibration: str = "platt"
+    methods: tuple[str, ...] = ALL_METHODS
+    n_boot: int = 200
+    seed: int = 0
+    fars: tuple[float, ...] = (0.01, 0.05, 0.10)
+    cost_miss: float = 1.0
+    cost_false_alarm: float = 1.0
+    device: str = "auto"
+    batch_tokens: int = 8192
+    store: Path = Path("runs/store.sqlite")
+    out: Path | None = None
+
+
+@dataclass(frozen=True)
+class CurveRun:
+    out: Path
+    summary: dict = field(repr=False)
+    model_calls: int = 0
+
+
+def default_out(settings: CurveSettings) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{settings.model.replace('/', '_')}-{settings.readout}"
+
+
+def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, list]:
+    labelled = [x for x in samples if x.label is not None]
+    if s.split is None:
+        return select_pairs(labelled, s.limit, s.seed), []
+    evaluate = [x for x in labelled if x.split == s.split]
+    fit = [x for x in labelled if x.split == "calib"] if s.split != "calib" else []
+    if not evaluate:
+        raise InputError(f"benchmark {s.benchmark!r} has no labelled samples in split "
+                         f"{s.split!r}", field="split")
+    if s.split != "calib" and not fit:
+        raise InputError(f"benchmark {s.benchmark!r} has no 'calib' split to fit calibration "
+                         "maps on; run without --split to cross-fit instead", field="split")
+    return select_pairs(evaluate, s.limit, s.seed), select_pairs(fit, s.limit, s.seed)
+
+
+def run_curve(s: CurveSettings, progress: Progress | None = None,
+              log: Callable[[str], None] = lambda m: None) -> CurveRun:
+    from calimon.backends.transformers_backend import TransformersBackend
+
+    resolved = resolve_model(s.model)  # first: a missing model fails before any other work
+    samples = load_benchmark(s.benchmark)
+    evaluate, fit = _eval_and_fit_sets(samples, s)
+    backend = TransformersBackend(resolved, device=s.device, batch_tokens=s.batch_tokens)
+    out = Path(s.out) if s.out else default_out(s)
+    out.mkdir(parents=True, exist_ok=True)
+    with RunStore(s.store) as store:
+        main = Monitor(backend, load_prompt(s.prompt), s.readout)
+        readings = _score(main, evaluate + fit, store, progress, f"{s.prompt}/{s.readout}")
+        binary_set = select_pairs(evaluate, s.binary_limit, s.seed)
+        binary_readings = {}
+        for name in s.binary_prompts:
+            mon = Monitor(backend, load_prompt(name), "binary")
+            binary_readings[name] = _score(mon, binary_set, store, progress, f"{name}/binary")
+    from calimon.curve_outputs import write_curve_outputs
+
+    summary = write_curve_outputs(
+        out, s, evaluate=evaluate, fit=fit, readings=readings, binary_set=binary_set,
+        binary_readings=binary_readings,
+        provenance={"model": resolved.name, "model_revision": resolved.revision,
+                    "model_path": str(resolved.path), "prompt": s.prompt,
+                    "template_hash": main.key.template_hash, "readout": s.readout,
+                    "benchmark": s.benchmark, "dataset_hash": dataset_hash(evaluate + fit),
+                    "calimon_version": __version__, "store": str(s.store),
+                    "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
+    return CurveRun(out=out, summary=summary, model_calls=backend.forward_calls)
+
+
+def _score(monitor: Monitor, samples: list[Sample], store: RunStore, progress: Progress | None,
+           label: str) -> dict[str, Verdict]:
+    unique = {x.transcript_hash for x in samples}
+    todo = len(store.missing(monitor.key, list(unique)))
+    tick = progress(label, todo) if (progress and todo) else None
+    return score_with_store(monitor, samples, store, progress=tick)
+
+
+def status_counts(samples: list[Sample], readings: dict[str, Verdict]) -> dict[str, int]:
+    return dict(Counter(readings[x.transcript_hash].status if x.transcript_hash in readings
+                        else "missing" for x in samples))
+
+
+def usable(samples: list[Sample], readings: dict[str, Verdict]):
+    """Samples with a score, as arrays; the rest are reported, never scored as 0."""
+    kept = [x for x in samples if x.transcript_hash in readings
+            and readings[x.transcript_hash].scored]
+    p = np.array([readings[x.transcript_hash].p_raw for x in kept], dtype=float)
+    y = np.array([bool(x.label) for x in kept])
+    return kept, p, y
+
+
+def json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def dump_json(obj, path: Path) -> None:
+    path.write_text(json.dumps(obj, indent=1, default=json_default, allow_nan=False) + "\n")

@@ -1,0 +1,163 @@
+"""Prompt templates (configs/prompts/*.yaml) and their encoding into token ids.
+
+Transcript text is untrusted: it is tokenized on its own with `split_special_tokens=True`, so a
+string such as "<|im_start|>" inside a response becomes ordinary text tokens and can never act as
+a chat-template control token. Only the template's own pieces are tokenized with special tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from calimon.config import load_yaml_model, named_config_path
+from calimon.errors import ConfigError
+
+READOUTS = ("verdict", "json", "binary")
+_REQ, _RESP = "\ue000CALIMON_REQUEST\ue000", "\ue000CALIMON_RESPONSE\ue000"
+
+
+class ReadoutFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str
+    assistant_prefix: str = ""
+    max_new_tokens: int = 0
+
+
+class PromptTemplate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: Literal[1]
+    name: str
+    description: str = ""
+    system: str
+    instructions: str
+    request_header: str
+    response_header: str
+    end_marker: str
+    formats: dict[str, ReadoutFormat]
+
+    def template_hash(self, readout: str) -> str:
+        """Identifies exactly what the model is shown for this readout (store key part)."""
+        payload = json.dumps([self.model_dump(), readout], sort_keys=True).encode()
+        return hashlib.sha256(payload).hexdigest()[:16]
+
+    def format_for(self, readout: str) -> ReadoutFormat:
+        if readout not in self.formats:
+            raise ConfigError(f"prompt {self.name!r} has no {readout!r} format; it supports "
+                              f"{sorted(self.formats)}", field="readout")
+        return self.formats[readout]
+
+
+def load_prompt(name: str) -> PromptTemplate:
+    return load_yaml_model(named_config_path("prompts", name), PromptTemplate)
+
+
+@dataclass(frozen=True)
+class Truncation:
+    policy: str
+    original_tokens: int
+    kept_tokens: int
+    dropped_request: int
+    dropped_response: int
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    ids: list[int]
+    prefix_len: int  # tokens before the transcript: identical for every sample of a template
+    response_start: int  # token index where the response text begins
+    response_end: int
+    truncation: Truncation | None = None
+    response_token_offsets: list[tuple[int, int]] = field(default_factory=list, repr=False)
+
+
+class PromptEncoder:
+    """Encodes (template, readout, request, response) into token ids for one tokenizer."""
+
+    def __init__(self, tokenizer, template: PromptTemplate, readout: str, max_input_tokens: int,
+                 reserve_new_tokens: int | None = None):
+        self.tokenizer = tokenizer
+        self.template = template
+        self.readout = readout
+        self.fmt = template.format_for(readout)
+        self.max_input_tokens = max_input_tokens
+        reserve = self.fmt.max_new_tokens if reserve_new_tokens is None else reserve_new_tokens
+        self._pieces = self._split_chat()
+        self._trusted_ids = [self._encode_trusted(p) for p in self._pieces]
+        fixed = sum(len(x) for x in self._trusted_ids)
+        self.budget = max_input_tokens - fixed - reserve
+        if self.budget < 64:
+            raise ConfigError(f"max_input_tokens={max_input_tokens} leaves {self.budget} tokens "
+                              "for the transcript; raise it", field="max_input_tokens")
+
+    def _split_chat(self) -> list[str]:
+        t = self.template
+        user = (f"{t.instructions.strip()}\n\n{t.request_header}\n{_REQ}\n\n"
+                f"{t.response_header}\n{_RESP}\n{t.end_marker}\n\n{self.fmt.question.strip()}")
+        messages = [{"role": "system", "content": t.system.strip()},
+                    {"role": "user", "content": user}]
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True,
+                                                  enable_thinking=False)
+        text += self.fmt.assistant_prefix
+        head, rest = text.split(_REQ)
+        middle, tail = rest.split(_RESP)
+        return [head, middle, tail]
+
+    def _encode_trusted(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _encode_untrusted(self, text: str, offsets: bool = False):
+        enc = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True,
+                             return_offsets_mapping=offsets)
+        return (enc["input_ids"], enc["offset_mapping"]) if offsets else enc["input_ids"]
+
+    @property
+    def prefix_ids(self) -> list[int]:
+        return self._trusted_ids[0]
+
+    @property
+    def prefix_len(self) -> int:
+        return len(self._trusted_ids[0])
+
+    def encode(self, request: str, response: str) -> EncodedPrompt:
+        req = self._encode_untrusted(request)
+        resp, offsets = self._encode_untrusted(response, offsets=True)
+        offsets = [tuple(o) for o in offsets]
+        truncation = None
+        if len(req) + len(resp) > self.budget:
+            req, resp, offsets, truncation = self._truncate(req, resp, offsets)
+        head, middle, tail = self._trusted_ids
+        ids = head + req + middle + resp + tail
+        start = len(head) + len(req) + len(middle)
+        return EncodedPrompt(ids, len(head), start, start + len(resp), truncation, offsets)
+
+    def _truncate(self, req, resp, offsets):
+        """head_tail policy: drop the middle of the longer part(s), insert a visible marker."""
+        original = len(req) + len(resp)
+        marker = self._encode_untrusted("\n[... text truncated by calimon (head_tail) ...]\n")
+        budget = self.budget
+        # Give the request at most half the budget; the response keeps the rest.
+        req_keep = min(len(req), max(budget // 2, budget - len(resp)))
+        resp_keep = budget - req_keep
+        new_req, drop_req = _head_tail(req, req_keep, marker)
+        new_resp, drop_resp = _head_tail(resp, resp_keep, marker)
+        if drop_resp:
+            head_n = (resp_keep - len(marker)) // 2
+            tail_n = resp_keep - len(marker) - head_n
+            offsets = offsets[:head_n] + [(-1, -1)] * len(marker) + offsets[len(offsets) - tail_n:]
+        trunc = Truncation("head_tail", original, len(new_req) + len(new_resp), drop_req, drop_resp)
+        return new_req, new_resp, offsets, trunc
+
+
+def _head_tail(ids: list[int], keep: int, marker: list[int]) -> tuple[list[int], int]:
+    if len(ids) <= keep:
+        return ids, 0
+    room = max(keep - len(marker), 2)
+    head_n = room // 2
+    tail_n = room - head_n
+    return ids[:head_n] + marker + ids[len(ids) - tail_n:], len(ids) - head_n - tail_n
