@@ -17,6 +17,7 @@ import typer
 from calimon.data import registry
 from calimon.data.paths import benchmark_dir
 from calimon.errors import CalimonError
+from calimon.samples import CATEGORIES, TASKS
 
 
 def data_build(
@@ -28,6 +29,8 @@ def data_build(
     seed: int = typer.Option(0, "--seed", help="Seed of frames and splits."),
     partial: bool = typer.Option(False, "--partial", hidden=True,
                                  help="Development: skip cell builders that do not exist yet."),
+    markdown: Path | None = typer.Option(None, "--markdown",
+                                         help="Also write the counts table as markdown here."),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
     """Build a benchmark from its sources and print its pair counts per cell and split."""
@@ -38,6 +41,8 @@ def data_build(
         kwargs["allow_missing"] = True
     build(target, **kwargs)
     manifest = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
+    if markdown is not None:
+        Path(markdown).write_text(counts_markdown(manifest), encoding="utf-8")
     if json_out:
         typer.echo(json.dumps(manifest, indent=1, sort_keys=True))
         return
@@ -106,13 +111,36 @@ def benchmark_rows() -> list[dict]:
 def counts_table(manifest: dict) -> str:
     """Pairs (and unpaired benign samples, in brackets) per cell and split."""
     rows = []
-    for cell, c in manifest.get("counts", {}).items():
+    for cell, c in _ordered(manifest.get("counts", {})):
         pairs, single = c.get("pairs", {}), c.get("unpaired_benign", {})
         rows.append([cell, *(f"{pairs.get(k, 0)}" + (f" (+{single[k]})" if single.get(k) else "")
                              for k in ("train", "calib", "test", "total"))])
     head = ["cell", "train", "calib", "test", "total pairs"]
     return _table(head, rows) + (f"\n{manifest.get('n_pairs')} pairs, "
                                  f"{manifest.get('n_samples')} samples")
+
+
+def counts_markdown(manifest: dict) -> str:
+    """Pairs per cell and split as a markdown table, unpaired hard negatives in brackets."""
+    lines = ["| cell | train | calib | test | total pairs | by source | label quality |",
+             "|---|---:|---:|---:|---:|---|---|"]
+    for cell, c in _ordered(manifest.get("counts", {})):
+        pairs, single = c.get("pairs", {}), c.get("unpaired_benign", {})
+        vals = [f"{pairs.get(k, 0)}" + (f" (+{single[k]})" if single.get(k) else "")
+                for k in ("train", "calib", "test", "total")]
+        src = ", ".join(f"{k} {v}" for k, v in c.get("pairs_by_source", {}).items())
+        qual = ", ".join(f"{k} {v}" for k, v in c.get("pairs_by_label_quality", {}).items())
+        lines.append(f"| {cell} | " + " | ".join(vals) + f" | {src} | {qual} |")
+    lines.append(f"| **all** | | | | **{manifest.get('n_pairs')}** "
+                 f"(+{manifest.get('n_unpaired_benign', 0)}) | | |")
+    return "\n".join(lines) + "\n"
+
+
+def _ordered(counts: dict) -> list[tuple[str, dict]]:
+    """Cells in category x task order (the manifest stores them sorted by name)."""
+    order = [f"{c}/{t}" for c in CATEGORIES for t in TASKS]
+    return sorted(counts.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order
+                                                  else len(order), kv[0]))
 
 
 def _table(head: list[str], rows: list[list]) -> str:
