@@ -25,7 +25,7 @@ def assign_splits(samples: Sequence[Sample], fractions: dict[str, float], seed: 
     for _cell, pair_ids in sorted(cells.items()):
         ordered = sorted(pair_ids, key=lambda p: hashlib.sha256(f"{seed}:{p}".encode()).hexdigest())
         n = len(ordered)
-        counts = [round(n * fractions[k] / total) for k in names]
+        counts = _largest_remainder(n, [fractions[k] / total for k in names])
         if "test" in fractions and min_test_pairs:
             i = names.index("test")
             want = min(min_test_pairs, n)
@@ -35,10 +35,19 @@ def assign_splits(samples: Sequence[Sample], fractions: dict[str, float], seed: 
                     break
                 counts[j] -= 1
                 counts[i] += 1
-        counts[-1] = n - sum(counts[:-1])
         pos = 0
         for name, c in zip(names, counts, strict=True):
             for p in ordered[pos:pos + c]:
                 split_of[p] = name
             pos += c
     return [replace(s, split=split_of[s.pair_id]) for s in samples]
+
+
+def _largest_remainder(n: int, shares: list[float]) -> list[int]:
+    """Integer counts summing to n, as close to n * share as possible (Hamilton's method)."""
+    exact = [n * f for f in shares]
+    counts = [int(x) for x in exact]
+    order = sorted(range(len(shares)), key=lambda k: (-(exact[k] - counts[k]), k))
+    for k in order[: n - sum(counts)]:
+        counts[k] += 1
+    return counts
