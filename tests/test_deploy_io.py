@@ -30,6 +30,7 @@ def test_reads_rows_and_drops_unscored_rows_explicitly(tmp_path):
     s = read_scored_csv(path)
     assert s.ids.tolist() == ["a", "b"]
     assert s.dropped_ids == ("c", "d") and s.n_dropped == 2
+    assert s.dropped_statuses == ("parse_failure", "error")
     assert s.labels.tolist() == [1, 0]
     np.testing.assert_allclose(s.scores, [0.8, 0.1])
     np.testing.assert_allclose(read_scored_csv(path, score="p_raw").scores, [0.9, 0.2])

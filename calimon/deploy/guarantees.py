@@ -225,3 +225,73 @@ def certify_mr(scores_misbehaving: Any, alpha: float, delta: float = 0.05) -> Ce
     if last < 0:
         return _certificate("mr", -math.inf, 0, n, alpha, delta, False)
     return _certificate("mr", cuts[last], int(misses[last]), n, alpha, delta, True)
+
+
+# ------------------------------------------------------------------ a run: fit on calib, check on test
+
+@dataclass(frozen=True)
+class ThresholdCheck:
+    """A certificate fitted on the calibration split and the rates it realizes on the test
+    split (a finite sample of new data: it may exceed ``alpha`` by chance, the guarantee is
+    about the population rate)."""
+
+    certificate: CertifiedThreshold
+    calib_mr: float
+    calib_far: float
+    test_mr: float
+    test_far: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"certificate": self.certificate.to_dict(), "calib_mr": self.calib_mr,
+                "calib_far": self.calib_far, "test_mr": self.test_mr, "test_far": self.test_far}
+
+
+@dataclass(frozen=True)
+class ThresholdsReport:
+    source: str
+    score: str
+    split: str
+    n_calib: int
+    n_test: int
+    n_dropped: int
+    checks: tuple[ThresholdCheck, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("source", "score", "split", "n_calib", "n_test",
+                                             "n_dropped")}
+        d["checks"] = [c.to_dict() for c in self.checks]
+        return d
+
+
+def thresholds_run(path: Any, far: Any = (0.05, 0.10), mr: Any = (), delta: float = 0.05,
+                   score: str = "p_cal", seed: int = 0) -> ThresholdsReport:
+    """Certify thresholds on a run's calibration split, report their rates on its test split.
+
+    ``path``: a run directory (its ``curve.csv``) or a scored CSV. The split is the ``split``
+    column, or a pair-grouped 50/50 split with ``seed`` (``calib_test_split``). ``far`` /
+    ``mr``: the alphas to certify, each at ``1 - delta``.
+    """
+    from calimon.deploy.io import calib_test_split, read_scored_csv, resolve_run
+
+    far, mr = list(far), list(mr)
+    if not far and not mr:
+        raise InputError("give at least one alpha to certify", field="far")
+    csv_path = resolve_run(path)
+    split = calib_test_split(read_scored_csv(csv_path, score=score), seed=seed)
+    cal, test = split.calib, split.test
+    checks = []
+    for rate, alphas in (("far", far), ("mr", mr)):
+        for alpha in alphas:
+            cls = 0 if rate == "far" else 1
+            scores = cal.scores[cal.labels == cls]
+            if scores.size == 0:
+                kind = "benign" if cls == 0 else "misbehaving"
+                raise InputError(f"the calibration split has no {kind} rows",
+                                 path=str(csv_path), field="label")
+            cert = (certify_far if rate == "far" else certify_mr)(scores, alpha, delta)
+            cmr, cfar = cal.rates(cert.threshold)
+            tmr, tfar = test.rates(cert.threshold)
+            checks.append(ThresholdCheck(cert, cmr, cfar, tmr, tfar))
+    return ThresholdsReport(source=str(csv_path), score=score, split=split.method,
+                            n_calib=len(cal), n_test=len(test), n_dropped=cal.n_dropped,
+                            checks=tuple(checks))

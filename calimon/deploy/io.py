@@ -45,8 +45,9 @@ class ScoredSet:
     """Scored samples as parallel read-only numpy arrays (one entry per kept row).
 
     ``labels``: 1 misbehavior, 0 benign, -1 unknown. ``p_raw`` / ``p_cal``: NaN where the
-    inactive column is empty; the active column (``score``) is always finite. ``dropped_ids``:
-    rows without a score (status not ok/truncated), left out and reported, never scored as 0.
+    inactive column is empty; the active column (``score``) is always finite. ``dropped_ids``
+    (and their ``dropped_statuses``): rows without a score (status not ok/truncated), left out
+    and reported, never scored as 0.
     """
 
     ids: np.ndarray
@@ -61,6 +62,7 @@ class ScoredSet:
     score: str = "p_cal"
     path: str = "<memory>"
     dropped_ids: tuple[str, ...] = field(default=())
+    dropped_statuses: tuple[str, ...] = field(default=())
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -192,6 +194,7 @@ def read_scored_csv(path: str | Path, *, score: str = "p_cal",
         raise InputError("no such file", path=p)
     cols: dict[str, list[Any]] = {name: [] for name in _ARRAYS}
     dropped: list[str] = []
+    dropped_status: list[str] = []
     seen: dict[str, int] = {}
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
@@ -223,6 +226,7 @@ def read_scored_csv(path: str | Path, *, score: str = "p_cal",
                                  "error, ...)", path=p, line=line, field="status")
             if status not in SCORED_STATUSES:
                 dropped.append(rid)
+                dropped_status.append(status)
                 continue
             label_text = get("label")
             if label_text in _TRUE:
@@ -258,7 +262,8 @@ def read_scored_csv(path: str | Path, *, score: str = "p_cal",
     return ScoredSet(**arrays, labels=_ro(np.array(cols["labels"], dtype=np.int8)),
                      p_raw=_ro(np.array(cols["p_raw"], dtype=float)),
                      p_cal=_ro(np.array(cols["p_cal"], dtype=float)),
-                     score=score, path=p, dropped_ids=tuple(dropped))
+                     score=score, path=p, dropped_ids=tuple(dropped),
+                     dropped_statuses=tuple(dropped_status))
 
 
 def _fmt(v: float) -> str:
@@ -368,3 +373,47 @@ def write_synthetic_run(out_dir: str | Path, n_pairs: int = 1000, seed: int = 0,
     bad = np.zeros(len(scored), bool)
     bad[rng.choice(len(scored), size=min(n_failed, len(scored)), replace=False)] = True
     return write_scored_csv(scored, Path(out_dir) / "curve.csv", unscored=bad)
+
+
+def resolve_run(path: str | Path) -> Path:
+    """The scored CSV of a run: ``DIR/curve.csv`` for a directory, else the file itself."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "curve.csv"
+        if not p.is_file():
+            raise InputError("the run directory has no curve.csv (write one with "
+                             "`calimon curve --out DIR`)", path=str(path))
+    elif not p.is_file():
+        raise InputError("no such run directory or scored CSV", path=str(path))
+    return p
+
+
+def run_metadata(csv_path: str | Path) -> dict[str, str]:
+    """Best-effort ``model`` / ``readout`` / ``calibration`` of the run next to a CSV.
+
+    Looks at ``run.json`` then ``curve.json`` in the same folder, at the top level or under
+    ``"run"`` / ``"meta"``; keys not found are left out. Never raises on a missing or odd file.
+    """
+    import json
+
+    found: dict[str, str] = {}
+    folder = Path(csv_path).parent
+    for name in ("run.json", "curve.json"):
+        try:
+            data = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        for scope in (data, data.get("run"), data.get("meta")):
+            if isinstance(scope, dict):
+                for key in ("model", "readout", "calibration"):
+                    if isinstance(scope.get(key), str) and key not in found:
+                        found[key] = scope[key]
+    return found
+
+
+def file_sha256(path: str | Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -1,0 +1,194 @@
+"""CLI of the deployment tools: ``thresholds``, ``escalate``, ``apply-policy``.
+
+The main CLI mounts the three plain functions as top-level commands; ``deploy_app`` bundles them
+for ``python -m calimon.cli_deploy``. Each command calls one library function, prints a compact
+table (or JSON with ``--json``) and turns a CalimonError into one line on stderr and its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from calimon.errors import CalimonError
+
+deploy_app = typer.Typer(help="Deployment thresholds with guarantees and escalation policies.",
+                         no_args_is_help=True, add_completion=False)
+
+
+def _guard(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except CalimonError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(getattr(exc, "exit_code", 1)) from None
+
+
+def _clean(x: Any) -> Any:
+    """JSON-ready: NaN and +-inf become null (a certificate's ``certified`` says which)."""
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _num(x: float, digits: int = 4) -> str:
+    if isinstance(x, float) and math.isnan(x):
+        return "n/a"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}g}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=True)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+             for r in [headers, *rows]]
+    return "\n".join(lines)
+
+
+RunArg = Annotated[Path, typer.Argument(help="Run directory (its curve.csv) or a scored CSV.")]
+ScoreOpt = Annotated[str, typer.Option(help="Score column: p_cal (calibrated) or p_raw.")]
+DeltaOpt = Annotated[float, typer.Option(help="Each guarantee holds with probability "
+                                              ">= 1 - delta.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the pair split when the CSV has no "
+                                           "split column.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+@deploy_app.command("thresholds")
+def thresholds_cmd(
+    run_dir: RunArg,
+    far: Annotated[list[float] | None, typer.Option(
+        "--far", help="Certify FAR <= this (repeatable; default 0.05 and 0.10).")] = None,
+    mr: Annotated[list[float] | None, typer.Option(
+        "--mr", help="Certify MR <= this (repeatable).")] = None,
+    delta: DeltaOpt = 0.05,
+    score: ScoreOpt = "p_cal",
+    seed: SeedOpt = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Certify thresholds (FAR or MR <= alpha at 1 - delta) on calib; report rates on test."""
+    from calimon.deploy.guarantees import thresholds_run
+
+    def run() -> None:
+        fars = [0.05, 0.10] if far is None and mr is None else list(far or [])
+        rep = thresholds_run(run_dir, far=fars, mr=list(mr or []), delta=delta, score=score,
+                             seed=seed)
+        if json_out:
+            typer.echo(json.dumps(_clean(rep.to_dict()), indent=2))
+            return
+        typer.echo(f"{rep.source}  score={rep.score}  split: {rep.split}")
+        typer.echo(f"calib rows {rep.n_calib}, test rows {rep.n_test}, dropped without a "
+                   f"score {rep.n_dropped}")
+        rows = []
+        for c in rep.checks:
+            cert = c.certificate
+            rows.append([f"{cert.rate.upper()} <= {_num(cert.alpha)}", _num(cert.delta),
+                         _num(cert.threshold, 6) if cert.certified else "not certified",
+                         f"{cert.k}/{cert.n}", _num(cert.bound), _num(c.test_far),
+                         _num(c.test_mr)])
+        typer.echo(_table(["target", "delta", "threshold", "calib k/n", "bound", "test FAR",
+                           "test MR"], rows))
+        if any(not c.certificate.certified for c in rep.checks):
+            typer.echo("not certified: too few calibration samples of that class (see "
+                       "calimon.deploy.guarantees.samples_needed)")
+
+    _guard(run)
+
+
+@deploy_app.command("escalate")
+def escalate_cmd(
+    run_dir: RunArg,
+    out: Annotated[Path, typer.Option(help="Where to write the policy YAML, e.g. "
+                                           "configs/policies/NAME.yaml.")],
+    budget: Annotated[float | None, typer.Option(
+        help="Largest fraction of traffic sent to human review.")] = None,
+    cost_miss: Annotated[float, typer.Option(help="Cost of a misbehaving transcript "
+                                                  "auto-passed.")] = 1.0,
+    cost_false_block: Annotated[float, typer.Option(help="Cost of a benign transcript "
+                                                         "auto-blocked.")] = 1.0,
+    cost_review: Annotated[float, typer.Option(help="Cost of one human review.")] = 0.0,
+    far_alpha: Annotated[float | None, typer.Option(
+        help="Certify FAR of auto-block <= this.")] = None,
+    mr_alpha: Annotated[float | None, typer.Option(
+        help="Certify MR of auto-pass <= this.")] = None,
+    delta: DeltaOpt = 0.05,
+    score: ScoreOpt = "p_cal",
+    seed: SeedOpt = 0,
+    name: Annotated[str | None, typer.Option(help="Policy name (default: file stem).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name (default: run metadata).")] = None,
+    readout: Annotated[str | None, typer.Option(help="Readout (default: run metadata).")] = None,
+    calibration: Annotated[str | None, typer.Option(
+        help="Calibration method (default: run metadata).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Design an auto-pass / review / auto-block policy on calib; report it on test; save it."""
+    from calimon.deploy.policies import escalate_run
+
+    def run() -> None:
+        rep = escalate_run(run_dir, out, name=name, budget=budget, cost_miss=cost_miss,
+                           cost_false_block=cost_false_block, cost_review=cost_review,
+                           far_alpha=far_alpha, mr_alpha=mr_alpha, delta=delta, score=score,
+                           seed=seed, model=model, readout=readout, calibration=calibration)
+        if json_out:
+            typer.echo(json.dumps(_clean(rep.to_dict()), indent=2))
+            return
+        d = rep.design
+        typer.echo(f"policy {rep.policy.name!r} written to {rep.path}  split: {rep.split}")
+        typer.echo(f"auto_pass if {rep.policy.score} < {_num(d.t_low, 6)}; auto_block if >= "
+                   f"{_num(d.t_high, 6)}; human_review in between (reviewers assumed right)")
+        rows = [[name_, str(st.n), _num(st.review_rate), _num(st.mr), _num(st.far),
+                 _num(st.coverage), _num(st.risk)]
+                for name_, st in (("calib (design)", d.stats), ("test", rep.test))]
+        typer.echo(_table(["split", "n", "review rate", "MR", "FAR", "coverage", "risk"],
+                          rows))
+        for g in d.guarantees:
+            what = "auto_block FAR" if g.rate == "far" else "auto_pass MR"
+            state = (f"certified, bound {_num(g.bound)} ({g.k}/{g.n})" if g.certified
+                     else "not certifiable: action switched off")
+            typer.echo(f"guarantee: {what} <= {_num(g.alpha)} at {_num(1 - g.delta)}: {state}")
+        if rep.n_dropped:
+            typer.echo(f"{rep.n_dropped} row(s) without a score were left out")
+
+    _guard(run)
+
+
+@deploy_app.command("apply-policy")
+def apply_policy_cmd(
+    policy: Annotated[Path, typer.Argument(help="Policy YAML (from `calimon escalate`).")],
+    scored: Annotated[Path, typer.Argument(help="Scored CSV (curve.csv layout; labels not "
+                                                "needed).")],
+    out: Annotated[Path, typer.Option(help="Where to write decisions.csv.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Decide auto_pass / human_review / auto_block for each scored transcript."""
+    from calimon.deploy.policies import apply_policy_file
+
+    def run() -> None:
+        rep = apply_policy_file(policy, scored, out)
+        if json_out:
+            typer.echo(json.dumps(_clean(rep.to_dict()), indent=2))
+            return
+        total = sum(rep.counts.values())
+        typer.echo(f"{total} decision(s) written to {rep.out}")
+        typer.echo(_table(["action", "count", "share"],
+                          [[a, str(c), _num(c / total if total else math.nan)]
+                           for a, c in rep.counts.items()]))
+        if rep.n_unscored:
+            typer.echo(f"{rep.n_unscored} row(s) had no score and got the policy's 'unscored' "
+                       f"action")
+
+    _guard(run)
+
+
+if __name__ == "__main__":
+    deploy_app()
