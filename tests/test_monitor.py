@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+import torch
+from conftest import toy_samples
+
+from calimon.monitor import Monitor, score_with_store
+from calimon.prompts import load_prompt
+from calimon.store import RunStore
+
+pytestmark = pytest.mark.model
+
+
+@pytest.mark.parametrize("prompt, readout", [("direct", "verdict"), ("direct", "json"),
+                                             ("evidence", "json")])
+def test_probabilities_and_format_mass_sum_to_one(smol_backend, prompt, readout):
+    verdicts = Monitor(smol_backend, load_prompt(prompt), readout).score(toy_samples(2))
+    for v in verdicts:
+        assert v.status == "ok" and 0.0 <= v.p_raw <= 1.0
+        assert v.p_yes + v.p_no + v.format_mass == pytest.approx(1.0, abs=1e-6)
+        assert v.p_raw == pytest.approx(v.p_yes / (v.p_yes + v.p_no))
+
+
+def test_prefix_reuse_matches_a_plain_forward_pass(smol_backend):
+    mon = Monitor(smol_backend, load_prompt("direct"), "verdict")
+    prompts = [mon.encoder.encode(s.request, s.response).ids for s in toy_samples(3)]
+    fast = smol_backend.next_token_logprobs(prompts, mon.encoder.prefix_len)
+    with torch.inference_mode():
+        ref = np.stack([torch.log_softmax(smol_backend.model(torch.tensor([p])).logits[0, -1]
+                                          .float(), -1).numpy() for p in prompts])
+    assert np.abs(np.exp(fast) - np.exp(ref)).max() < 1e-4
+
+
+def test_second_run_makes_no_model_calls(smol_backend, tmp_path):
+    samples = toy_samples(3)
+    mon = Monitor(smol_backend, load_prompt("direct"), "json")
+    with RunStore(tmp_path / "s.sqlite") as st:
+        first = score_with_store(mon, samples, st)
+        calls = smol_backend.forward_calls
+        second = score_with_store(mon, samples, st)
+        assert smol_backend.forward_calls == calls
+        assert first == second and len(first) == len(samples)
+
+
+class _FlakyBackend:
+    """Delegates to the real backend but fails any batch that contains a poisoned prompt."""
+
+    def __init__(self, inner, poison):
+        self.inner, self.poison = inner, list(poison)
+        self.model_ref, self.tokenizer = inner.model_ref, inner.tokenizer
+
+    def next_token_logprobs(self, prompts, prefix_len=0):
+        if any(list(p) == self.poison for p in prompts):
+            raise RuntimeError("device fault")
+        return self.inner.next_token_logprobs(prompts, prefix_len)
+
+
+def test_a_failing_sample_is_recorded_as_error_never_scored(smol_backend, tmp_path):
+    samples = toy_samples(2)
+    mon = Monitor(smol_backend, load_prompt("direct"), "verdict")
+    poison = mon.encoder.encode(samples[0].request, samples[0].response).ids
+    flaky = Monitor(_FlakyBackend(smol_backend, poison), load_prompt("direct"), "verdict")
+    with RunStore(tmp_path / "s.sqlite") as st:
+        got = score_with_store(flaky, samples, st)
+        bad = got[samples[0].transcript_hash]
+        assert bad.status == "error" and bad.p_raw is None and "device fault" in bad.error
+        assert all(got[s.transcript_hash].status == "ok" for s in samples[1:])
+        assert st.missing(mon.key, [s.transcript_hash for s in samples]) == \
+            [samples[0].transcript_hash]
