@@ -101,3 +101,12 @@ def _score_chunk(monitor: Monitor, chunk: Sequence[Sample]) -> list[Verdict]:
                 out.append(Verdict(transcript_hash=s.transcript_hash, readout=monitor.readout,
                                    status="error", error=f"{type(exc).__name__}: {exc}"[:500]))
         return out
+
+
+def make_monitor(backend, prompt: PromptTemplate, readout: str, **kwargs):
+    """A monitor for any readout name: verdict, json, binary, or probe:<head name>."""
+    if readout.startswith("probe:"):
+        from calimon.heads.monitor import ProbeMonitor
+
+        return ProbeMonitor(backend, prompt, head=readout.split(":", 1)[1], **kwargs)
+    return Monitor(backend, prompt, readout, **kwargs)

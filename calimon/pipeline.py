@@ -15,7 +15,7 @@ from calimon import __version__
 from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
 from calimon.errors import InputError
 from calimon.models import resolve_model
-from calimon.monitor import Monitor, score_with_store
+from calimon.monitor import Monitor, make_monitor, score_with_store
 from calimon.prompts import load_prompt
 from calimon.samples import Sample
 from calimon.selection import dataset_hash, select_pairs
@@ -87,7 +87,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     out = Path(s.out) if s.out else default_out(s)
     out.mkdir(parents=True, exist_ok=True)
     with RunStore(s.store) as store:
-        main = Monitor(backend, load_prompt(s.prompt), s.readout)
+        main = make_monitor(backend, load_prompt(s.prompt), s.readout)
         readings = _score(main, evaluate + fit, store, progress, f"{s.prompt}/{s.readout}")
         binary_set = select_pairs(evaluate, s.binary_limit, s.seed)
         binary_readings = {}
