@@ -110,3 +110,12 @@ def test_split_column_without_calib_rows_is_refused():
     s = ScoredSet.from_arrays([0.1, 0.9], [0, 1], splits=["test", "test"])
     with pytest.raises(InputError, match="calib"):
         calib_test_split(s)
+
+
+def test_package_exports_resolve():
+    import calimon.deploy as deploy
+
+    for name in deploy.__all__:
+        assert getattr(deploy, name) is not None
+    with pytest.raises(AttributeError):
+        deploy.no_such_name  # noqa: B018

@@ -1,0 +1,63 @@
+"""docs/deployment.md is generated output: re-run its commands and examples, compare."""
+
+from __future__ import annotations
+
+import doctest
+import re
+import shlex
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from calimon.cli_deploy import deploy_app
+from calimon.deploy.policies import load_policy
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "deployment.md"
+
+
+def _console_blocks(text: str) -> list[tuple[str, list[str]]]:
+    """(command, expected output lines) for every `$ ` line of the ```console blocks."""
+    out: list[tuple[str, list[str]]] = []
+    for block in re.findall(r"```console\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                out.append((line[2:], []))
+            else:
+                out[-1][1].append(line)
+    return out
+
+
+def _run(command: str) -> tuple[int, str]:
+    if command.startswith("python -c "):
+        exec(shlex.split(command)[2], {})
+        return 0, ""
+    args = shlex.split(command)
+    assert args[0] == "calimon", command
+    r = CliRunner().invoke(deploy_app, args[1:])
+    return r.exit_code, r.output
+
+
+def test_doc_commands_and_examples_reproduce(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = DOC.read_text(encoding="utf-8")
+    blocks = _console_blocks(text)
+    assert len(blocks) >= 6
+    for command, expected in blocks:
+        code, output = _run(command)
+        got = [line.rstrip() for line in output.splitlines()]
+        assert got == [line.rstrip() for line in expected], command
+        assert (code != 0) == any(line.startswith("error:") for line in got), command
+    # code fences end an example's expected output, as a blank line would
+    unfenced = re.sub(r"^```.*$", "", text, flags=re.M)
+    test = doctest.DocTestParser().get_doctest(unfenced, {}, DOC.name, str(DOC), 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.attempted >= 15 and result.failed == 0
+    # the committed example is what the documented command writes (up to the version stamp)
+    committed, fresh = (load_policy(root / "configs" / "policies" / "synthetic-demo.yaml")
+                        .model_dump() for root in (ROOT, tmp_path))
+    for d in (committed, fresh):
+        d["provenance"].pop("calimon_version")
+    assert committed == fresh
