@@ -114,5 +114,18 @@ def models_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON
         typer.echo(f"{r['name']:<24} {r['status']:<12} {r['detail']}")
 
 
+def _mount_areas() -> None:
+    """Commands that live in their area's module."""
+    from calimon import cli_data, cli_deploy
+
+    app.add_typer(cli_data.app, name="data")
+    app.command("thresholds")(cli_deploy.thresholds_cmd)
+    app.command("escalate")(cli_deploy.escalate_cmd)
+    app.command("apply-policy")(cli_deploy.apply_policy_cmd)
+
+
+_mount_areas()
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
