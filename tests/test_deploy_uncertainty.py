@@ -15,7 +15,7 @@ def scored():
 
 
 def test_groups_estimates_and_interval_order(scored):
-    out = bootstrap_intervals(scored, 0.5, n_boot=200, seed=1)
+    out = bootstrap_intervals(scored, 0.5, n_boot=100, seed=1)
     assert list(out)[0] == "all"
     assert {k for k in out if k.startswith("category=")} == {
         "category=safety", "category=sycophancy", "category=spec_gaming"}
@@ -27,7 +27,7 @@ def test_groups_estimates_and_interval_order(scored):
     assert t.auroc.estimate == pytest.approx(metrics.auroc(scored.scores, scored.labels))
     assert t.ece.estimate == pytest.approx(metrics.ece(scored.scores, scored.labels))
     for iv in (t.mr, t.far, t.auroc, t.ece):
-        assert iv.low <= iv.estimate <= iv.high and iv.n_used == 200
+        assert iv.low <= iv.estimate <= iv.high and iv.n_used == 100
     assert t.n == 600 and t.n_pairs == 300 and t.n_pos == t.n_neg == 300
     assert sum(out[k].n for k in out if k.startswith("task=")) == 600
 
@@ -43,14 +43,14 @@ def test_pairs_are_resampled_whole():
     # add no information, so resampling pairs must give intervals about sqrt(2) wider than
     # treating the rows as independent.
     rng = np.random.default_rng(0)
-    n = 400
+    n = 250
     b, m = rng.random(n), rng.random(n) + 0.3
     s = np.clip(np.repeat(np.stack([b, m], 1), 2, axis=1).ravel(), 0, 1)
     y = np.tile([0, 0, 1, 1], n)
     pairs = np.repeat(np.arange(n), 4).astype(str)
     paired = bootstrap_intervals(ScoredSet.from_arrays(s, y, pair_ids=pairs), 0.5,
-                                 groups_by=(), n_boot=400)["all"]
-    iid = bootstrap_intervals(ScoredSet.from_arrays(s, y), 0.5, groups_by=(), n_boot=400)["all"]
+                                 groups_by=(), n_boot=300)["all"]
+    iid = bootstrap_intervals(ScoredSet.from_arrays(s, y), 0.5, groups_by=(), n_boot=300)["all"]
     for stat in ("far", "mr"):
         wp, wi = (getattr(t, stat).high - getattr(t, stat).low for t in (paired, iid))
         assert 1.2 < wp / wi < 1.7
