@@ -119,3 +119,16 @@ def test_package_exports_resolve():
         assert getattr(deploy, name) is not None
     with pytest.raises(AttributeError):
         deploy.no_such_name  # noqa: B018
+
+
+def test_from_arrays_validates_and_switches_score():
+    s = ScoredSet.from_arrays([0.2, 0.8], [False, True], pair_ids=[7, 7])
+    assert s.labels.tolist() == [0, 1] and s.pair_ids.tolist() == ["7", "7"]
+    with pytest.raises(InputError, match="labels"):
+        ScoredSet.from_arrays([0.2, 0.8], [0.5, 1])
+    with pytest.raises(InputError, match="categories"):
+        ScoredSet.from_arrays([0.2, 0.8], [0, 1], categories=["safety"])
+    with pytest.raises(InputError, match="p_raw"):
+        s.with_score("p_raw")  # that column is empty here
+    both = synthetic_scored(5, seed=0)
+    assert both.with_score("p_raw").scores.tolist() == both.p_raw.tolist()

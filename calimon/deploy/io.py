@@ -139,28 +139,30 @@ class ScoredSet:
             raise InputError(f"expected one of {list(SCORE_COLUMNS)}, got {score!r}",
                              field="score")
 
-        def col(values: Any, default: Any, name: str, dtype: Any = object) -> np.ndarray:
+        def col(values: Any, default: np.ndarray, name: str) -> np.ndarray:
             if values is None:
-                return np.full(n, default, dtype=dtype) if not callable(default) else default()
-            arr = np.asarray(values, dtype=dtype)
+                return default
+            arr = np.array(values, dtype=object)
             if arr.shape != (n,):
                 raise InputError(f"expected {n} values (one per score), got shape {arr.shape}",
                                  field=name)
             return arr
 
-        idv = col(ids, lambda: np.array([f"s{i}" for i in range(n)], dtype=object), "ids")
-        lab = col(labels, -1, "labels", np.int64).astype(np.int8)
-        if np.any((lab < -1) | (lab > 1)):
-            raise InputError("expected labels 1, 0 or -1 (unknown)", field="labels")
-        other = np.full(n, np.nan)
-        return cls(ids=_ro(idv.astype(object)),
-                   pair_ids=_ro(col(pair_ids, None, "pair_ids") if pair_ids is not None
-                                else idv.astype(object).copy()),
-                   labels=_ro(lab), categories=_ro(col(categories, "", "categories")),
-                   tasks=_ro(col(tasks, "", "tasks")), splits=_ro(col(splits, "", "splits")),
+        idv = col(ids, np.array([f"s{i}" for i in range(n)], dtype=object), "ids")
+        lab = np.asarray(col(labels, np.full(n, -1), "labels"), dtype=float)
+        if np.any(~np.isin(lab, (-1.0, 0.0, 1.0))):
+            raise InputError("expected labels 1, 0 (or True/False) or -1 (unknown)",
+                             field="labels")
+        blank = np.full(n, "", dtype=object)
+        return cls(ids=_ro(idv.astype(str).astype(object)),
+                   pair_ids=_ro(col(pair_ids, idv, "pair_ids").astype(str).astype(object)),
+                   labels=_ro(lab.astype(np.int8)),
+                   categories=_ro(col(categories, blank, "categories")),
+                   tasks=_ro(col(tasks, blank.copy(), "tasks")),
+                   splits=_ro(col(splits, blank.copy(), "splits")),
                    statuses=_ro(np.full(n, "ok", dtype=object)),
-                   p_cal=_ro(s.copy() if score == "p_cal" else other),
-                   p_raw=_ro(s.copy() if score == "p_raw" else other.copy()), score=score)
+                   p_cal=_ro(s.copy() if score == "p_cal" else np.full(n, np.nan)),
+                   p_raw=_ro(s.copy() if score == "p_raw" else np.full(n, np.nan)), score=score)
 
 
 _ARRAYS = ("ids", "pair_ids", "labels", "categories", "tasks", "splits", "statuses", "p_raw",
