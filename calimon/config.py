@@ -6,6 +6,7 @@ Configs live in the top-level `configs/` folder of the checkout, or in $CALIMON_
 from __future__ import annotations
 
 import os
+import reprlib
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,6 +35,9 @@ def named_config_path(kind: str, name: str) -> Path:
     if not name or "/" in name or "\\" in name or name.startswith("."):
         raise ConfigError(f"invalid {kind} config name {name!r}", field=kind)
     path = configs_root() / kind / f"{name}.yaml"
+    folder = (configs_root() / kind).resolve()
+    if path.is_file() and not path.resolve().is_relative_to(folder):
+        raise ConfigError(f"{kind} config {name!r} is a link that leaves {folder}", field=kind)
     if not path.is_file():
         raise ConfigError(f"unknown {kind} {name!r}; known: {config_names(kind)}", field=kind)
     return path
@@ -43,11 +47,12 @@ def load_yaml_model(path: Path, model: type[M]) -> M:
     """Parse a YAML file into `model`; errors name the file, line (where known) and field."""
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read ({exc.strerror})", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read ({getattr(exc, 'strerror', None) or exc})",
+                          path=str(path)) from None
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: huge ints
         mark = getattr(exc, "problem_mark", None)
         raise ConfigError(f"not valid YAML ({getattr(exc, 'problem', exc)})", path=str(path),
                           line=mark.line + 1 if mark else None) from None
@@ -58,7 +63,7 @@ def load_yaml_model(path: Path, model: type[M]) -> M:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or None
-        raise ConfigError(f"{err['msg']} (got {err.get('input')!r:.80})", path=str(path),
+        raise ConfigError(f"{err['msg']} (got {reprlib.repr(err.get('input'))})", path=str(path),
                           line=_line_of(text, err["loc"]), field=field) from None
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ TASKS = ("qa", "code", "reasoning")
 SPLITS = ("train", "calib", "test")
 REQUIRED = ("id", "request", "response", "category", "task", "pair_id")
 KNOWN = set(REQUIRED) | {"label", "gold_spans", "source", "split", "meta"}
+_SURROGATE = re.compile("[\ud800-\udfff]")  # not valid Unicode text; also undecodable bytes
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ def sample_from_dict(row: Any, *, path: str = "<memory>", line: int | None = Non
     for key in ("id", "request", "response", "pair_id"):
         if not isinstance(row[key], str):
             raise fail(f"expected a string, got {type(row[key]).__name__}", key)
+        if _SURROGATE.search(row[key]):
+            raise fail("expected valid UTF-8 text, got an undecodable byte or lone surrogate", key)
     if not row["id"]:
         raise fail("must not be empty", "id")
     label = row.get("label")
@@ -132,14 +136,15 @@ def iter_samples(path: str | Path) -> Iterator[Sample]:
     if not path.is_file():
         raise InputError("no such file", path=str(path))
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
+    with path.open(encoding="utf-8", errors="surrogateescape") as fh:
         for lineno, text in enumerate(fh, start=1):
             if not text.strip():
                 continue
             try:
                 row = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
+            except (ValueError, RecursionError) as exc:  # also too deep, too many digits
+                where = f"{exc.msg} at column {exc.colno}" if hasattr(exc, "colno") else exc
+                raise InputError(f"not valid JSON ({where})",
                                  path=str(path), line=lineno) from None
             sample = sample_from_dict(row, path=str(path), line=lineno)
             if sample.id in seen:
