@@ -1,0 +1,427 @@
+"""Occlusion span scores: how much a monitor's P(misbehavior) drops when part of the response
+is masked.
+
+For one sample the response is cut into units (:func:`occlusion_units`: the ``auto``
+segmentation — lines for code, sentences for prose, turns for dialogues — with adjacent small
+segments merged until at most ``max_segments`` remain, so the cost per sample is bounded). Each
+unit is replaced by the neutral marker ``[...]`` (a masked variant is an ordinary transcript,
+so a run store caches its reading by transcript hash); the unit's **drop** is
+``p_raw(original) - p_raw(masked)``. A span's score is ``direction * drop``: ``direction=1``
+reads the monitor's P(misbehavior) as it is, ``-1`` reads it flipped (for a monitor whose raw
+score is inverted, AUROC < 0.5). The top units with a positive score become spans.
+
+Quotes are scored the same way (:func:`score_quotes`): a grounded quote's score is the drop
+when its span is masked, so a quote that does not drive the verdict shows a score near 0.
+
+Cost: :class:`PrefixSharingBackend` wraps a transformers backend. Masked variants of one
+sample share every token up to the first masked unit (template, request, the response before
+it); the wrapper runs the sample's original prompt once with a KV cache and each variant only
+from the point where it departs from it, so a variant costs its tail, not the whole transcript.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from calimon.errors import InputError
+from calimon.samples import Sample
+from calimon.spans.grounding import GroundedSpan
+from calimon.spans.metrics import ScoredSpan, ranked
+from calimon.spans.segments import DEFAULT_MASK, Segment, mask_segment, segment
+from calimon.verdict import Verdict
+
+MAX_SEGMENTS = 24
+TOP_K = 3
+
+ScoreFn = Callable[[Sequence[Sample]], Mapping[str, Verdict]]
+"""Scores samples; returns their readings by transcript hash (all samples in ONE call, so the
+backend can batch variants of many samples together)."""
+
+
+def occlusion_units(text: str, *, task: str | None = None, kind: str = "auto",
+                    max_segments: int = MAX_SEGMENTS) -> list[Segment]:
+    """The units occlusion masks: ``segment(text, kind, task=task)``, then, while there are more
+    than ``max_segments``, the adjacent pair with the shortest union (ties: the earliest) is
+    merged into one unit ``text[first.start:second.end]``."""
+    if isinstance(max_segments, bool) or not isinstance(max_segments, int) or max_segments < 1:
+        raise InputError(f"expected a positive integer, got {max_segments!r}",
+                         field="max_segments")
+    units = [(s.start, s.end) for s in segment(text, kind, task=task)]
+    while len(units) > max_segments:
+        k = min(range(len(units) - 1), key=lambda i: (units[i + 1][1] - units[i][0], i))
+        units[k:k + 2] = [(units[k][0], units[k + 1][1])]
+    return [Segment(a, b, text[a:b]) for a, b in units]
+
+
+def masked_sample(sample: Sample, span: Any, mask: str = DEFAULT_MASK) -> Sample:
+    """A copy of ``sample`` whose response has ``span`` replaced by ``mask`` (no gold spans)."""
+    response = mask_segment(sample.response, span, mask)
+    start, end = (span.start, span.end) if hasattr(span, "start") else tuple(span)
+    return replace(sample, id=f"{sample.id}#mask{start}-{end}", response=response,
+                   gold_spans=(), meta={"masked_from": sample.id, "masked": [start, end]})
+
+
+def monitor_scorer(monitor) -> ScoreFn:
+    """A ScoreFn that calls ``monitor.score`` once on the distinct transcripts (no store)."""
+    def score(samples: Sequence[Sample]) -> dict[str, Verdict]:
+        unique = list({s.transcript_hash: s for s in samples}.values())
+        return {s.transcript_hash: v for s, v in zip(unique, monitor.score(unique), strict=True)}
+    return score
+
+
+def store_scorer(monitor, store, *, chunk_size: int = 256,
+                 progress: Callable[[int], None] | None = None) -> ScoreFn:
+    """A ScoreFn over :func:`calimon.monitor.score_with_store`: readings already in the store
+    are not recomputed; ``chunk_size`` samples go to the model per call (variants of one
+    sample stay together unless a chunk boundary cuts them)."""
+    from calimon.monitor import score_with_store
+
+    def score(samples: Sequence[Sample]) -> dict[str, Verdict]:
+        return score_with_store(monitor, samples, store, chunk_size=chunk_size,
+                                progress=progress)
+    return score
+
+
+@dataclass(frozen=True)
+class SegmentScore:
+    """One masked span: the masked variant's reading and the drop it caused."""
+
+    start: int
+    end: int
+    p_masked: float | None
+    drop: float | None  # p_raw(original) - p_raw(masked); None if either has no score
+    status: str  # reading status of the masked variant
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start, "end": self.end, "p_masked": self.p_masked,
+                "drop": self.drop, "status": self.status}
+
+
+def _check_direction(direction: Any) -> int:
+    if direction not in (1, -1) or isinstance(direction, bool):
+        raise InputError(f"expected 1 or -1, got {direction!r}", field="direction")
+    return int(direction)
+
+
+@dataclass(frozen=True)
+class Occlusion:
+    """The original reading of one sample and the drop of each masked span."""
+
+    id: str
+    p_raw: float | None
+    status: str
+    segments: tuple[SegmentScore, ...]
+
+    def scored(self, direction: int = 1) -> list[ScoredSpan]:
+        """Every span with a drop, scored ``direction * drop``, in text order."""
+        d = _check_direction(direction)
+        return [ScoredSpan(s.start, s.end, d * s.drop) for s in self.segments
+                if s.drop is not None]
+
+    def top_spans(self, top_k: int = TOP_K, direction: int = 1,
+                  min_score: float = 0.0) -> list[ScoredSpan]:
+        """The ``top_k`` spans with score > ``min_score``, highest first (ties: text order)."""
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise InputError(f"expected a positive integer, got {top_k!r}", field="top_k")
+        return [s for s in ranked(self.scored(direction)) if s.score > min_score][:top_k]
+
+    def drop_of(self, start: int, end: int) -> float | None:
+        for s in self.segments:
+            if (s.start, s.end) == (start, end):
+                return s.drop
+        return None
+
+
+def _p(v: Verdict | None) -> float | None:
+    return v.p_raw if v is not None and v.scored else None
+
+
+def mask_and_score(samples: Sequence[Sample], spans: Sequence[Sequence[Any]], score: ScoreFn,
+                   *, mask: str = DEFAULT_MASK) -> list[Occlusion]:
+    """For each sample, mask each of its spans (Segments, GroundedSpans or (start, end) pairs;
+    duplicates are masked once) and read the drops. All originals and variants go to ``score``
+    in ONE call, each original followed by its variants."""
+    if len(samples) != len(spans):
+        raise InputError(f"expected one list of spans per sample, got {len(spans)} lists for "
+                         f"{len(samples)} samples", field="spans")
+    plans, batch = [], []
+    for sample, own in zip(samples, spans, strict=True):
+        bounds = list(dict.fromkeys(
+            (s.start, s.end) if hasattr(s, "start") else (int(s[0]), int(s[1])) for s in own))
+        variants = [masked_sample(sample, b, mask) for b in bounds]
+        plans.append((sample, bounds, variants))
+        batch += [sample, *variants]
+    readings = score(batch) if batch else {}
+    out = []
+    for sample, bounds, variants in plans:
+        orig = readings.get(sample.transcript_hash)
+        p0 = _p(orig)
+        segs = []
+        for (a, b), v in zip(bounds, variants, strict=True):
+            reading = readings.get(v.transcript_hash)
+            p1 = _p(reading)
+            drop = p0 - p1 if p0 is not None and p1 is not None else None
+            segs.append(SegmentScore(a, b, p1, drop,
+                                     reading.status if reading else "missing"))
+        out.append(Occlusion(sample.id, p0, orig.status if orig else "missing", tuple(segs)))
+    return out
+
+
+def occlude(samples: Sequence[Sample], score: ScoreFn, *, max_segments: int = MAX_SEGMENTS,
+            kind: str = "auto", mask: str = DEFAULT_MASK) -> list[Occlusion]:
+    """Occlusion of every sample's :func:`occlusion_units`, scored in one ``score`` call."""
+    units = [occlusion_units(s.response, task=s.task, kind=kind, max_segments=max_segments)
+             for s in samples]
+    return mask_and_score(samples, units, score, mask=mask)
+
+
+def score_quotes(quotes: Sequence[GroundedSpan], occlusion: Occlusion,
+                 direction: int = 1) -> list[GroundedSpan]:
+    """The quotes with ``score = direction * drop`` of their span, looked up in ``occlusion``
+    (whose spans must include the grounded quotes); ungrounded quotes keep ``score=None``."""
+    d = _check_direction(direction)
+    out = []
+    for q in quotes:
+        drop = occlusion.drop_of(q.start, q.end) if q.grounded else None
+        out.append(q.with_score(None if drop is None else d * drop))
+    return out
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
+@dataclass(frozen=True)
+class SharePlan:
+    """One group of prompts: ``base`` runs whole; each other member (prompt index, start) runs
+    from ``start``, reusing the base's cache before it; ``copies`` equal the base."""
+
+    base: int
+    members: tuple[tuple[int, int], ...]
+    copies: tuple[int, ...] = ()
+
+
+def share_plan(prompts: Sequence[Sequence[int]], prefix_len: int, min_shared: int = 16
+               ) -> tuple[list[SharePlan], list[int]]:
+    """How :class:`PrefixSharingBackend` runs ``prompts``: groups of prompts that share more
+    than ``prefix_len + min_shared`` leading tokens, and the prompts left to run plainly.
+
+    Prompts are sorted; neighbours share their longest common prefix (LCP), and the LCP of any
+    two is the smallest neighbour LCP between them. A group's base is the member sharing the
+    most tokens with the others (ties: the first in sorted order); each other member runs from
+    its LCP with the base. A run of neighbours is split at its weakest link (smallest LCP,
+    the first among equals) whenever running the two halves as separate groups costs fewer
+    tokens, so the variants of two samples whose requests merely begin alike are not forced
+    under one base."""
+    lists = [list(p) for p in prompts]
+    order = sorted(range(len(lists)), key=lambda i: lists[i])
+    sizes = np.array([len(lists[i]) for i in order])
+    adj = np.array([_lcp(lists[order[k]], lists[order[k + 1]]) for k in range(len(order) - 1)],
+                   dtype=np.int64)
+    plans: list[SharePlan] = []
+    singles: list[int] = []
+
+    def group(lo: int, hi: int) -> tuple[int, SharePlan]:
+        """(tokens, plan) of [lo, hi) as one group."""
+        n = hi - lo
+        lcp = np.zeros((n, n), dtype=np.int64)
+        for i in range(n):
+            lcp[i, i] = sizes[lo + i]
+            if i + 1 < n:
+                run = np.minimum.accumulate(adj[lo + i:hi - 1])
+                lcp[i, i + 1:] = run
+                lcp[i + 1:, i] = run
+        k = int(np.argmax(lcp.sum(axis=1) - lcp.diagonal()))
+        members, copies, tokens = [], [], int(sizes[lo + k]) - prefix_len
+        for i in range(n):
+            if i == k:
+                continue
+            if lcp[i, k] == sizes[lo + i] == sizes[lo + k]:
+                copies.append(order[lo + i])
+                continue
+            start = min(int(lcp[i, k]), int(sizes[lo + i]) - 1)
+            members.append((order[lo + i], start))
+            tokens += int(sizes[lo + i]) - start
+        members.sort(key=lambda m: (len(lists[m[0]]) - m[1], m[0]))
+        return tokens, SharePlan(order[lo + k], tuple(members), tuple(copies))
+
+    def best(lo: int, hi: int) -> tuple[int, list[SharePlan | int]]:
+        if hi - lo == 1:
+            return int(sizes[lo]) - prefix_len, [order[lo]]
+        cut = lo + 1 + int(np.argmin(adj[lo:hi - 1]))
+        left, right = best(lo, cut), best(cut, hi)
+        split = (left[0] + right[0], left[1] + right[1])
+        if adj[cut - 1] <= prefix_len + min_shared:
+            return split
+        tokens, plan = group(lo, hi)
+        return split if split[0] < tokens else (tokens, [plan])
+
+    if lists:
+        for item in best(0, len(lists))[1]:
+            if isinstance(item, SharePlan):
+                plans.append(item)
+            else:
+                singles.append(item)
+    return plans, sorted(singles)
+
+
+def shared_tokens(prompts: Sequence[Sequence[int]], prefix_len: int, min_shared: int = 16
+                  ) -> int:
+    """Tokens :class:`PrefixSharingBackend` runs for ``prompts`` (template prefix excluded)."""
+    plans, singles = share_plan(prompts, prefix_len, min_shared)
+    total = sum(len(prompts[i]) - prefix_len for i in singles)
+    for plan in plans:
+        total += len(prompts[plan.base]) - prefix_len
+        total += sum(len(prompts[i]) - start for i, start in plan.members)
+    return total
+
+
+class PrefixSharingBackend:
+    """Wraps a :class:`~calimon.backends.transformers_backend.TransformersBackend` (anything
+    with ``.model``, ``.tokenizer`` and ``next_token_logprobs``); every other attribute is the
+    wrapped backend's, so a Monitor over it has the same store key.
+
+    ``next_token_logprobs`` follows :func:`share_plan`: in each group of prompts sharing a long
+    prefix, the base runs once from the template-prefix cache and every other member runs only
+    its tokens after the point where it departs from the base, attending to the base's cache
+    before that point (in a batch of members with different departure points, each row masks
+    the cached positions it does not share). Prompts in no group go to the wrapped backend.
+
+    ``tokens_computed`` counts the tokens run through the model (template prefix excluded),
+    ``tokens_plain`` those the wrapped backend alone would have run for the same prompts."""
+
+    def __init__(self, backend, min_shared: int = 16):
+        self.backend = backend
+        self.min_shared = min_shared
+        self.tokens_computed = 0
+        self.tokens_plain = 0
+        self.group_calls = 0
+        self._prefix: tuple[tuple[int, ...], list] | None = None
+
+    def __getattr__(self, name: str):
+        if name == "backend":  # not set yet (copy or pickle probing)
+            raise AttributeError(name)
+        return getattr(self.backend, name)
+
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], prefix_len: int = 0
+                            ) -> np.ndarray:
+        prompts = [list(p) for p in prompts]
+        plans, singles = share_plan(prompts, prefix_len, self.min_shared)
+        parts: list[tuple[list[int], np.ndarray]] = []
+        for plan in plans:
+            parts += self._run_plan(prompts, plan, prefix_len)
+        if singles:
+            rows = self.backend.next_token_logprobs([prompts[i] for i in singles], prefix_len)
+            self.tokens_computed += sum(len(prompts[i]) - prefix_len for i in singles)
+            parts.append((singles, rows))
+        self.tokens_plain += sum(len(p) - prefix_len for p in prompts)
+        if not parts:
+            return np.empty((0, 0), dtype=np.float32)
+        out = np.empty((len(prompts), parts[0][1].shape[1]), dtype=np.float32)
+        for idx, rows in parts:
+            out[idx] = rows
+        return out
+
+    # -- the model side ----------------------------------------------------------------------
+    def _torch(self):
+        import torch
+
+        model = self.backend.model
+        return torch, model, next(model.parameters()).device
+
+    @staticmethod
+    def _layers(cache) -> list[tuple[Any, Any]]:
+        if hasattr(cache, "layers"):
+            return [(layer.keys, layer.values) for layer in cache.layers]
+        return list(zip(cache.key_cache, cache.value_cache, strict=True))  # older transformers
+
+    @staticmethod
+    def _cache(layers: list[tuple[Any, Any]], length: int, rows: int):
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for i, (k, v) in enumerate(layers):
+            cache.update(k[:, :, :length].expand(rows, -1, -1, -1).contiguous(),
+                         v[:, :, :length].expand(rows, -1, -1, -1).contiguous(), i)
+        return cache
+
+    def _prefix_layers(self, prefix: tuple[int, ...]) -> list:
+        torch, model, dev = self._torch()
+        if self._prefix is None or self._prefix[0] != prefix:
+            with torch.inference_mode():
+                out = model.model(input_ids=torch.tensor([list(prefix)], device=dev),
+                                  use_cache=True)
+            self._prefix = (prefix, self._layers(out.past_key_values))
+        return self._prefix[1]
+
+    def _forward(self, tails: list[list[int]], starts: list[int], past: list, past_len: int
+                 ) -> tuple[np.ndarray, Any]:
+        """Run ``tails`` (row r from position starts[r]) over the first ``past_len`` cached
+        positions, of which row r sees only the first starts[r]."""
+        torch, model, dev = self._torch()
+        n, width = len(tails), max(len(t) for t in tails)
+        pad = getattr(self.backend.tokenizer, "pad_token_id", None) or 0
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        mask = torch.zeros((n, past_len + width), dtype=torch.long)
+        positions = torch.zeros((n, width), dtype=torch.long)
+        for r, (t, s) in enumerate(zip(tails, starts, strict=True)):
+            ids[r, :len(t)] = torch.tensor(t)
+            mask[r, :s] = 1
+            mask[r, past_len:past_len + len(t)] = 1
+            positions[r] = torch.arange(s, s + width)
+        kwargs: dict[str, Any] = {"use_cache": True}
+        if past_len:
+            kwargs["past_key_values"] = self._cache(past, past_len, n)
+        lengths = torch.tensor([len(t) for t in tails])
+        with torch.inference_mode():
+            out = model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev),
+                              position_ids=positions.to(dev), **kwargs)
+            last = out.last_hidden_state[torch.arange(n), (lengths - 1).to(dev)]
+            logp = torch.log_softmax(model.lm_head(last).float(), dim=-1).cpu().numpy()
+        self.tokens_computed += int(lengths.sum())
+        return logp, out.past_key_values
+
+    def _run_plan(self, prompts: list[list[int]], plan: SharePlan, prefix_len: int
+                  ) -> list[tuple[list[int], np.ndarray]]:
+        self.group_calls += 1
+        base = prompts[plan.base]
+        past = self._prefix_layers(tuple(base[:prefix_len])) if prefix_len else []
+        base_row, cache = self._forward([base[prefix_len:]], [prefix_len], past, prefix_len)
+        parts = [([plan.base, *plan.copies], np.repeat(base_row, 1 + len(plan.copies), 0))]
+        layers = self._layers(cache)
+        budget = getattr(self.backend, "batch_tokens", 8192)
+        max_rows = getattr(self.backend, "max_batch_size", 32)
+        members = plan.members  # sorted by tail length
+        k = 0
+        while k < len(members):
+            j = k + 1
+            while j < len(members) and j - k < max_rows and \
+                    (j + 1 - k) * (len(prompts[members[j][0]]) - members[j][1]) <= budget:
+                j += 1
+            chunk = members[k:j]
+            starts = [s for _, s in chunk]
+            rows, _ = self._forward([prompts[i][s:] for i, s in chunk], starts, layers,
+                                    max(starts))
+            parts.append(([i for i, _ in chunk], rows))
+            k = j
+        return parts
+
+
+def cost_multiple(tokens: float, reference: float) -> float:
+    """``tokens / reference``; NaN when the reference is 0."""
+    return tokens / reference if reference else math.nan
+
+
+__all__ = ["MAX_SEGMENTS", "TOP_K", "Occlusion", "PrefixSharingBackend", "ScoreFn",
+           "SegmentScore", "SharePlan", "cost_multiple", "mask_and_score", "masked_sample",
+           "monitor_scorer", "occlude", "occlusion_units", "score_quotes", "share_plan",
+           "shared_tokens", "store_scorer"]
