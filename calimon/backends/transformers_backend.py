@@ -2,6 +2,11 @@
 
 All prompts of one template share their first `prefix_len` tokens (system prompt and
 instructions); that prefix is run once and its KV cache is reused by every batch.
+
+`capture(...)` runs the same prefill as `next_token_logprobs` and also returns hidden states of
+chosen layers (pooled over each prompt's response tokens, and optionally per token), so a
+verdict and a probe head are read from one forward pass. It is a separate method because it
+returns more than `next_token_logprobs` does (one return type per function).
 """
 
 from __future__ import annotations
@@ -73,6 +78,48 @@ class TransformersBackend:
                 [prompts[i] for i in idx], prefix_len)
         return out
 
+    def capture(self, prompts: Sequence[Sequence[int]], prefix_len: int, spec,
+                spans: Sequence[tuple[int, int]]):
+        """Next-token log-probs plus hidden states, from the same (prefix-reusing) pass.
+
+        `spec` is a `calimon.heads.capture.CaptureSpec`; `spans[i]` = (start, end) token indices
+        of prompt i's response (`EncodedPrompt.response_start/response_end`), which must lie
+        after the shared prefix. Returns a `calimon.heads.capture.Captured`."""
+        from calimon.heads.capture import Captured, check_capture_args
+
+        check_capture_args(prompts, prefix_len, spec, spans, self.num_layers)
+        n, hidden = len(prompts), self.hidden_size
+        logprobs = np.empty((n, self.vocab_size), dtype=np.float32)
+        pooled = np.empty((n, len(spec.pooling), len(spec.layers), hidden), dtype=np.float32)
+        tokens: list[np.ndarray] = [np.empty((0, len(spec.token_layers), hidden), np.float32)] * n
+        for idx in self._batches(prompts):
+            rel = [(spans[i][0] - prefix_len, spans[i][1] - prefix_len) for i in idx]
+            lp, got = self._forward_last([prompts[i] for i in idx], prefix_len,
+                                         capture=(spec, rel))
+            logprobs[idx] = lp
+            if spec.layers:
+                pooled[idx] = got["pooled"]
+            if spec.token_layers:
+                for row, i in enumerate(idx):
+                    tokens[i] = got["tokens"][row]
+        return Captured(logprobs=logprobs, pooled=pooled, tokens=tokens, spec=spec)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._decoder_layers())
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.get_input_embeddings().weight.shape[1])
+
+    def _decoder_layers(self):
+        inner = getattr(self.model, "model", self.model)
+        layers = getattr(inner, "layers", None)
+        if layers is None:
+            raise BackendError(f"cannot find the decoder layers of {type(self.model).__name__} "
+                               "(expected model.model.layers) to capture hidden states from")
+        return layers
+
     def _batches(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
         """Group prompts of similar length so padding stays small."""
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
@@ -100,7 +147,9 @@ class TransformersBackend:
             self._prefix_cache = {prefix: out.past_key_values}  # keep only the latest template
         return self._prefix_cache[prefix]
 
-    def _forward_last(self, batch: list[Sequence[int]], prefix_len: int) -> np.ndarray:
+    def _forward_last(self, batch: list[Sequence[int]], prefix_len: int, capture=None):
+        """Log-probs at each prompt's last position; with `capture=(spec, spans relative to the
+        prefix)` also (log-probs, {"pooled", "tokens"}) from hooks on the chosen layers."""
         import torch
 
         model = self.model
@@ -127,13 +176,34 @@ class TransformersBackend:
             cache.batch_repeat_interleave(len(batch))
             kwargs["past_key_values"] = cache
         dev = self._device
-        with torch.inference_mode():
-            hidden = model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev),
-                                 position_ids=positions.to(dev), use_cache=bool(prefix),
-                                 **kwargs).last_hidden_state
-            last = hidden[torch.arange(len(batch)), (lengths - 1).to(dev)]
-            logits = model.lm_head(last).float()
-            return torch.log_softmax(logits, dim=-1).cpu().numpy()
+        hooks, got = [], None
+        if capture is not None:
+            hooks, got = self._install_hooks(capture[0], capture[1], lengths)
+        try:
+            with torch.inference_mode():
+                hidden = model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev),
+                                     position_ids=positions.to(dev), use_cache=bool(prefix),
+                                     **kwargs).last_hidden_state
+                last = hidden[torch.arange(len(batch)), (lengths - 1).to(dev)]
+                logits = model.lm_head(last).float()
+                logprobs = torch.log_softmax(logits, dim=-1).cpu().numpy()
+        finally:
+            for h in hooks:
+                h.remove()
+        if capture is None:
+            return logprobs
+        return logprobs, got.result()
+
+    def _install_hooks(self, spec, spans, lengths):
+        from calimon.heads.capture import LayerCollector
+
+        collector = LayerCollector(spec, spans, lengths)
+        modules = {0: self.model.get_input_embeddings()}
+        for i, layer in enumerate(self._decoder_layers()):
+            modules[i + 1] = layer
+        wanted = sorted(set(spec.layers) | set(spec.token_layers))
+        hooks = [modules[k].register_forward_hook(collector.hook(k)) for k in wanted]
+        return hooks, collector
 
     # -- generation --------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
