@@ -54,7 +54,8 @@ def load_yaml_model(path: Path, model: type[M]) -> M:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: huge ints
         mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"not valid YAML ({getattr(exc, 'problem', exc)})", path=str(path),
+        why = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
+        raise ConfigError(f"not valid YAML ({why})", path=str(path),
                           line=mark.line + 1 if mark else None) from None
     if not isinstance(data, dict):
         raise ConfigError("expected a YAML mapping at the top level", path=str(path))
@@ -63,7 +64,7 @@ def load_yaml_model(path: Path, model: type[M]) -> M:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or None
-        raise ConfigError(f"{err['msg']} (got {reprlib.repr(err.get('input'))})", path=str(path),
+        raise ConfigError(f"{err['msg']} (got {reprlib.repr(err.get('input')):.80})", path=str(path),
                           line=_line_of(text, err["loc"]), field=field) from None
 
 

@@ -104,6 +104,10 @@ def sample_from_dict(row: Any, *, path: str = "<memory>", line: int | None = Non
         meta = {}
     if not isinstance(meta, dict):
         raise fail(f"expected a JSON object, got {type(meta).__name__}", "meta")
+    meta_text = json.dumps(meta, ensure_ascii=False, default=str)
+    for key, value in (("source", source), ("meta", meta_text)):
+        if _SURROGATE.search(value):
+            raise fail("expected valid UTF-8 text, got an undecodable byte or lone surrogate", key)
     spans = _validate_spans(row.get("gold_spans", []), len(row["response"]), fail)
     return Sample(id=row["id"], request=row["request"], response=row["response"], label=label,
                   category=row["category"], task=row["task"], pair_id=row["pair_id"],
