@@ -13,6 +13,8 @@ from calimon.errors import InputError
 
 BACKENDS: dict[str, str] = {
     "transformers": "calimon.backends.transformers_backend:TransformersBackend",
+    "vllm": "calimon.backends.vllm_backend:VLLMBackend",
+    "http": "calimon.backends.http_backend:HTTPBackend",
 }
 
 
