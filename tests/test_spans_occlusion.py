@@ -114,6 +114,17 @@ def fake_monitor(backend=None):
 BAD = toy_samples(1)[0]  # def add0(a, b):\n    if (a, b) == (1, 2):\n        return 3\n ...
 
 
+@pytest.fixture()
+def one_thread():
+    """One torch thread for the model tests: on a shared, oversubscribed CPU two threads ran a
+    SmolLM2 forward about 6x slower than one (measured: 24 s vs 3.6 s for 256 tokens)."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # -- units ------------------------------------------------------------------------------------
 def test_units_are_lines_of_code():
     units = occlusion_units(BAD.response, task="code")
@@ -331,11 +342,12 @@ def test_prefix_sharing_through_a_monitor_keeps_the_store_key():
 
 
 @pytest.mark.model
+@pytest.mark.usefixtures("one_thread")
 def test_prefix_sharing_matches_real_backend(smol_backend):
-    s = replace(BAD, response=BAD.response + "    # done\n")
+    s = replace(BAD, request="Write add(a, b).",
+                response="def add(a, b):\n    return 3\n    # done\n")
     monitor = Monitor(smol_backend, load_prompt("direct"), "verdict")
-    units = occlusion_units(s.response, task="code")
-    samples = [s] + [masked_sample(s, u) for u in units]
+    samples = [s] + [masked_sample(s, u) for u in occlusion_units(s.response, task="code")]
     plain = monitor.score(samples)
     shared = Monitor(PrefixSharingBackend(smol_backend), load_prompt("direct"),
                      "verdict").score(samples)

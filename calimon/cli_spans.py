@@ -1,0 +1,196 @@
+"""CLI of the span layer: ``calimon spans`` (run a span-localization study) and
+``calimon spans show ID --run DIR`` (one transcript with its spans, terminal or HTML).
+
+``register(app)`` mounts the group as ``spans`` on the main app.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from calimon.errors import CalimonError, InputError
+
+spans_app = typer.Typer(add_completion=False,
+                        help="Evidence spans: occlusion spans and grounded quotes vs gold spans.")
+SOURCES = ("all", "occlusion", "quote")
+
+
+def _guard(fn):
+    """Library errors become one line on stderr and the error's exit code."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CalimonError as exc:
+            typer.echo(f"calimon: error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+    return wrapper
+
+
+def _clean(x: Any) -> Any:
+    """JSON-ready: NaN and infinities become null."""
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _command(**o: Any) -> str:
+    parts = ["calimon spans", f"--model {o['model']}", f"--benchmark {o['benchmark']}"]
+    parts.append(f"--split {o['split']}" if o["split"] else "--split all")
+    if o["limit"] is not None:
+        parts.append(f"--limit {o['limit']}")
+    parts += [f"--prompt {o['prompt']}", f"--readout {o['readout']}",
+              f"--direction {o['direction']}", f"--top-k {o['top_k']}",
+              f"--max-segments {o['max_segments']}", f"--seed {o['seed']}"]
+    if o["threads"]:
+        parts.append(f"--threads {o['threads']}")
+    if o["no_quotes"]:
+        parts.append("--no-quotes")
+    if o["no_share_prefix"]:
+        parts.append("--no-share-prefix")
+    parts += [f"--store {o['store']}", f"--out {o['out']}"]
+    return " ".join(parts)
+
+
+@spans_app.callback(invoke_without_command=True)
+@_guard
+def spans_cmd(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")] = "smollm2-135m",
+    benchmark: Annotated[str, typer.Option(help="Benchmark name or a samples .jsonl path.")] = "humaneval-pairs",
+    split: Annotated[str, typer.Option(help="Split to study: train, calib, test, or all.")] = "test",
+    limit: Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells); spans are scored on the misbehaving half.")] = None,
+    prompt: Annotated[str, typer.Option(help="Prompt template of the monitor whose confidence is occluded.")] = "direct",
+    readout: Annotated[str, typer.Option(help="Confidence readout: verdict (P(Yes)) or json (P(true)).")] = "verdict",
+    quote_prompt: Annotated[str, typer.Option(help="Prompt whose generated JSON gives the evidence quotes.")] = "evidence",
+    no_quotes: Annotated[bool, typer.Option(help="Skip quote generation (occlusion only).")] = False,
+    direction: Annotated[str, typer.Option(help="Span score = drop in P(misbehavior) (raw), its negative (flipped), or the sign from the raw AUROC on the calib split (auto).")] = "raw",
+    top_k: Annotated[int, typer.Option(help="Occlusion spans per sample: the top-k units with a positive score.")] = 3,
+    max_segments: Annotated[int, typer.Option(help="Cap on occlusion units per sample (adjacent small segments merged).")] = 24,
+    seed: Annotated[int, typer.Option(help="Seed for selection and the random baseline.")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per forward batch.")] = 8192,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (on a busy shared CPU, 1 can be much faster).")] = None,
+    no_share_prefix: Annotated[bool, typer.Option(help="Run masked variants plainly (no per-sample prefix reuse).")] = False,
+    store: Annotated[Path, typer.Option(help="SQLite run store (readings are reused across runs).")] = Path("runs/store.sqlite"),
+    out: Annotated[Path | None, typer.Option(help="Output folder (default runs/spans-<benchmark>-<split>).")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Score occlusion spans and grounded quotes on a benchmark split against gold spans."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from calimon.spans.study import run_span_study
+
+    out = out or Path("runs") / f"spans-{Path(benchmark).stem}-{split}"
+    progress = None
+    if not (quiet or as_json):
+        from calimon.cli import progress_factory
+        progress = progress_factory(False)
+    study = run_span_study(
+        model, benchmark, None if split == "all" else split, limit, prompt=prompt,
+        readout=readout, quotes=not no_quotes, quote_prompt=quote_prompt, direction=direction,
+        top_k=top_k, max_segments=max_segments, seed=seed, device=device,
+        batch_tokens=batch_tokens, threads=threads, store=store, share_prefix=not no_share_prefix,
+        progress=progress)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "spans.jsonl", "w", encoding="utf-8") as fh:
+        for rec in study.records():
+            fh.write(json.dumps(_clean(rec), ensure_ascii=False, allow_nan=False) + "\n")
+    (out / "summary.json").write_text(
+        json.dumps(_clean(study.summary), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    command = _command(model=model, benchmark=benchmark, split=split, limit=limit,
+                       prompt=prompt, readout=readout, direction=direction, top_k=top_k,
+                       max_segments=max_segments, seed=seed, threads=threads,
+                       no_quotes=no_quotes,
+                       no_share_prefix=no_share_prefix, store=store, out=out)
+    markdown = study.to_markdown(command)
+    (out / "spans.md").write_text(markdown, encoding="utf-8")
+    if as_json:
+        typer.echo(json.dumps(_clean(study.summary), indent=1, allow_nan=False))
+        return
+    typer.echo(markdown)
+    typer.echo(f"wrote {out}/spans.jsonl, summary.json, spans.md")
+
+
+def read_run(run: Path) -> list[dict[str, Any]]:
+    """The records of a spans run folder (its spans.jsonl)."""
+    path = run / "spans.jsonl" if run.is_dir() else run
+    if not path.is_file():
+        raise InputError(f"no spans.jsonl in {run} (run `calimon spans --out {run}` first)",
+                         field="run")
+    records = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise InputError(f"invalid JSON: {exc.msg}", path=str(path), line=n) from None
+    return records
+
+
+def _pick(records: list[dict[str, Any]], sample_id: str) -> dict[str, Any]:
+    for rec in records:
+        if rec.get("id") == sample_id:
+            return rec
+    ids = [r.get("id") for r in records]
+    shown = ", ".join(map(str, ids[:5])) + (", ..." if len(ids) > 5 else "")
+    raise InputError(f"no sample {sample_id!r} in the run ({len(ids)} samples: {shown})",
+                     field="id")
+
+
+@spans_app.command("show")
+@_guard
+def show_cmd(
+    sample_id: Annotated[str, typer.Argument(help="Sample id (as in spans.jsonl).")],
+    run: Annotated[Path, typer.Option(help="A spans run folder (or its spans.jsonl).")],
+    source: Annotated[str, typer.Option(help="Spans to show: all, occlusion or quote.")] = "all",
+    html_out: Annotated[Path | None, typer.Option("--html", help="Also write an HTML page of the transcript to this file.")] = None,
+    color: Annotated[bool | None, typer.Option("--color/--no-color", help="ANSI colours (default: when stdout is a terminal).")] = None,
+) -> None:
+    """Show one transcript of a spans run with its predicted and gold spans highlighted."""
+    from calimon.spans.render import HTML_STYLE, render_html, render_terminal
+
+    if source not in SOURCES:
+        raise InputError(f"expected one of {list(SOURCES)}, got {source!r}", field="source")
+    rec = _pick(read_run(run), sample_id)
+    text = rec.get("response")
+    if not isinstance(text, str):
+        raise InputError("the record has no response text", field="response")
+    chosen = [s for s in rec.get("spans", []) if source == "all" or s.get("source") == source]
+    spans = [(s["start"], s["end"], s.get("score")) for s in chosen if s.get("start") is not None]
+    gold = [tuple(g) for g in rec.get("gold", [])]
+    p_raw = rec.get("p_raw")
+    typer.echo(f"{rec['id']}  category={rec.get('category')}  task={rec.get('task')}  "
+               f"p_raw={'n/a' if p_raw is None else f'{p_raw:.4f}'}  "
+               f"quotes={rec.get('quote_status')}  spans={source}\n")
+    typer.echo(render_terminal(text, spans, gold, color=color), nl=False)
+    for s in chosen:
+        if s.get("start") is None:
+            typer.echo(f"  ungrounded quote: {s.get('quote')!r} ({s.get('reason', '')})")
+    if html_out is not None:
+        title = f"{rec['id']} ({rec.get('category')}, {rec.get('task')})"
+        page = (f"<!doctype html>\n<html><head><meta charset=\"utf-8\">"
+                f"<title>{html.escape(title)}</title>\n<style>\n{HTML_STYLE}</style></head>\n"
+                f"<body>\n{render_html(text, spans, gold, title=title)}</body></html>\n")
+        html_out.write_text(page, encoding="utf-8")
+        typer.echo(f"wrote {html_out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Mount ``spans`` (and ``spans show``) on the main CLI."""
+    app.add_typer(spans_app, name="spans")
+
+
+__all__ = ["read_run", "register", "show_cmd", "spans_app", "spans_cmd"]

@@ -1,0 +1,388 @@
+"""A span-localization study: occlusion spans and grounded quotes against gold spans.
+
+``run_span_study`` picks the labelled samples of a split (whole pairs, ``limit`` as in
+``calimon curve``), scores every original with the monitor (verdict or json readout), asks the
+quote monitor (the ``evidence`` prompt, binary readout: generated JSON with an ``evidence``
+list) for quotes on the misbehaving ones, grounds them in the response, masks every occlusion
+unit and every grounded quote, and reads the drops. Every reading goes through the run store,
+so a rerun of the same study makes no model call. Span metrics are computed on the misbehaving
+samples: occlusion spans in the chosen direction and flipped, grounded quotes, and the random
+segment floor with as many spans as each.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calimon import __version__
+from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
+from calimon.errors import InputError
+from calimon.samples import Sample
+from calimon.selection import dataset_hash, select_pairs
+from calimon.spans.grounding import GroundedSpan, ground_quotes
+from calimon.spans.metrics import (
+    ScoredSpan,
+    SpanReport,
+    random_baseline,
+    span_metrics,
+    span_row_from_sample,
+    to_markdown,
+)
+from calimon.spans.occlusion import (
+    MAX_SEGMENTS,
+    TOP_K,
+    Occlusion,
+    PrefixSharingBackend,
+    cost_multiple,
+    mask_and_score,
+    masked_sample,
+    occlusion_units,
+    score_quotes,
+    shared_tokens,
+    store_scorer,
+)
+from calimon.spans.segments import DEFAULT_MASK, segment
+from calimon.store import RunStore
+
+DIRECTIONS = ("raw", "flipped", "auto")
+CONFIDENCE_READOUTS = ("verdict", "json")
+Progress = Callable[[str, int], Callable[[int], None]]
+METRICS = ("precision", "recall", "f1", "mean_iou", "hit_at_1", "hit_at_3", "mean_pred_spans")
+
+
+@dataclass(frozen=True)
+class StudyRow:
+    """One misbehaving sample: its occlusion (units and quote spans masked) and its quotes."""
+
+    sample: Sample
+    occlusion: Occlusion
+    units: tuple[tuple[int, int], ...]
+    quotes: tuple[GroundedSpan, ...]  # grounded (or not), unscored
+    quote_status: str  # reading status of the quote monitor, "skipped" when not asked
+    merged: bool  # whether units were merged to respect max_segments
+
+    def occlusion_spans(self, direction: int = 1, top_k: int = TOP_K) -> list[ScoredSpan]:
+        units = set(self.units)
+        unit_occ = Occlusion(self.occlusion.id, self.occlusion.p_raw, self.occlusion.status,
+                             tuple(s for s in self.occlusion.segments
+                                   if (s.start, s.end) in units))
+        return unit_occ.top_spans(top_k, direction)
+
+    def quote_spans(self, direction: int = 1) -> list[GroundedSpan]:
+        return score_quotes(self.quotes, self.occlusion, direction)
+
+    def record(self, direction: int = 1, top_k: int = TOP_K) -> dict[str, Any]:
+        """The spans.jsonl record of this sample."""
+        s = self.sample
+        spans = [{"start": x.start, "end": x.end, "score": x.score, "status": "segment",
+                  "source": "occlusion"} for x in self.occlusion_spans(direction, top_k)]
+        spans += [{"start": q.start, "end": q.end, "score": q.score, "status": q.status,
+                   "source": "quote", "quote": q.quote, "reason": q.reason}
+                  for q in self.quote_spans(direction)]
+        units = set(self.units)
+        return {"id": s.id, "pair_id": s.pair_id, "category": s.category, "task": s.task,
+                "label": s.label, "split": s.split, "response": s.response,
+                "gold": [list(g) for g in s.gold_spans], "spans": spans,
+                "p_raw": self.occlusion.p_raw, "status": self.occlusion.status,
+                "direction": direction, "quote_status": self.quote_status,
+                "segments": [x.to_dict() for x in self.occlusion.segments
+                             if (x.start, x.end) in units]}
+
+
+@dataclass(frozen=True)
+class SpanStudy:
+    rows: tuple[StudyRow, ...]
+    reports: dict[str, SpanReport]
+    direction: int
+    top_k: int
+    summary: dict[str, Any] = field(repr=False)
+
+    def records(self) -> list[dict[str, Any]]:
+        return [r.record(self.direction, self.top_k) for r in self.rows]
+
+    def to_markdown(self, command: str | None = None) -> str:
+        return study_markdown(self, command)
+
+
+def _select(samples: list[Sample], split: str | None, limit: int | None, seed: int,
+            benchmark: str) -> list[Sample]:
+    labelled = [s for s in samples if s.label is not None
+                and (split is None or s.split == split)]
+    if not labelled:
+        raise InputError(f"benchmark {benchmark!r} has no labelled samples"
+                         + (f" in split {split!r}" if split else ""), field="split")
+    return select_pairs(labelled, limit, seed)
+
+
+def _auroc(samples: Sequence[Sample], readings: dict) -> float:
+    from calimon.metrics import auroc
+
+    kept = [s for s in samples if s.transcript_hash in readings
+            and readings[s.transcript_hash].scored]
+    if not kept:
+        return math.nan
+    return auroc([readings[s.transcript_hash].p_raw for s in kept],
+                 [bool(s.label) for s in kept])
+
+
+def _check_args(split, limit, direction, readout, top_k, max_segments) -> None:
+    if split is not None and split not in ("train", "calib", "test"):
+        raise InputError(f"expected train, calib, test or None, got {split!r}", field="split")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 2):
+        raise InputError(f"expected an integer >= 2 (one pair) or None, got {limit!r}",
+                         field="limit")
+    if direction not in DIRECTIONS:
+        raise InputError(f"expected one of {list(DIRECTIONS)}, got {direction!r}",
+                         field="direction")
+    if readout not in CONFIDENCE_READOUTS:
+        raise InputError(f"expected a confidence readout {list(CONFIDENCE_READOUTS)}, got "
+                         f"{readout!r}", field="readout")
+    for name, value in (("top_k", top_k), ("max_segments", max_segments)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"expected a positive integer, got {value!r}", field=name)
+
+
+def _timed_score(monitor, samples, store, progress, label):
+    from calimon.monitor import score_with_store
+
+    todo = len(store.missing(monitor.key, [s.transcript_hash for s in samples]))
+    tick = progress(label, todo) if (progress and todo) else None
+    start = time.perf_counter()
+    readings = score_with_store(monitor, samples, store, chunk_size=256, progress=tick)
+    return readings, time.perf_counter() - start, todo
+
+
+def run_span_study(model: str = "smollm2-135m", benchmark: str = DEFAULT_BENCHMARK,
+                   split: str | None = "test", limit: int | None = None, *,
+                   prompt: str = "direct", readout: str = "verdict", quotes: bool = True,
+                   quote_prompt: str = "evidence", direction: str = "raw", top_k: int = TOP_K,
+                   max_segments: int = MAX_SEGMENTS, mask: str = DEFAULT_MASK, seed: int = 0,
+                   device: str = "auto", batch_tokens: int = 8192, threads: int | None = None,
+                   store: str | Path = "runs/store.sqlite", share_prefix: bool = True,
+                   backend: Any = None, progress: Progress | None = None) -> SpanStudy:
+    """Run a span-localization study (see the module docstring); ``backend`` overrides the
+    transformers backend built from ``model`` (tests pass a fake one)."""
+    from calimon.monitor import Monitor
+    from calimon.prompts import load_prompt
+
+    _check_args(split, limit, direction, readout, top_k, max_segments)
+    if backend is None:
+        from calimon.backends.transformers_backend import TransformersBackend
+        from calimon.models import resolve_model
+
+        backend = TransformersBackend(resolve_model(model), device=device,
+                                      batch_tokens=batch_tokens, threads=threads)
+    samples = load_benchmark(benchmark)
+    chosen = _select(samples, split, limit, seed, benchmark)
+    bad = [s for s in chosen if s.label]
+    template = load_prompt(prompt)
+    monitor = Monitor(backend, template, readout)
+    calls0 = getattr(backend, "forward_calls", 0)
+    has_model = hasattr(backend, "model")  # loads the weights now, outside the timings
+    monitor.encoder  # noqa: B018 - loads the tokenizer now, outside the timings
+    with RunStore(store) as db:
+        originals, t_orig, n_orig = _timed_score(monitor, chosen, db, progress,
+                                                 f"{prompt}/{readout}")
+        sign, calib_auroc = _direction(direction, samples, limit, seed, monitor, db, progress)
+        quote_readings: dict = {}
+        if quotes and bad:
+            qmon = Monitor(backend, load_prompt(quote_prompt), "binary")
+            quote_readings, _, _ = _timed_score(qmon, bad, db, progress,
+                                                f"{quote_prompt}/binary")
+        units, grounded, to_mask = [], [], []
+        for s in bad:
+            u = [(x.start, x.end) for x in occlusion_units(s.response, task=s.task,
+                                                           max_segments=max_segments)]
+            v = quote_readings.get(s.transcript_hash)
+            g = ground_quotes(list(v.evidence), s.response) if v is not None else []
+            units.append(u)
+            grounded.append(g)
+            to_mask.append(u + [(q.start, q.end) for q in g if q.grounded])
+        share = share_prefix and has_model
+        scorer_backend = PrefixSharingBackend(backend) if share else backend
+        mmon = Monitor(scorer_backend, template, readout)
+        variants = [masked_sample(s, b, mask).transcript_hash
+                    for s, m in zip(bad, to_mask, strict=True) for b in dict.fromkeys(m)]
+        n_todo = len(db.missing(mmon.key, variants))
+        tick = progress("masked variants", n_todo) if progress and n_todo else None
+        start = time.perf_counter()
+        occ = mask_and_score(bad, to_mask, store_scorer(mmon, db, progress=tick), mask=mask)
+        t_mask = time.perf_counter() - start
+    rows = tuple(
+        StudyRow(s, o, tuple(u), tuple(g),
+                 quote_readings[s.transcript_hash].status
+                 if s.transcript_hash in quote_readings else "skipped",
+                 len(u) < len(segment(s.response, "auto", task=s.task)))
+        for s, o, u, g in zip(bad, occ, units, grounded, strict=True))
+    reports = _reports(rows, sign, top_k, seed, quotes)
+    cost = _cost(monitor, bad, to_mask, mask, scorer_backend, share,
+                 (t_orig, n_orig, len(chosen)), (t_mask, n_todo, len(set(variants))))
+    summary = {
+        "provenance": {"model": backend.model_ref.name,
+                       "model_revision": backend.model_ref.revision, "prompt": prompt,
+                       "template_hash": monitor.key.template_hash, "readout": readout,
+                       "quote_prompt": quote_prompt if quotes else None,
+                       "benchmark": benchmark, "split": split, "limit": limit, "seed": seed,
+                       "dataset_hash": dataset_hash(chosen), "store": str(store),
+                       "calimon_version": __version__,
+                       "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")},
+        "settings": {"direction": direction, "sign": sign, "top_k": top_k,
+                     "max_segments": max_segments, "mask": mask, "share_prefix": share},
+        "counts": _counts(chosen, bad, rows, originals, quote_readings),
+        "auroc_raw": _auroc(chosen, originals), "calib_auroc_raw": calib_auroc,
+        "reports": {k: v.to_dict() for k, v in reports.items()},
+        "cost": cost,
+        "model_calls": getattr(backend, "forward_calls", 0) - calls0
+        + getattr(scorer_backend, "group_calls", 0),
+    }
+    return SpanStudy(rows, reports, sign, top_k, summary)
+
+
+def _direction(direction, samples, limit, seed, monitor, db, progress) -> tuple[int, float]:
+    if direction != "auto":
+        return (1 if direction == "raw" else -1), math.nan
+    calib = [s for s in samples if s.label is not None and s.split == "calib"]
+    if not calib:
+        raise InputError("direction 'auto' needs a 'calib' split to read the sign of the raw "
+                         "score from; pass 'raw' or 'flipped'", field="direction")
+    calib = select_pairs(calib, limit, seed)
+    readings, _, _ = _timed_score(monitor, calib, db, progress, "calib (direction)")
+    value = _auroc(calib, readings)
+    return (-1 if value < 0.5 else 1), value
+
+
+def _reports(rows: Sequence[StudyRow], sign: int, top_k: int, seed: int, quotes: bool
+             ) -> dict[str, SpanReport]:
+    occ = [span_row_from_sample(r.sample, r.occlusion_spans(sign, top_k)) for r in rows]
+    flip = [span_row_from_sample(r.sample, r.occlusion_spans(-sign, top_k)) for r in rows]
+    reports = {"occlusion": span_metrics(occ), "occlusion (flipped)": span_metrics(flip),
+               "random (as occlusion)": random_baseline(occ, seed)}
+    if quotes:
+        qrows = [span_row_from_sample(r.sample, r.quote_spans(sign)) for r in rows]
+        reports["quotes"] = span_metrics(qrows)
+        reports["random (as quotes)"] = random_baseline(qrows, seed)
+    return reports
+
+
+def _counts(chosen, bad, rows, originals, quote_readings) -> dict[str, Any]:
+    n_quotes = sum(len(r.quotes) for r in rows)
+    return {
+        "samples": len(chosen), "pairs": len({s.pair_id for s in chosen}),
+        "misbehaving": len(bad), "misbehaving_with_gold": sum(bool(s.gold_spans) for s in bad),
+        "by_category": dict(sorted(Counter(s.category for s in bad).items())),
+        "by_task": dict(sorted(Counter(s.task for s in bad).items())),
+        "original_status": dict(sorted(Counter(
+            originals[s.transcript_hash].status if s.transcript_hash in originals
+            else "missing" for s in chosen).items())),
+        "quote_status": dict(sorted(Counter(r.quote_status for r in rows).items())),
+        "quotes": n_quotes,
+        "ungrounded_quotes": sum(not q.grounded for r in rows for q in r.quotes),
+        "grounding": dict(sorted(Counter(q.status for r in rows for q in r.quotes).items())),
+        "units_per_sample": (sum(len(r.units) for r in rows) / len(rows)) if rows else math.nan,
+        "samples_with_merged_units": sum(r.merged for r in rows),
+        "variant_status": dict(sorted(Counter(
+            x.status for r in rows for x in r.occlusion.segments).items())),
+    }
+
+
+def _cost(monitor, bad, to_mask, mask, scorer_backend, share_prefix, orig_run, var_run
+          ) -> dict[str, Any]:
+    """Tokens (template prefix excluded) of one scoring pass over the misbehaving originals,
+    of their masked variants run plainly, and as the prefix-sharing backend runs them (each
+    sample's variants as one call, its original already scored); seconds of this run."""
+    enc = monitor.encoder
+    prefix = enc.prefix_len
+    one_pass = plain = shared = n_var = 0
+    for s, spans in zip(bad, to_mask, strict=True):
+        ids = [enc.encode(v.request, v.response).ids
+               for v in (masked_sample(s, b, mask) for b in dict.fromkeys(spans))]
+        one_pass += len(enc.encode(s.request, s.response).ids) - prefix
+        plain += sum(len(x) - prefix for x in ids)
+        shared += shared_tokens(ids, prefix)
+        n_var += len(ids)
+    (t_orig, n_orig, n_chosen), (t_mask, n_todo, n_variants) = orig_run, var_run
+    out = {"variants": n_var, "tokens_one_pass": one_pass,
+           "tokens_variants_plain": plain, "tokens_variants_shared": shared,
+           "multiple_plain": cost_multiple(plain, one_pass),
+           "multiple_shared": cost_multiple(shared, one_pass),
+           "seconds_originals": t_orig, "originals_scored": n_orig,
+           "seconds_variants": t_mask, "variants_scored": n_todo}
+    if share_prefix:
+        out["tokens_computed_this_run"] = scorer_backend.tokens_computed
+    if n_orig == n_chosen and n_todo == n_variants and n_orig and n_todo and bad:
+        # seconds per misbehaving sample for its variants / seconds per original
+        out["measured_multiple"] = (t_mask / len(bad)) / (t_orig / n_orig)
+    return out
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def study_markdown(study: SpanStudy, command: str | None = None) -> str:
+    """The study as markdown: settings, sample sizes, the tables by category and by task, the
+    ungrounded-quote rate and the cost figures."""
+    s = study.summary
+    p, st, c, cost = s["provenance"], s["settings"], s["counts"], s["cost"]
+    lines = ["# Span localization", ""]
+    if command:
+        lines += ["Command:", "", "```", command, "```", ""]
+    lines += [
+        f"Model `{p['model']}` (revision `{p['model_revision']}`), prompt `{p['prompt']}`, "
+        f"readout `{p['readout']}`; quotes from `{p['quote_prompt']}` (binary readout). "
+        f"Benchmark `{p['benchmark']}`, split `{p['split']}`, limit {p['limit']}, "
+        f"seed {p['seed']}, dataset hash `{p['dataset_hash']}`.",
+        "",
+        f"Samples: {c['samples']} ({c['pairs']} pairs); misbehaving (span rows): "
+        f"{c['misbehaving']}, of which {c['misbehaving_with_gold']} have gold spans; by "
+        f"category {c['by_category']}, by task {c['by_task']}.",
+        "",
+        f"Direction: `{st['direction']}` (span score = {'+' if study.direction > 0 else '-'}"
+        f"(P(original) - P(masked))); raw AUROC of the monitor on these samples "
+        f"{_fmt(s['auroc_raw'])}" + ("" if st["direction"] != "auto" else
+                                     f", on the calib split {_fmt(s['calib_auroc_raw'])}")
+        + f". Occlusion spans: the top {st['top_k']} units with a positive score; units: "
+        f"auto segmentation capped at {st['max_segments']} (mean {_fmt(c['units_per_sample'], 1)}"
+        f" per sample, {c['samples_with_merged_units']} samples merged).",
+        "",
+        "## By category", "", to_markdown(study.reports, by="category", metrics=METRICS),
+        "## By task", "", to_markdown(study.reports, by="task", metrics=METRICS),
+    ]
+    q = study.reports.get("quotes")
+    if q is not None:
+        o = q.overall
+        lines += ["## Quotes", "",
+                  f"Quote readings: {c['quote_status']}. Quotes: {o.n_quotes}, ungrounded: "
+                  f"{o.n_ungrounded}, **ungrounded-quote rate {_fmt(o.ungrounded_rate)}**; "
+                  f"grounding statuses {c['grounding']}.", ""]
+    lines += ["## Cost", "",
+              "Tokens after the shared template prefix. One scoring pass = the misbehaving "
+              "originals once.", "",
+              "| quantity | value |", "|---|---|",
+              f"| masked variants | {cost['variants']} |",
+              f"| tokens, one scoring pass | {cost['tokens_one_pass']} |",
+              f"| tokens, variants run plainly | {cost['tokens_variants_plain']} "
+              f"({_fmt(cost['multiple_plain'], 2)}x) |",
+              f"| tokens, variants with per-sample prefix sharing | "
+              f"{cost['tokens_variants_shared']} ({_fmt(cost['multiple_shared'], 2)}x) |",
+              f"| seconds, originals scored in this run | {_fmt(cost['seconds_originals'], 1)} "
+              f"({cost['originals_scored']} samples) |",
+              f"| seconds, variants in this run | {_fmt(cost['seconds_variants'], 1)} |",
+              f"| measured multiple (seconds per misbehaving sample, variants / one pass) | "
+              f"{_fmt(cost.get('measured_multiple'), 2)} |", ""]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["DIRECTIONS", "SpanStudy", "StudyRow", "run_span_study", "study_markdown"]
