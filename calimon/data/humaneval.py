@@ -24,7 +24,7 @@ from pathlib import Path
 
 from calimon import __version__
 from calimon.data.codegen import CellReport, CodeProblem, code_cells, split_check
-from calimon.data.codegen.problem import function_layout, params_of
+from calimon.data.codegen.problem import function_layout, params_of, parse
 from calimon.data.paths import sources_dir
 from calimon.data.sources import SourceFile, sha256_file, verified_path
 from calimon.data.splits import assign_splits
@@ -96,7 +96,7 @@ def to_problem(row: dict) -> CodeProblem | str:
     # statements the stub puts before its docstring (e.g. `import math`) belong to the body
     pre_doc = [ln for st in node.body[:docs[0]]
                for ln in lines[st.lineno - 1:st.end_lineno]]
-    module = ast.parse(prompt)
+    module = parse(prompt)
     imports = [ast.get_source_segment(prompt, n) for n in module.body
                if isinstance(n, ast.Import | ast.ImportFrom)]
     signature = lines[node.lineno - 1:first.lineno - 1]
@@ -104,7 +104,7 @@ def to_problem(row: dict) -> CodeProblem | str:
     parts = ["\n".join(imports), "", ""] if imports else []
     reference = "\n".join([*parts, *signature, *pre_doc, *body]) + "\n"
     try:
-        ast.parse(reference)
+        parse(reference)
     except SyntaxError:
         return "reference does not parse on its own"
     visible, held, reason = split_check(row["test"])

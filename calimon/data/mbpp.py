@@ -24,7 +24,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from calimon.data.codegen import CellReport, CodeProblem, TestCase, code_cells
-from calimon.data.codegen.problem import candidate_calls, function_layout, is_eq_form, params_of
+from calimon.data.codegen.problem import (
+    candidate_calls,
+    function_layout,
+    is_eq_form,
+    params_of,
+    parse,
+)
 from calimon.data.paths import sources_dir as resolve_sources
 from calimon.data.sources import SourceFile, verified_path
 from calimon.errors import InputError
@@ -50,9 +56,9 @@ def normalize(code: str) -> str:
 
 
 def _entry(tests: list[str], code: str) -> str | None:
-    defined = {n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)}
+    defined = {n.name for n in parse(code).body if isinstance(n, ast.FunctionDef)}
     for t in tests:
-        for node in ast.walk(ast.parse(t)):
+        for node in ast.walk(parse(t)):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                     and node.func.id in defined):
                 return node.func.id
@@ -62,7 +68,7 @@ def _entry(tests: list[str], code: str) -> str | None:
 def _test(text: str, entry: str) -> TestCase | None:
     text = text.strip()
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except SyntaxError:
         return None
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from calimon.data.codegen.problem import parse
+
 
 @dataclass(frozen=True)
 class Tagged:
@@ -37,7 +39,7 @@ class Layout:
 
 
 def layout(code: str, entry: str) -> Layout:
-    module = ast.parse(code)
+    module = parse(code)
     lines = tuple(code.splitlines())
     imports_end = 0
     fn = None

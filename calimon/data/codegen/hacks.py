@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from calimon.data.codegen.edit import Layout, Tagged, compose
 from calimon.data.codegen.mutants import Mutant
+from calimon.data.codegen.problem import parse
 
 if TYPE_CHECKING:
     from calimon.data.codegen.negatives import Decor
@@ -189,7 +190,7 @@ def special_table(lay, params, cases, fb, rng, decor=None) -> Hack:
 
 def _pattern_ok(text: str) -> bool:
     try:
-        tree = ast.parse(f"match x:\n    case {text}:\n        pass\n")
+        tree = parse(f"match x:\n    case {text}:\n        pass\n")
     except SyntaxError:
         return False
     ok = (ast.MatchValue, ast.MatchSingleton, ast.MatchSequence)

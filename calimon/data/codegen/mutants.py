@@ -15,6 +15,8 @@ import random
 import tokenize
 from dataclasses import dataclass
 
+from calimon.data.codegen.problem import parse
+
 _COMPARE = {"<": ("<=", ">"), "<=": ("<",), ">": (">=", "<"), ">=": (">",), "==": ("!=",),
             "!=": ("==",)}
 _ARITH = {"+": ("-",), "-": ("+",), "*": ("+",), "//": ("/",), "%": ("//",), "**": ("*",),
@@ -37,7 +39,7 @@ class Mutant:
 
 def mutable_lines(code: str) -> set[int]:
     """0-based lines inside function bodies, minus def lines, decorators, docstrings, imports."""
-    module = ast.parse(code)
+    module = parse(code)
     allowed: set[int] = set()
     blocked: set[int] = set()
     for node in ast.walk(module):
@@ -106,7 +108,7 @@ def _sites(code: str, allowed: set[int]):
 def all_mutants(code: str) -> list[Mutant]:
     """Every valid single-token mutant of `code` (parses, and differs from it as an AST)."""
     lines = code.splitlines(keepends=True)
-    base = ast.dump(ast.parse(code))
+    base = ast.dump(parse(code))
     out = []
     for tok, repl, kind in _sites(code, mutable_lines(code)):
         row, col = tok.start
@@ -118,7 +120,7 @@ def all_mutants(code: str) -> list[Mutant]:
         new_line = line[:col] + repl + line[end:]
         new_code = "".join(lines[:row - 1]) + new_line + "".join(lines[row:])
         try:
-            if ast.dump(ast.parse(new_code)) == base:
+            if ast.dump(parse(new_code)) == base:
                 continue
         except SyntaxError:
             continue

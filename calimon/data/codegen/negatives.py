@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from calimon.data.codegen.edit import Layout, Tagged, compose
 from calimon.data.codegen.hacks import literal, table_name
+from calimon.data.codegen.problem import parse
 
 EDGE_CALLS = ("([],)", "('',)", "(0,)", "(1,)", "(2,)", "(3,)")
 _IMMUTABLE = (int, float, bool, str, type(None), tuple)
@@ -118,7 +119,7 @@ def table_items(outputs: dict[str, str | None]) -> list[tuple[str, str]]:
 def native_special_case(code: str, entry: str) -> bool:
     """True when the entry function already returns a literal inside an `if` or holds a literal
     container of three or more constants."""
-    for node in ast.parse(code).body:
+    for node in parse(code).body:
         if isinstance(node, ast.FunctionDef) and node.name == entry:
             for sub in ast.walk(node):
                 if isinstance(sub, ast.If) and any(

@@ -28,7 +28,7 @@ from calimon.data.codegen import hacks as H
 from calimon.data.codegen import negatives as N
 from calimon.data.codegen.edit import Layout, Tagged, compose, layout
 from calimon.data.codegen.mutants import Mutant, sample_mutants
-from calimon.data.codegen.problem import CodeProblem
+from calimon.data.codegen.problem import CodeProblem, parse
 from calimon.data.codegen.runner import BatchResult, evaluate, proxy_passes
 from calimon.samples import Sample
 
@@ -67,7 +67,7 @@ def _expected_literals(problem: CodeProblem) -> list[str]:
     name = "candidate" if problem.style == "check" else problem.entry_point
     for t in problem.tests:
         try:
-            node = ast.parse(t.display).body[0]
+            node = parse(t.display).body[0]
         except (SyntaxError, IndexError):
             continue
         if not t.eq_form:

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import ast
 import textwrap
+import warnings
 from dataclasses import dataclass
+
+
+def parse(code: str) -> ast.Module:
+    """ast.parse without the invalid-escape warnings old sources (MBPP regexes) trigger."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+        return ast.parse(code)
 
 
 @dataclass(frozen=True)
@@ -101,7 +109,7 @@ def split_check(test_src: str, *, n_visible: int | None = None
     When that cannot be done honestly, both are empty and reason says why."""
     lines = test_src.splitlines()
     try:
-        module = ast.parse(test_src)
+        module = parse(test_src)
     except SyntaxError:
         return (), (), "test code does not parse"
     checks = [n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
@@ -135,7 +143,7 @@ def split_check(test_src: str, *, n_visible: int | None = None
 
 def function_layout(code: str, entry: str) -> tuple[ast.FunctionDef, list[str]]:
     """The entry FunctionDef node of a module and the module's lines (raises if absent)."""
-    module = ast.parse(code)
+    module = parse(code)
     for node in module.body:
         if isinstance(node, ast.FunctionDef) and node.name == entry:
             return node, code.splitlines()
