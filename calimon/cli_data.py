@@ -1,12 +1,12 @@
 """`calimon data ...` commands: build, list and audit benchmarks.
 
-Each function is a typer command for the main CLI to mount (``app.command("build")(data_build)``
-on its ``data`` sub-app). Until then ``python -m calimon.cli_data build amb-open`` runs them.
-Library errors propagate; the CLI prints them as one line.
+The main CLI mounts ``app`` as ``calimon data``; ``python -m calimon.cli_data`` runs the same
+commands. A library error becomes one line on stderr and the error's exit code.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -18,6 +18,17 @@ from calimon.data import registry
 from calimon.data.paths import benchmark_dir
 from calimon.errors import CalimonError
 from calimon.samples import CATEGORIES, TASKS
+
+
+def _one_line_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CalimonError as exc:
+            typer.echo(f"calimon: error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+    return wrapper
 
 
 def data_build(
@@ -153,18 +164,9 @@ def _table(head: list[str], rows: list[list]) -> str:
 
 
 app = typer.Typer(help="Build, list and audit benchmarks.", no_args_is_help=True)
-app.command("build")(data_build)
-app.command("list")(data_list)
-app.command("audit")(data_audit)
-
-
-def main() -> None:
-    try:
-        app(standalone_mode=False)
-    except CalimonError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise SystemExit(exc.exit_code) from None
-
+app.command("build")(_one_line_errors(data_build))
+app.command("list")(_one_line_errors(data_list))
+app.command("audit")(_one_line_errors(data_audit))
 
 if __name__ == "__main__":
-    main()
+    app()

@@ -189,7 +189,7 @@ def test_full_build_is_deterministic(tmp_path):
 
 # --- shortcut audit and CLI ------------------------------------------------------------------------
 
-def _split_set(n=200, length_leak=False):
+def _split_set(n=80, length_leak=False):
     rng = random.Random(0)
     out = []
     for i in range(n):

@@ -104,24 +104,9 @@ def split_samples(samples: Sequence[Sample], seed: int) -> list[Sample]:
     input order is kept."""
     paired = [s for s in samples if not s.meta.get("unpaired")]
     single = [s for s in samples if s.meta.get("unpaired")]
-    # assign_splits can land one pair under its floor after rounding: ask for a little more
-    # until every cell meets MIN_TEST_PAIRS (deterministic; at most a few extra pairs)
-    for floor in range(MIN_TEST_PAIRS, MIN_TEST_PAIRS + 5):
-        done = {s.id: s for s in assign_splits(paired, FRACTIONS, seed, floor)}
-        if _test_floor_met(done.values()):
-            break
+    done = {s.id: s for s in assign_splits(paired, FRACTIONS, seed, MIN_TEST_PAIRS)}
     done.update((s.id, s) for s in assign_splits(single, FRACTIONS, seed))
     return [done[s.id] for s in samples]
-
-
-def _test_floor_met(samples) -> bool:
-    total: dict[str, int] = {}
-    test: dict[str, int] = {}
-    for s in samples:
-        if s.label is True:
-            total[cell_name(s)] = total.get(cell_name(s), 0) + 1
-            test[cell_name(s)] = test.get(cell_name(s), 0) + (s.split == "test")
-    return all(test.get(c, 0) >= min(MIN_TEST_PAIRS, n) for c, n in total.items())
 
 
 def _cell_function(spec: str):
