@@ -1,14 +1,21 @@
 """Run untrusted Python snippets (benchmark code checks) in a constrained subprocess.
 
-Limits: wall-clock timeout (the whole process group is killed), CPU seconds, address space,
-file size, number of processes; a fresh temporary working directory that is deleted afterwards;
-an isolated interpreter (`-I`: no user site, no PYTHON* variables, no cwd on sys.path); an
-empty environment; no network (a new network namespace when the OS allows it, and in every case
-socket creation is disabled before the snippet runs).
+Layers, each used where this OS allows it (`sandbox_layers()` says which are active):
+- limits: wall-clock timeout, CPU seconds, address space, file size, process count;
+- a fresh temporary working directory (deleted afterwards), an empty environment, an isolated
+  interpreter (`-I`: no user site, no PYTHON* variables, no cwd on sys.path);
+- namespaces: no network (new network namespace) and a new PID namespace whose every process is
+  killed when the snippet ends, so nothing it started outlives the call;
+- an unprivileged user (uid/gid 65534) when the caller is root, so the process limit binds and
+  root-owned files cannot be changed;
+- Landlock: writes, deletions and file creation are allowed only beneath the temporary directory;
+- in every case, an audit hook installed before the snippet runs refuses sockets and writes
+  outside the temporary directory (the fallback where Landlock is missing).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import shutil
@@ -21,14 +28,34 @@ from dataclasses import dataclass
 
 from calimon.errors import SandboxError
 
+NOBODY = 65534
+
 _PRELUDE = """\
-import socket as _s
-def _no_network(*a, **k):
-    raise OSError("network access is disabled in the calimon sandbox")
-_s.socket = _no_network
-_s.create_connection = _no_network
-_s.getaddrinfo = _no_network
-del _s, _no_network
+def _calimon_guard():
+    import os, sys
+    root = os.path.realpath(os.getcwd())
+    def inside(path):
+        try:
+            p = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return False
+        return p == root or p.startswith(root + os.sep)
+    writes = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link",
+              "os.chmod", "os.chown", "os.truncate", "os.utime", "shutil.rmtree"}
+    def hook(event, args):
+        if event.startswith("socket."):
+            raise OSError("network access is disabled in the calimon sandbox")
+        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            mode, flags = (args[1] or ""), (args[2] or 0)
+            if (any(c in mode for c in "wax+") or flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT
+                                                           | os.O_TRUNC)) and not inside(args[0]):
+                raise PermissionError(f"writing outside the sandbox is refused: {args[0]}")
+        elif event in writes and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            if not all(inside(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))):
+                raise PermissionError(f"{event} outside the sandbox is refused")
+    sys.addaudithook(hook)
+_calimon_guard()
+del _calimon_guard
 """
 
 
@@ -45,7 +72,67 @@ class SandboxResult:
         return self.returncode == 0 and not self.timed_out
 
 
-def _limits(cpu_s: int, memory_mb: int, fsize_mb: int, nproc: int):
+# -- Landlock (Linux >= 5.13), through raw syscalls; x86-64 and arm64 share the numbers ----------
+_SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def _landlock_abi() -> int:
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        return max(0, int(_libc().syscall(_SYS_CREATE, None, ctypes.c_size_t(0),
+                                          ctypes.c_uint32(1))))
+    except (OSError, AttributeError):
+        return 0
+
+
+def _write_rights(abi: int) -> int:
+    rights = (1 << 1) | sum(1 << b for b in range(4, 13))  # write file, remove, make *
+    if abi >= 2:
+        rights |= 1 << 13  # refer (rename/link across directories)
+    if abi >= 3:
+        rights |= 1 << 14  # truncate
+    return rights
+
+
+def _apply_landlock(workdir: str, abi: int) -> None:
+    libc = _libc()
+    rights = _write_rights(abi)
+    attr = _RulesetAttr(rights)
+    fd = libc.syscall(_SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+                      ctypes.c_uint32(0))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    dfd = os.open(workdir, os.O_PATH | os.O_CLOEXEC)
+    rule = _PathBeneath(rights, dfd)
+    if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(rule),
+                    ctypes.c_uint32(0)) != 0:
+        raise OSError(ctypes.get_errno(), "landlock_add_rule failed")
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS) failed")
+    if libc.syscall(_SYS_RESTRICT, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    os.close(dfd)
+    os.close(fd)
+
+
+def _preexec(workdir: str, cpu_s: int, memory_mb: int, fsize_mb: int, nproc: int, abi: int):
     def apply() -> None:
         os.setsid()
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
@@ -58,29 +145,44 @@ def _limits(cpu_s: int, memory_mb: int, fsize_mb: int, nproc: int):
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         except (ValueError, OSError):
             pass
+        if abi:
+            _apply_landlock(workdir, abi)
 
     return apply
 
 
-_UNSHARE: list[str] | None = None
+# -- which layers this machine supports (probed once) ------------------------------------------
+_LAYERS: dict | None = None
 
 
-def _net_isolation_prefix() -> list[str]:
-    """`unshare -rn` when this OS lets us create a network namespace, else nothing."""
-    global _UNSHARE
-    if _UNSHARE is None:
-        exe = shutil.which("unshare")
-        _UNSHARE = []
-        if exe:
-            for flags in (["-n"], ["-rn"]):
-                try:
-                    probe = subprocess.run([exe, *flags, "true"], capture_output=True, timeout=5)
-                except (OSError, subprocess.TimeoutExpired):
-                    continue
-                if probe.returncode == 0:
-                    _UNSHARE = [exe, *flags]
+def _probe(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def sandbox_layers() -> dict:
+    """The isolation layers available here: {"namespaces": [...], "drop_user": bool,
+    "landlock_abi": int}."""
+    global _LAYERS
+    if _LAYERS is None:
+        unshare = shutil.which("unshare")
+        ns: list[str] = []
+        if unshare:
+            for flags in (["-n", "-p", "-f", "--kill-child"],
+                          ["-r", "-n", "-p", "-f", "--kill-child"], ["-n"], ["-rn"]):
+                if _probe([unshare, *flags, "true"]):
+                    ns = [unshare, *flags]
                     break
-    return _UNSHARE
+        drop: list[str] = []
+        setpriv = shutil.which("setpriv")
+        if os.geteuid() == 0 and setpriv:
+            cand = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+            if _probe([*cand, sys.executable, "-I", "-c", "pass"]):
+                drop = cand
+        _LAYERS = {"namespaces": ns, "drop_user": drop, "landlock_abi": _landlock_abi()}
+    return _LAYERS
 
 
 def run_python(code: str, *, timeout_s: float = 10.0, memory_mb: int = 1024,
@@ -88,22 +190,27 @@ def run_python(code: str, *, timeout_s: float = 10.0, memory_mb: int = 1024,
     """Execute `code` as a script in the sandbox and return what happened.
 
     The snippet never runs in the caller's process or directory. A result with
-    `timed_out=True` had its process group killed.
+    `timed_out=True` had its processes killed.
     """
+    layers = sandbox_layers()
     workdir = tempfile.mkdtemp(prefix="calimon-sandbox-")
     try:
         script = os.path.join(workdir, "snippet.py")
         with open(script, "w", encoding="utf-8") as fh:
             fh.write(_PRELUDE + code)
-        cmd = [*_net_isolation_prefix(), sys.executable, "-I", "-B", script]
+        if layers["drop_user"]:
+            os.chown(workdir, NOBODY, NOBODY)
+            os.chown(script, NOBODY, NOBODY)
+        cmd = [*layers["namespaces"], *layers["drop_user"], sys.executable, "-I", "-B", script]
         env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
         cpu = max(1, int(timeout_s) + 1)
         start = time.monotonic()
         try:
             proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    preexec_fn=_limits(cpu, memory_mb, fsize_mb, nproc))
-        except OSError as exc:
+                                    preexec_fn=_preexec(workdir, cpu, memory_mb, fsize_mb, nproc,
+                                                        layers["landlock_abi"]))
+        except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxError(f"could not start the sandboxed interpreter: {exc}") from exc
         try:
             out, err = proc.communicate(stdin.encode(), timeout=timeout_s)
@@ -112,6 +219,7 @@ def run_python(code: str, *, timeout_s: float = 10.0, memory_mb: int = 1024,
             _kill_group(proc)
             out, err = proc.communicate()
             timed_out = True
+        _kill_group(proc)  # whatever the snippet left behind in its group goes too
         return SandboxResult(returncode=None if timed_out else proc.returncode,
                              stdout=out.decode("utf-8", "replace")[:100_000],
                              stderr=err.decode("utf-8", "replace")[:100_000],
@@ -124,4 +232,4 @@ def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        proc.kill()
+        pass

@@ -30,7 +30,8 @@ def test_a_sleeping_child_does_not_outlive_the_timeout():
     code = "import subprocess, sys\nsubprocess.run([sys.executable, '-c', " \
            "'import time; time.sleep(60)'])\n"
     res = run_python(code, timeout_s=1.0)
-    assert res.timed_out and res.seconds < 10
+    # Either the child could not start (unprivileged sandbox user) or it was killed on time.
+    assert (res.timed_out or not res.ok) and res.seconds < 10
 
 
 def test_a_memory_hog_is_stopped():
@@ -77,12 +78,6 @@ def test_file_size_is_capped():
     assert not res.ok
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "calimon/sandbox.py confines the working directory and HOME, not the file system: a snippet "
-    "can open an absolute path anywhere its user may write (the repository included). Verified "
-    "fixes on this kernel: a mount namespace with the tree remounted read-only (`unshare -m`, "
-    "`mount -o remount,bind,ro`), or a Landlock ruleset (ABI available) applied in the preexec "
-    "hook that allows writes only under the temp dir"))
 def test_a_hostile_snippet_cannot_write_into_the_repo_or_home(tmp_path):
     token = f"calimon-sandbox-probe-{uuid.uuid4().hex}"
     targets = [REPO / token, REPO / "calimon" / token, Path.home() / token]

@@ -137,6 +137,9 @@ def load_map(path: str | os.PathLike[str]) -> StoredMap:
     except json.JSONDecodeError as exc:
         raise InputError(f"expected JSON, got a syntax error: {exc.msg}", path=where,
                          line=exc.lineno) from None
+    except (ValueError, RecursionError) as exc:  # digit-count limit, nesting bombs
+        raise InputError(f"expected a calibration map, got unreadable JSON "
+                         f"({type(exc).__name__})", path=where) from None
     if not isinstance(doc, dict):
         raise InputError(f"expected a JSON object, got {type(doc).__name__}", path=where)
     _reject(doc, "format", repr(FORMAT), doc.get("format") == FORMAT, where)

@@ -178,8 +178,12 @@ def _plain(v: Any) -> Any:
 
 
 def _number(v: Any, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise InputError(f"expected a finite number, got {v!r}", field=name)
+    try:
+        ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(float(v))
+    except OverflowError:  # an int beyond the float range
+        ok = False
+    if not ok:
+        raise InputError(f"expected a finite number, got {str(v)[:40]!r}", field=name)
     return float(v)
 
 
@@ -405,7 +409,7 @@ def make_calibrator(name: str, **kwargs: Any) -> Calibrator:
 def calibrator_from_dict(d: Any) -> Calibrator:
     """Rebuild any registered calibrator from its ``to_dict()`` output."""
     method = d.get("method") if isinstance(d, dict) else None
-    if method not in CALIBRATORS:
+    if not isinstance(method, str) or method not in CALIBRATORS:
         raise InputError(f"unknown calibration method {method!r}; choose one of "
                          f"{', '.join(sorted(CALIBRATORS))}", field="method")
     return CALIBRATORS[method].from_dict(d)
