@@ -1,0 +1,252 @@
+"""Everything a report shows, gathered from a run folder (``calimon curve --out DIR``).
+
+Required: ``curve.json`` and ``curve.csv``. Everything else is optional and picked up when
+present; what is absent (or unreadable) becomes a line in ``RunData.notes``, never an error:
+the benchmark's transcripts (``provenance["benchmark"]``), the run store's readings
+(``provenance["store"]``: the main reading and the binary-protocol texts and evidence quotes),
+escalation policies (``*.yaml`` in the run folder or given explicitly), evidence spans
+(``spans.jsonl``) and probe token scores (``token_scores.jsonl``). A malformed optional file
+that was named explicitly is an ``InputError``; one found by looking is a note.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from calimon.errors import CalimonError, InputError
+from calimon.report.extras import (
+    PolicyInfo,
+    SpanRecord,
+    TokenScores,
+    find_policies,
+    read_spans,
+    read_token_scores,
+)
+from calimon.samples import Sample
+from calimon.verdict import Verdict
+
+REQUIRED_COLUMNS = ("id", "label", "category", "task", "status", "p_raw", "p_cal")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of ``curve.csv``; a missing score is None, never 0."""
+
+    id: str
+    pair_id: str
+    label: bool | None
+    category: str
+    task: str
+    split: str
+    status: str
+    p_raw: float | None
+    p_cal: float | None
+    format_mass: float | None
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class RunData:
+    run_dir: Path
+    summary: dict = field(repr=False)
+    curve_sha256: str
+    rows: tuple[Row, ...]
+    samples: dict[str, Sample] = field(default_factory=dict, repr=False)
+    readings: dict[str, Verdict] = field(default_factory=dict, repr=False)
+    binary: dict[str, dict[str, Verdict]] = field(default_factory=dict, repr=False)
+    policies: tuple[PolicyInfo, ...] = ()
+    spans: dict[str, SpanRecord] = field(default_factory=dict, repr=False)
+    token_scores: dict[str, TokenScores] = field(default_factory=dict, repr=False)
+    notes: tuple[str, ...] = ()
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def provenance(self) -> dict:
+        return self.summary.get("provenance", {})
+
+
+def _float(text: str, path: Path, line: int, column: str) -> float | None:
+    if text.strip() == "":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        raise InputError(f"expected a number or empty, got {text!r}", path=str(path), line=line,
+                         field=column) from None
+    if math.isnan(v):
+        return None
+    return v
+
+
+def read_rows(path: Path) -> tuple[Row, ...]:
+    """All rows of ``curve.csv``, unscored ones included (their scores are None)."""
+    if not path.is_file():
+        raise InputError("no such file (write a run folder with `calimon curve --out DIR`)",
+                         path=str(path))
+    rows = []
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        for col in REQUIRED_COLUMNS:
+            if col not in header:
+                raise InputError(f"missing column {col!r} (got {header})", path=str(path),
+                                 line=1, field=col)
+        for r in reader:
+            n = reader.line_num
+            label = {"1": True, "0": False, "": None}.get((r.get("label") or "").strip(), "bad")
+            if label == "bad":
+                raise InputError(f"expected 1, 0 or empty, got {r['label']!r}", path=str(path),
+                                 line=n, field="label")
+            rows.append(Row(
+                id=r["id"], pair_id=r.get("pair_id") or r["id"], label=label,
+                category=r["category"], task=r["task"], split=r.get("split") or "",
+                status=r["status"], p_raw=_float(r["p_raw"], path, n, "p_raw"),
+                p_cal=_float(r["p_cal"], path, n, "p_cal"),
+                format_mass=_float(r.get("format_mass") or "", path, n, "format_mass"),
+                truncated=(r.get("truncated") or "0").strip() == "1"))
+    return tuple(rows)
+
+
+def read_summary(run_dir: Path) -> tuple[dict, str]:
+    path = run_dir / "curve.json"
+    if not path.is_file():
+        raise InputError("no curve.json here (write a run folder with `calimon curve --out DIR`)",
+                         path=str(run_dir), field="run")
+    raw = path.read_bytes()
+    try:
+        summary = json.loads(raw)
+    except ValueError as exc:
+        raise InputError(f"not valid JSON ({exc})", path=str(path)) from None
+    for key in ("provenance", "operating_points", "curves"):
+        if not isinstance(summary, dict) or key not in summary:
+            raise InputError(f"missing key {key!r}: not a curve.json of `calimon curve`",
+                             path=str(path), field=key)
+    return summary, hashlib.sha256(raw).hexdigest()
+
+
+def _load_samples(benchmark: str | None, ids: set[str], notes: list[str]) -> dict[str, Sample]:
+    from calimon.data.registry import load_benchmark
+
+    if not benchmark:
+        notes.append("transcripts: the run names no benchmark; the viewer shows scores only")
+        return {}
+    try:
+        samples = load_benchmark(benchmark, build_if_missing=False)
+    except (CalimonError, OSError) as exc:
+        notes.append(f"transcripts: benchmark {benchmark!r} could not be loaded ({exc}); the "
+                     "viewer shows scores only (pass --benchmark)")
+        return {}
+    found = {s.id: s for s in samples if s.id in ids}
+    if len(found) < len(ids):
+        notes.append(f"transcripts: {len(ids) - len(found)} of {len(ids)} run ids are not in "
+                     f"benchmark {benchmark!r}")
+    return found
+
+
+def _check_dataset(summary: dict, samples: dict[str, Sample], rows: tuple[Row, ...],
+                   notes: list[str]) -> None:
+    from calimon.selection import dataset_hash
+
+    expected = summary.get("provenance", {}).get("dataset_hash")
+    if not expected or not samples or summary.get("settings", {}).get("split"):
+        return  # with --split the hash also covers the calib samples, not listed in curve.csv
+    got = dataset_hash([samples[r.id] for r in rows if r.id in samples])
+    if got != expected:
+        notes.append(f"transcripts: the benchmark's samples hash to {got}, the run read "
+                     f"{expected}: the benchmark changed since the run; texts may differ from "
+                     "what was scored")
+
+
+def _load_readings(prov: dict, settings: dict, samples: dict[str, Sample], store: str | None,
+                   notes: list[str]) -> tuple[dict[str, Verdict], dict[str, dict[str, Verdict]]]:
+    from calimon.store import MonitorKey, RunStore
+
+    path = store or prov.get("store")
+    if not samples:
+        return {}, {}
+    if not path or not Path(path).is_file():
+        notes.append(f"readings: run store {path!r} not found; no evidence quotes or binary "
+                     "texts (pass --store)")
+        return {}, {}
+    by_hash: dict[str, list[str]] = {}
+    for s in samples.values():
+        by_hash.setdefault(s.transcript_hash, []).append(s.id)
+
+    def per_id(found: dict[str, Verdict]) -> dict[str, Verdict]:
+        return {i: v for h, v in found.items() for i in by_hash.get(h, ())}
+
+    try:
+        with RunStore(path) as st:
+            main: dict[str, Verdict] = {}
+            try:
+                key = MonitorKey(prov["model"], prov["model_revision"], prov["prompt"],
+                                 prov["template_hash"], prov["readout"])
+                main = per_id(st.get(key, list(by_hash)))
+            except KeyError as exc:
+                notes.append(f"readings: provenance lacks {exc}; main readings not loaded")
+            binary: dict[str, dict[str, Verdict]] = {}
+            wanted = list(settings.get("binary_prompts") or [])
+            for name in wanted:
+                keys = [k for k in st.keys() if k.readout == "binary" and k.prompt == name
+                        and k.model == prov.get("model")
+                        and k.model_revision == prov.get("model_revision")]
+                # a prompt edited since the run has several template hashes: take the one
+                # that holds the most of this run's transcripts
+                best = max((per_id(st.get(k, list(by_hash))) for k in keys), key=len,
+                           default={})
+                if best:
+                    binary[name] = best
+    except Exception as exc:  # noqa: BLE001 - a corrupt or locked store must not sink a report
+        notes.append(f"readings: run store {path!r} could not be read ({exc})")
+        return {}, {}
+    return main, binary
+
+
+def gather(run: str | Path, *, policies: list[str | Path] | None = None,
+           spans: str | Path | None = None, token_scores: str | Path | None = None,
+           benchmark: str | None = None, store: str | Path | None = None) -> RunData:
+    """Read a run folder and whatever optional inputs exist (see the module docstring)."""
+    run_dir = Path(run)
+    if not run_dir.is_dir():
+        raise InputError("expected a run folder (from `calimon curve --out DIR`)",
+                         path=str(run), field="run")
+    summary, sha = read_summary(run_dir)
+    rows = read_rows(run_dir / "curve.csv")
+    notes: list[str] = []
+    prov, settings = summary.get("provenance", {}), summary.get("settings", {})
+    bench = benchmark or prov.get("benchmark")
+    samples = _load_samples(bench, {r.id for r in rows}, notes)
+    _check_dataset(summary, samples, rows, notes)
+    readings, binary = _load_readings(prov, settings, samples, str(store) if store else None,
+                                      notes)
+    sources = {"run": str(run_dir), "benchmark": str(bench)}
+    found_policies = find_policies(run_dir, policies, rows, summary, notes)
+    span_path = Path(spans) if spans else run_dir / "spans.jsonl"
+    span_map: dict[str, SpanRecord] = {}
+    if spans or span_path.is_file():
+        span_map = read_spans(span_path, samples, notes, explicit=spans is not None)
+        sources["spans"] = str(span_path)
+    else:
+        notes.append("spans: no spans.jsonl in the run folder (write one with `calimon spans "
+                     "--out DIR` or pass --spans)")
+    tok_path = Path(token_scores) if token_scores else run_dir / "token_scores.jsonl"
+    tok_map: dict[str, TokenScores] = {}
+    if token_scores or tok_path.is_file():
+        tok_map = read_token_scores(tok_path, samples, notes, explicit=token_scores is not None)
+        sources["token_scores"] = str(tok_path)
+    else:
+        notes.append("token scores: no token_scores.jsonl (probe token head) in the run folder")
+    if not summary.get("binary_points"):
+        notes.append("binary protocol: the run has no binary points (run without --no-binary)")
+    return RunData(run_dir=run_dir, summary=summary, curve_sha256=sha, rows=rows,
+                   samples=samples, readings=readings, binary=binary,
+                   policies=tuple(found_policies), spans=span_map, token_scores=tok_map,
+                   notes=tuple(notes), sources=sources)
+
+
+__all__ = ["Row", "RunData", "gather", "read_rows", "read_summary"]
