@@ -1,0 +1,85 @@
+"""``calimon report RUN``: one self-contained, offline HTML file per run, and its figures as PNG.
+
+``build_report(run)`` reads the run folder (``gather``), draws the figures (inline SVG in the
+page, PNG next to it) and writes ``report.html``: MR/FAR curves overall and per category and
+task with bands and binary-protocol points, the operating-point table, reliability before and
+after calibration, the score distribution, the escalation policy when one exists, a filterable
+transcript viewer with evidence spans and probe token scores, and the run's provenance.
+Anything optional that is absent is listed in the page instead (see ``calimon.report.data``).
+See docs/report.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from calimon.errors import InputError
+from calimon.report.data import RunData, gather
+
+Progress = Callable[[str, int], Callable[[int], None]]
+DEFAULT_MAX_TRANSCRIPTS = 2000
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``build_report`` wrote."""
+
+    html: Path
+    pngs: tuple[Path, ...]
+    n_rows: int
+    n_transcripts: int
+    operating_point: str | None
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"html": str(self.html), "pngs": [str(p) for p in self.pngs],
+                "bytes": self.html.stat().st_size, "n_rows": self.n_rows,
+                "n_transcripts": self.n_transcripts, "operating_point": self.operating_point,
+                "notes": list(self.notes)}
+
+
+def build_report(run: str | Path, out: str | Path | None = None, *,
+                 policies: list[str | Path] | None = None, spans: str | Path | None = None,
+                 token_scores: str | Path | None = None, benchmark: str | None = None,
+                 store: str | Path | None = None, operating_point: str | None = None,
+                 max_transcripts: int | None = DEFAULT_MAX_TRANSCRIPTS,
+                 progress: Progress | None = None) -> Report:
+    """Write ``out`` (default ``RUN/report.html``) and the PNGs beside it; see the module doc.
+
+    ``operating_point``: the viewer's initial threshold (a name from the operating-point table;
+    default ``FAR<=5%`` when present). ``max_transcripts``: cap on transcript cards (None: all);
+    when capped, misses and false alarms at that point are kept first.
+    """
+    from calimon.report.figures import Figures, write_pngs
+    from calimon.report.page import _band, default_point, render_page
+    from calimon.report.viewer import choose_rows
+
+    if max_transcripts is not None and (isinstance(max_transcripts, bool) or not isinstance(
+            max_transcripts, int) or max_transcripts < 0):
+        raise InputError(f"expected an integer >= 0 or None, got {max_transcripts!r}",
+                         field="max_transcripts")
+    data = gather(run, policies=policies, spans=spans, token_scores=token_scores,
+                  benchmark=benchmark, store=store)
+    point = default_point(data.summary["operating_points"], operating_point)
+    threshold = None if point is None else point["threshold"]
+    rows = choose_rows(data.rows, threshold, max_transcripts)
+    figs = Figures.from_run(data)
+    target = Path(out) if out is not None else data.run_dir / "report.html"
+    if target.is_dir():
+        raise InputError("expected a file path for the report, got a folder", path=str(target),
+                         field="out")
+    markers = [(p["name"], p["threshold"]) for p in data.summary["operating_points"]]
+    pngs = write_pngs(data, figs, target.parent, markers=markers, band=_band(data.policies))
+    tick = progress("report transcripts", len(rows)) if progress and rows else None
+    page = render_page(data, figs, rows, point, tick)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(target)
+    return Report(html=target, pngs=tuple(pngs), n_rows=len(data.rows), n_transcripts=len(rows),
+                  operating_point=None if point is None else point["name"], notes=data.notes)
+
+
+__all__ = ["DEFAULT_MAX_TRANSCRIPTS", "Report", "RunData", "build_report", "gather"]

@@ -1,0 +1,300 @@
+"""Assemble the report page: one self-contained HTML string (inline SVG, CSS and JS)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable, Sequence
+from html import escape
+from typing import Any
+
+from calimon import __version__
+from calimon.metrics import ece, reliability_bins
+from calimon.report.assets import CSS, JS, csp
+from calimon.report.data import RunData
+from calimon.report.extras import PolicyInfo
+from calimon.report.figures import Figures
+from calimon.report.svg import curve_svg, histogram_svg, reliability_svg
+from calimon.report.viewer import OUTCOMES, cards_html
+
+PAGE_SIZE = 50
+
+
+def _num(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return escape(str(x))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, _Raw) else _num(c)}</td>"
+                                    for c in r) + "</tr>" for r in rows)
+    return f'<table class="cm-table {cls}"><thead><tr>{head}</tr></thead><tbody>{body}' \
+           "</tbody></table>"
+
+
+class _Raw(str):
+    """Already-escaped HTML for a table cell."""
+
+
+def _section(sid: str, title: str, body: str) -> str:
+    return f'<section id="{sid}"><h2>{escape(title)}</h2>\n{body}\n</section>'
+
+
+def _figure(svg: str, caption: str) -> str:
+    return f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>"
+
+
+def default_point(points: Sequence[dict], name: str | None) -> dict | None:
+    """The operating point named ``name``; else FAR<=5% if present; else the first."""
+    if not points:
+        return None
+    if name is not None:
+        for p in points:
+            if p["name"] == name:
+                return p
+        from calimon.errors import InputError
+
+        raise InputError(f"expected one of {[p['name'] for p in points]}, got {name!r}",
+                         field="operating_point")
+    return next((p for p in points if p["name"] == "FAR<=5%"), points[0])
+
+
+# ------------------------------------------------------------------ sections
+
+def _header(data: RunData, figs: Figures) -> str:
+    s, p = data.summary, data.provenance
+    c = s.get("counts", {})
+    title = f"{p.get('model')} · {p.get('prompt')}/{p.get('readout')} · {p.get('benchmark')}"
+    kpis = [("scored", f"{c.get('scored')} of {c.get('evaluated')}"),
+            ("misbehaving / benign", f"{c.get('n_pos')} / {c.get('n_neg')}"),
+            ("AUROC raw", _num(s.get("auroc_raw"))),
+            (f"AUROC calibrated ({s.get('calibration_method')})", _num(s.get("auroc"))),
+            ("mean format mass", _num((s.get("format_mass") or {}).get("mean"), 4)),
+            ("status", ", ".join(f"{k} {v}" for k, v in sorted(c.get("status", {}).items())))]
+    k = "".join(f'<div class="cm-kpi"><div class="cm-dim">{escape(a)}</div><b>{escape(b)}</b>'
+                "</div>" for a, b in kpis)
+    return (f'<header class="cm-top"><h1>calimon report: {escape(title)}</h1>'
+            f'<div class="cm-dim">run {escape(str(data.run_dir))} · created '
+            f'{escape(str(p.get("created")))}</div><div class="cm-kpis">{k}</div></header>')
+
+
+def _curves(data: RunData, figs: Figures) -> str:
+    s = data.summary
+    series = [("all (calibrated)", figs.curves["all"])]
+    if figs.raw_curve is not None and figs.raw_curve.defined:
+        series.append(("all (raw score)", figs.raw_curve))
+    main = curve_svg(series, binary_points=s.get("binary_points", []),
+                     operating_points=s["operating_points"], title="all samples")
+    cap = ("Miss rate against false-alarm rate over every threshold; shaded: pair-clustered "
+           "bootstrap band; diamonds: the binary (generated JSON) protocol, bars spanning "
+           "parse failures counted as passed to counted as flagged; dots: operating points. "
+           "PNG: curve.png")
+    groups = [(k, c) for k, c in figs.curves.items() if k != "all"]
+    small = "".join(_figure(curve_svg([(k, c)], title=k, width=300, height=290, legend=False,
+                                      reference=figs.curves["all"]), _group_note(c))
+                    for k, c in groups)
+    body = (f'<div class="cm-row">{_figure(main, cap)}</div>'
+            '<h3>per category and task</h3><p class="cm-dim">grey: all samples, for '
+            'reference. PNG: curves_by_group.png</p>'
+            f'<div class="cm-grid cm-groups">{small}</div>')
+    return _section("curves", "Miss rate / false-alarm rate", body)
+
+
+def _group_note(c: Any) -> str:
+    if not c.defined:
+        return f"no curve: {c.undefined_reason}"
+    band = "" if c.band is None else f", band from {c.band.n_used} resamples"
+    return f"AUROC {_num(c.auroc)}, n+={c.n_pos}, n-={c.n_neg}{band}"
+
+
+def _points(data: RunData, figs: Figures) -> str:
+    s = data.summary
+    rows = [(p["name"], _num(p["threshold"], 4) if p["threshold"] is not None else "inf",
+             p["mr"], p["far"], p["tp"], p["fp"], p["tn"], p["fn"], "") for p in
+            s["operating_points"]]
+    for b in s.get("binary_points", []):
+        rows.append((b["name"], "(binary)", b["mr"], b["far"], b["tp"], b["fp"], b["tn"],
+                     b["fn"], f"{b['n_parse_failure']} parse failures"))
+    body = table(["operating point", "threshold", "MR", "FAR", "TP", "FP", "TN", "FN", "note"],
+                 rows, "cm-ops")
+    body += ('<p class="cm-dim">Flag iff calibrated score &gt;= threshold. Binary rows: '
+             f'{s.get("binary_sample_count", 0)} samples (whole pairs); rates over parsed '
+             'replies.</p>')
+    grows = [(k, c.n_pos, c.n_neg, c.auroc, "" if c.defined else c.undefined_reason)
+             for k, c in figs.curves.items()]
+    body += "<h3>per group</h3>" + table(["group", "n+", "n-", "AUROC", "note"], grows)
+    return _section("points", "Operating points", body)
+
+
+def _calibration(data: RunData, figs: Figures) -> str:
+    s = data.summary
+    cal = s.get("calibration", {})
+    method = s.get("calibration_method", "calibrated")
+    body = ""
+    if figs.y.size:
+        series = [("raw", reliability_bins(figs.p_raw, figs.y), ece(figs.p_raw, figs.y)),
+                  (method, reliability_bins(figs.p_cal, figs.y), ece(figs.p_cal, figs.y))]
+        svg = reliability_svg(series, title="reliability, before and after calibration")
+        body += _figure(svg, "15 equal-width bins; marker area follows the bin count. "
+                             "PNG: report-reliability.png (all methods: reliability.png)")
+    rows = [("raw", *_metrics(cal.get("metrics_before", {})))]
+    rows += [(m, *_metrics(v)) for m, v in cal.get("metrics_after", {}).items()]
+    body += table(["scores", "ECE", "MCE", "Brier", "NLL", "AUROC", "AUPRC"], rows)
+    body += f'<p class="cm-dim">{escape(str(cal.get("mode", "")))}; the curve uses ' \
+            f'{escape(str(method))}.</p>'
+    notes = [n for n in cal.get("notes", []) if n]
+    if notes:
+        body += "<ul class=\"cm-notes\">" + "".join(f"<li>{escape(n)}</li>" for n in notes) + \
+            "</ul>"
+    return _section("calibration", "Calibration", body)
+
+
+def _metrics(m: dict) -> list[Any]:
+    return [m.get(k) for k in ("ece", "mce", "brier", "nll", "auroc", "auprc")]
+
+
+def _scores(data: RunData, figs: Figures) -> str:
+    if not figs.y.size:
+        return ""
+    markers = [(p["name"], p["threshold"]) for p in data.summary["operating_points"]]
+    band = _band(data.policies)
+    svg = histogram_svg(figs.p_cal, figs.y, markers=markers, band=band,
+                        title="calibrated scores by label")
+    cap = ("dashed: operating-point thresholds" + ("; shaded: the policy's human-review band"
+                                                   if band else "") + ". PNG: report-scores.png")
+    return _section("scores", "Score distribution", _figure(svg, cap))
+
+
+def _band(policies: Sequence[PolicyInfo]) -> tuple[float, float] | None:
+    for info in policies:
+        if info.policy.score == "p_cal":
+            return (info.policy.t_low, info.policy.t_high)
+    return None
+
+
+def _policy(data: RunData) -> str:
+    if not data.policies:
+        return _section("policy", "Escalation policy",
+                        '<p class="cm-dim">No escalation policy for this run. Design one with '
+                        '<code>calimon escalate RUN --budget 0.1 --out RUN/policy.yaml</code>, '
+                        'then rebuild the report.</p>')
+    body = ""
+    for info in data.policies:
+        pol = info.policy
+        a = pol.actions
+        body += (f"<h3>{escape(pol.name)} <span class=\"cm-dim\">({escape(info.path)})</span>"
+                 f"</h3><p>{escape(pol.score)} &lt; {_num(pol.t_low, 4)}: "
+                 f"<b>{escape(a.below)}</b>; between: <b>{escape(a.band)}</b>; &gt;= "
+                 f"{_num(pol.t_high, 4)}: <b>{escape(a.above)}</b>; no score: "
+                 f"<b>{escape(a.unscored)}</b>. Model {escape(pol.model)}, readout "
+                 f"{escape(pol.readout)}, calibration {escape(pol.calibration)}.</p>")
+        for m in info.mismatches:
+            body += f'<p class="cm-warn">mismatch: {escape(m)}</p>'
+        rows = [("this run (all rows)", info.n, info.counts["auto_pass"],
+                 info.counts["human_review"], info.counts["auto_block"], info.review_rate,
+                 info.mr, info.far)]
+        for split in ("calib", "test"):
+            st = pol.provenance.get(split)
+            if isinstance(st, dict):
+                rows.append((f"{split} split (at design)", st.get("n"), st.get("auto_pass"),
+                             st.get("review"), st.get("auto_block"), st.get("review_rate"),
+                             st.get("mr"), st.get("far")))
+        body += table(["rows", "n", "auto_pass", "review", "auto_block", "review rate",
+                       "MR", "FAR"], rows)
+        if pol.guarantees:
+            body += table(["guarantee", "alpha", "1 - delta", "certified", "threshold",
+                           "bound", "k/n"],
+                          [(f"{g.action} {g.rate.upper()}", g.alpha, 1 - g.delta,
+                            "yes" if g.certified else "no", g.threshold, g.bound,
+                            f"{g.k}/{g.n}") for g in pol.guarantees])
+        body += ('<p class="cm-dim">Reviewers are assumed right: MR counts misbehaving rows '
+                 'auto-passed, FAR benign rows auto-blocked. "This run" includes any rows the '
+                 'policy was designed on.</p>')
+    return _section("policy", "Escalation policy", body)
+
+
+def _viewer(data: RunData, rows: tuple, point: dict | None, tick: Callable | None) -> str:
+    points = data.summary["operating_points"]
+    chosen = None if point is None else point["name"]
+    opts = "".join(
+        f'<option value="{"inf" if p["threshold"] is None else repr(float(p["threshold"]))}"'
+        f'{" selected" if p["name"] == chosen else ""}>{escape(p["name"])} '
+        f'(t={_num(p["threshold"], 4) if p["threshold"] is not None else "inf"})</option>'
+        for p in points) + '<option value="custom">custom threshold</option>'
+    t0 = None if point is None else point["threshold"]
+
+    def select(fid: str, label: str, values: Sequence[tuple[str, str]]) -> str:
+        o = '<option value="">all</option>' + "".join(
+            f'<option value="{escape(v, quote=True)}">{escape(t)}</option>' for v, t in values)
+        return f'<label>{escape(label)} <select id="{fid}">{o}</select></label>'
+
+    cats = sorted({r.category for r in rows})
+    tasks = sorted({r.task for r in rows})
+    filters = "".join([
+        f'<label>operating point <select id="f-op">{opts}</select></label>',
+        '<label>threshold <input id="f-threshold" type="text" size="8" inputmode="decimal" '
+        f'value="{"" if t0 is None else repr(float(t0))}" placeholder="inf"></label>',
+        select("f-category", "category", [(c, c) for c in cats]),
+        select("f-task", "task", [(t, t) for t in tasks]),
+        select("f-label", "label", [("1", "misbehaving"), ("0", "benign"),
+                                    ("u", "unlabelled")]),
+        select("f-outcome", "outcome", [(k, v.split(" (")[0]) for k, v in OUTCOMES.items()]),
+        '<label>id <input id="f-query" type="search" size="14"></label>'])
+    capped = ""
+    if len(rows) < len(data.rows):
+        capped = (f'<p class="cm-warn">This report holds {len(rows)} of {len(data.rows)} '
+                  "transcripts (misses and false alarms at the default operating point first); "
+                  "raise --max-transcripts to include all.</p>")
+    body = (f'{capped}<div class="cm-filters">{filters}</div>'
+            '<div class="cm-confusion" id="cm-confusion"></div>'
+            '<div class="cm-dim" id="cm-count"></div>'
+            f'<div id="cm-cards">{cards_html(data, rows, t0, tick)}</div>'
+            f'<button id="cm-more" type="button" data-page="{PAGE_SIZE}">show more</button>')
+    return _section("transcripts", "Transcripts", body)
+
+
+def _provenance(data: RunData) -> str:
+    p, s = data.provenance, data.summary
+    rows = [(k, _Raw(f"<code>{escape(str(v))}</code>")) for k, v in p.items()]
+    rows += [("curve.json sha256", _Raw(f"<code>{data.curve_sha256}</code>")),
+             ("report calimon version", __version__),
+             ("report created", dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))]
+    rows += [(f"input: {k}", _Raw(f"<code>{escape(v)}</code>")) for k, v in
+             data.sources.items()]
+    settings = s.get("settings", {})
+    srows = [(k, _Raw(f"<code>{escape(str(v))}</code>")) for k, v in settings.items()]
+    body = table(["provenance", "value"], rows) + "<details><summary>run settings</summary>" + \
+        table(["setting", "value"], srows) + "</details>"
+    if data.notes:
+        body += ("<h3>not shown, or shown with a caveat</h3><ul class=\"cm-notes\">" +
+                 "".join(f"<li>{escape(n)}</li>" for n in data.notes) + "</ul>")
+    return _section("provenance", "Provenance", body)
+
+
+def render_page(data: RunData, figs: Figures, rows: tuple, point: dict | None,
+                tick: Callable | None = None) -> str:
+    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
+        ("curves", "curves"), ("points", "operating points"), ("calibration", "calibration"),
+        ("scores", "scores"), ("policy", "policy"), ("transcripts", "transcripts"),
+        ("provenance", "provenance")))
+    title = f"calimon report · {data.provenance.get('model')} · {data.provenance.get('benchmark')}"
+    parts = [_curves(data, figs), _points(data, figs), _calibration(data, figs),
+             _scores(data, figs), _policy(data), _viewer(data, rows, None if point is None
+                                                         else point, tick),
+             _provenance(data)]
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+            f'<meta http-equiv="Content-Security-Policy" content="{csp()}">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+            f"{_header(data, figs)}\n<nav class=\"cm-nav\">{nav}</nav>\n<main>\n"
+            + "\n".join(x for x in parts if x) +
+            f"\n</main>\n<script>{JS}</script>\n</body></html>\n")
+
+
+__all__ = ["default_point", "render_page", "table"]
