@@ -1,0 +1,83 @@
+"""CLI of the report: ``calimon report RUN``. ``register(app)`` mounts it on the main app."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from calimon.errors import CalimonError
+
+
+def _guard(fn):
+    """Library errors become one line on stderr and the error's exit code."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CalimonError as exc:
+            typer.echo(f"calimon: error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+    return wrapper
+
+
+@_guard
+def report_cmd(
+    run: Annotated[Path, typer.Argument(help="Run folder written by `calimon curve --out DIR`.")],
+    out: Annotated[Path | None, typer.Option(help="HTML file to write (default RUN/report.html); the PNGs go next to it.")] = None,
+    policy: Annotated[list[Path] | None, typer.Option(help="Escalation policy YAML to summarize (repeatable; default: the policy files in RUN).")] = None,
+    spans: Annotated[Path | None, typer.Option(help="spans.jsonl of `calimon spans` (or its folder; default RUN/spans.jsonl if present).")] = None,
+    token_scores: Annotated[Path | None, typer.Option(help="token_scores.jsonl of a probe token head (default RUN/token_scores.jsonl if present).")] = None,
+    benchmark: Annotated[str | None, typer.Option(help="Benchmark name or samples .jsonl for the transcripts (default: the run's).")] = None,
+    store: Annotated[Path | None, typer.Option(help="Run store with the readings (default: the run's).")] = None,
+    operating_point: Annotated[str | None, typer.Option(help="Viewer's initial operating point, a name from the table (default FAR<=5%).")] = None,
+    max_transcripts: Annotated[int, typer.Option(help="At most this many transcript cards, misses and false alarms first (0: none).")] = 2000,
+    screenshot: Annotated[Path | None, typer.Option(help="Also open the report in headless Chromium and save a PNG screenshot here.")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
+) -> None:
+    """Write a self-contained HTML report of a run (curves, calibration, policy, transcripts)."""
+    from calimon.report import build_report
+
+    progress = None
+    if not (quiet or as_json):
+        from calimon.cli import progress_factory
+        progress = progress_factory(False)
+    rep = build_report(run, out, policies=list(policy) if policy else None, spans=spans,
+                       token_scores=token_scores, benchmark=benchmark, store=store,
+                       operating_point=operating_point, max_transcripts=max_transcripts,
+                       progress=progress)
+    result = rep.to_dict()
+    if screenshot is not None:
+        from calimon.report.chromium import check_page
+
+        check = check_page(rep.html, screenshot=screenshot, full_height=2600)
+        result["screenshot"] = str(check.screenshot)
+        result["browser_errors"] = list(check.errors)
+    if as_json:
+        typer.echo(json.dumps(result, indent=1))
+        if result.get("browser_errors"):
+            raise typer.Exit(1)
+        return
+    typer.echo(f"wrote {rep.html} ({result['bytes'] // 1024} KiB, {rep.n_transcripts} of "
+               f"{rep.n_rows} transcripts; viewer at {rep.operating_point})")
+    typer.echo("figures: " + ", ".join(str(p) for p in rep.pngs))
+    for note in rep.notes:
+        typer.echo(f"note: {note}")
+    if screenshot is not None:
+        typer.echo(f"screenshot: {result['screenshot']}")
+    for err in result.get("browser_errors", []):
+        typer.echo(f"browser error: {err}", err=True)
+    if result.get("browser_errors"):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Mount ``report`` on the main CLI."""
+    app.command("report")(report_cmd)
+
+
+__all__ = ["register", "report_cmd"]
