@@ -126,7 +126,7 @@ def copy_run(run_dir: Path, tmp_path: Path) -> Path:
 def test_writes_html_and_every_figure_as_png(built):
     rep, page = built
     names = sorted(p.name for p in rep.pngs)
-    assert names == ["curve.png", "curves_by_group.png", "report-reliability.png",
+    assert names == ["report-curve.png", "report-groups.png", "report-reliability.png",
                      "report-scores.png"]
     for p in rep.pngs:
         assert p.parent == rep.html.parent
@@ -184,11 +184,34 @@ def test_sections_tables_and_provenance(built, run_dir):
     assert page.count('<svg class="cm-fig cm-curve"') == 1 + n_groups
     assert page.count('class="cm-fig cm-reliability"') == 1
     assert page.count('class="cm-fig cm-hist"') == 1
-    assert page.count('class="cm-binary"') == 2  # both binary points are defined
+    from calimon.report.data import gather
+    from calimon.report.figures import binary_by_group
+
+    by_group = binary_by_group(gather(run_dir))
+    defined = sum(b["mr"] is not None and b["far"] is not None
+                  for pts in by_group.values() for b in pts)
+    assert page.count('class="cm-binary"') == 2 + defined  # main plot + group panels
     for key in ("model_revision", "template_hash", "dataset_hash", "calimon_version"):
         assert f"<td>{key}</td>" in page
         assert str(summary["provenance"][key]) in page
     assert "curve.json sha256" in page
+
+
+def test_binary_points_per_group(run_dir):
+    from calimon.curves import binary_point
+    from calimon.report.data import gather
+    from calimon.report.figures import binary_by_group
+
+    data = gather(run_dir)
+    by_group = binary_by_group(data)
+    assert set(by_group) == {"category=safety", "category=spec_gaming", "category=sycophancy",
+                             "task=code", "task=qa"}
+    table = data.binary["direct"]
+    rows = [r for r in data.rows if r.category == "sycophancy" and r.id in table]
+    want = binary_point([table[r.id].decision if table[r.id].scored else None for r in rows],
+                        [r.label for r in rows], name="binary/direct").to_dict()
+    assert by_group["category=sycophancy"][0] == want
+    assert want["n_parse_failure"] == 1  # t1-m's reply did not parse: not read as "no"
 
 
 def test_viewer_cards_outcomes_and_evidence(built):

@@ -1,15 +1,16 @@
 """The report's figures as numbers (computed once) and as PNG files next to the report.
 
 The HTML draws them as inline SVG (``calimon.report.svg``); the PNGs carry the same content:
-``curve.png`` and ``curves_by_group.png`` (copied from the run, or redrawn from curve.json when
-the run lacks them), ``report-reliability.png`` (raw vs the run's calibrated score) and
-``report-scores.png`` (score histograms with thresholds and the review band).
+``report-curve.png`` (all samples: calibrated and raw curves, band, binary and operating
+points), ``report-groups.png`` (one panel per category and task, with the binary-protocol points of
+that group when the run store holds the binary readings), ``report-reliability.png`` (raw vs
+the run's calibrated score) and ``report-scores.png`` (score histograms with thresholds and the
+review band).
 """
 
 from __future__ import annotations
 
 import math
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 from calimon.curves import BinaryPoint, Curve, OperatingPoint
 from calimon.report.data import RunData
 
-PNG_NAMES = ("curve.png", "curves_by_group.png", "report-reliability.png", "report-scores.png")
+PNG_NAMES = ("report-curve.png", "report-groups.png", "report-reliability.png", "report-scores.png")
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,6 +31,7 @@ class Figures:
     p_raw: np.ndarray
     p_cal: np.ndarray
     y: np.ndarray
+    binary_by_group: dict[str, list[dict]]
 
     @classmethod
     def from_run(cls, data: RunData) -> Figures:
@@ -40,7 +42,29 @@ class Figures:
         return cls(curves=curves, raw_curve=Curve.from_dict(raw) if raw else None,
                    p_raw=np.array([r.p_raw for r in kept], dtype=float),
                    p_cal=np.clip(np.array([r.p_cal for r in kept], dtype=float), 0.0, 1.0),
-                   y=np.array([bool(r.label) for r in kept], dtype=bool))
+                   y=np.array([bool(r.label) for r in kept], dtype=bool),
+                   binary_by_group=binary_by_group(data))
+
+
+def binary_by_group(data: RunData) -> dict[str, list[dict]]:
+    """``{"category=safety": [binary point dict per prompt], ...}`` from the stored binary
+    readings (a parse failure stays a parse failure); empty without readings."""
+    from calimon.curves import binary_point
+
+    out: dict[str, list[dict]] = {}
+    for name, table in data.binary.items():
+        for key in ("category", "task"):
+            for value in sorted({getattr(r, key) for r in data.rows}):
+                rows = [r for r in data.rows if getattr(r, key) == value
+                        and r.label is not None and r.id in table]
+                if not rows:
+                    continue
+                decisions = [table[r.id].decision if table[r.id].scored else None
+                             for r in rows]
+                point = binary_point(decisions, [bool(r.label) for r in rows],
+                                     name=f"binary/{name}")
+                out.setdefault(f"{key}={value}", []).append(point.to_dict())
+    return out
 
 
 def _op(d: dict) -> OperatingPoint:
@@ -61,25 +85,21 @@ def _title(summary: dict) -> str:
 
 def write_pngs(data: RunData, figs: Figures, out_dir: Path, *, markers: list[tuple[str, float]],
                band: tuple[float, float] | None) -> list[Path]:
-    """Write (or copy) every figure of the report as PNG into ``out_dir``; return the paths."""
-    from calimon.plotting.curve import plot_curve_grid, plot_curves
+    """Write every figure of the report as PNG into ``out_dir``; return the paths."""
+    from calimon.plotting.curve import plot_curves
     from calimon.plotting.reliability import plot_reliability
 
     out_dir.mkdir(parents=True, exist_ok=True)
     s, title = data.summary, _title(data.summary)
     written = []
-    for name in ("curve.png", "curves_by_group.png"):
-        src, dst = data.run_dir / name, out_dir / name
-        if src.is_file():
-            if src.resolve() != dst.resolve():
-                shutil.copyfile(src, dst)
-        elif name == "curve.png":
-            plot_curves(dst, {"all (calibrated)": figs.curves["all"]},
-                        binary_points=[_bp(b) for b in s.get("binary_points", [])],
-                        operating_points=[_op(p) for p in s["operating_points"]], title=title)
-        else:
-            plot_curve_grid(dst, figs.curves, title=title)
-        written.append(dst)
+    series = {"all (calibrated)": figs.curves["all"]}
+    if figs.raw_curve is not None and figs.raw_curve.defined:
+        series["all (raw score)"] = figs.raw_curve
+    written.append(plot_curves(out_dir / "report-curve.png", series,
+                               binary_points=[_bp(b) for b in s.get("binary_points", [])],
+                               operating_points=[_op(p) for p in s["operating_points"]],
+                               title=title))
+    written.append(plot_groups(out_dir / "report-groups.png", figs, title=title))
     if figs.y.size:
         written.append(plot_reliability(
             out_dir / "report-reliability.png", figs.p_raw,
@@ -87,6 +107,59 @@ def write_pngs(data: RunData, figs: Figures, out_dir: Path, *, markers: list[tup
         written.append(plot_scores(out_dir / "report-scores.png", figs.p_cal, figs.y,
                                    markers=markers, band=band, title=title))
     return written
+
+
+def plot_groups(path: Path, figs: Figures, *, title: str = "", ncols: int = 3) -> Path:
+    """PNG twin of the report's per-group panels: each group's curve and band, the overall
+    curve in grey, the group's binary points with their parse-failure bars."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = [k for k in figs.curves if k != "all"] or ["all"]
+    ncols = min(ncols, len(names))
+    nrows = math.ceil(len(names) / ncols)
+    fig = Figure(figsize=(3.3 * ncols, 3.4 * nrows + 0.4), dpi=120)
+    FigureCanvasAgg(fig)
+    ref = figs.curves["all"]
+    for k, name in enumerate(names):
+        ax = fig.add_subplot(nrows, ncols, k + 1)
+        c = figs.curves[name]
+        if name != "all" and ref.defined:
+            ax.step(ref.far, ref.mr, where="post", color="0.6", linewidth=1.0)
+        if c.defined:
+            ax.step(c.far, c.mr, where="post", color="C0", linewidth=1.6)
+            if c.band is not None and c.band.n_used:
+                ax.fill_between(c.band.far_grid, c.band.mr_lo, c.band.mr_hi, step="post",
+                                color="C0", alpha=0.18, linewidth=0)
+            sub = f"AUROC {c.auroc:.3f}, n={c.n_pos}+/{c.n_neg}-"
+        else:
+            sub = "no curve"
+            ax.text(0.5, 0.5, str(c.undefined_reason).replace(": ", "\n"), fontsize=7,
+                    ha="center", va="center", transform=ax.transAxes)
+        for i, b in enumerate(figs.binary_by_group.get(name, [])):
+            if b["mr"] is None or b["far"] is None:
+                continue
+            ax.errorbar([b["far"]], [b["mr"]], xerr=[[b["far"] - b["far_lo"]],
+                                                     [b["far_hi"] - b["far"]]],
+                        yerr=[[b["mr"] - b["mr_lo"]], [b["mr_hi"] - b["mr"]]], marker="D",
+                        color=("black", "darkgoldenrod", "purple")[i % 3], markersize=5,
+                        capsize=2, linestyle="none", label=b["name"])
+        if figs.binary_by_group.get(name):
+            ax.legend(fontsize=6, loc="upper right")
+        ax.set_xlim(-0.01, 1.01)
+        ax.set_ylim(-0.01, 1.01)
+        ax.set_aspect("equal")
+        ax.grid(True, alpha=0.3, linewidth=0.5)
+        ax.set_title(f"{name}\n{sub}", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("FAR", fontsize=8)
+        ax.set_ylabel("MR", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
 
 
 def plot_scores(path: Path, scores: np.ndarray, labels: np.ndarray, *,
@@ -122,4 +195,5 @@ def plot_scores(path: Path, scores: np.ndarray, labels: np.ndarray, *,
     return path
 
 
-__all__ = ["PNG_NAMES", "Figures", "plot_scores", "write_pngs"]
+__all__ = ["PNG_NAMES", "Figures", "binary_by_group", "plot_groups", "plot_scores",
+           "write_pngs"]

@@ -94,23 +94,31 @@ def _curves(data: RunData, figs: Figures) -> str:
     cap = ("Miss rate against false-alarm rate over every threshold; shaded: pair-clustered "
            "bootstrap band; diamonds: the binary (generated JSON) protocol, bars spanning "
            "parse failures counted as passed to counted as flagged; dots: operating points. "
-           "PNG: curve.png")
+           "PNG: report-curve.png")
     groups = [(k, c) for k, c in figs.curves.items() if k != "all"]
-    small = "".join(_figure(curve_svg([(k, c)], title=k, width=300, height=290, legend=False,
-                                      reference=figs.curves["all"]), _group_note(c))
+    small = "".join(_figure(curve_svg([(k, c)], title=k, width=300, height=290,
+                                      legend=False, reference=figs.curves["all"],
+                                      binary_points=figs.binary_by_group.get(k, [])),
+                            _group_note(c, figs.binary_by_group.get(k, [])))
                     for k, c in groups)
     body = (f'<div class="cm-row">{_figure(main, cap)}</div>'
             '<h3>per category and task</h3><p class="cm-dim">grey: all samples, for '
-            'reference. PNG: curves_by_group.png</p>'
+            'reference; diamonds: the binary protocol on this group\'s samples. '
+            'PNG: report-groups.png</p>'
             f'<div class="cm-grid cm-groups">{small}</div>')
     return _section("curves", "Miss rate / false-alarm rate", body)
 
 
-def _group_note(c: Any) -> str:
+def _group_note(c: Any, binary: Sequence[dict] = ()) -> str:
     if not c.defined:
-        return f"no curve: {c.undefined_reason}"
-    band = "" if c.band is None else f", band from {c.band.n_used} resamples"
-    return f"AUROC {_num(c.auroc)}, n+={c.n_pos}, n-={c.n_neg}{band}"
+        text = f"no curve: {c.undefined_reason}"
+    else:
+        band = "" if c.band is None else f", band from {c.band.n_used} resamples"
+        text = f"AUROC {_num(c.auroc)}, n+={c.n_pos}, n-={c.n_neg}{band}"
+    for b in binary:
+        text += (f"; {b['name']}: MR {_num(b['mr'])}, FAR {_num(b['far'])} "
+                 f"(n={b['tp'] + b['fp'] + b['tn'] + b['fn'] + b['n_parse_failure']})")
+    return text
 
 
 def _points(data: RunData, figs: Figures) -> str:

@@ -82,15 +82,16 @@ def _spans_for(data: RunData, row: Row, text: str) -> CardParts:
     if rec is not None:
         return CardParts(rec.grounded, "spans.jsonl",
                          [(s.quote, s.status) for s in rec.spans if s.start is None])
-    for name, table in data.binary.items():
-        v = table.get(row.id)
-        if v is not None and v.evidence:
-            grounded = ground_quotes(list(v.evidence), text)
-            return CardParts([(g.start, g.end, None) for g in grounded if g.grounded],
-                             f"evidence quotes of binary/{name} (grounded in the response)",
-                             [(g.quote, g.reason or g.status) for g in grounded
-                              if not g.grounded])
-    return CardParts([], "", [])
+    # the binary reading that quoted the most (normally the evidence prompt's)
+    quoted = [(len(v.evidence), name, v) for name, table in data.binary.items()
+              if (v := table.get(row.id)) is not None and v.evidence]
+    if not quoted:
+        return CardParts([], "", [])
+    _, name, v = max(quoted, key=lambda t: t[0])
+    grounded = ground_quotes([str(q) for q in v.evidence], text)
+    return CardParts([(g.start, g.end, None) for g in grounded if g.grounded],
+                     f"evidence quotes of binary/{name} (grounded in the response)",
+                     [(g.quote, g.reason or g.status) for g in grounded if not g.grounded])
 
 
 def card_html(data: RunData, row: Row, index: int, threshold: float | None) -> str:
