@@ -116,9 +116,11 @@ def models_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON
 
 def _mount_areas() -> None:
     """Commands that live in their area's module."""
-    from calimon import cli_data, cli_deploy
+    from calimon import cli_backends, cli_data, cli_deploy, cli_report, cli_spans
 
     app.add_typer(cli_data.app, name="data")
+    for area in (cli_backends, cli_spans, cli_report):
+        area.register(app)
     app.command("thresholds")(cli_deploy.thresholds_cmd)
     app.command("escalate")(cli_deploy.escalate_cmd)
     app.command("apply-policy")(cli_deploy.apply_policy_cmd)
