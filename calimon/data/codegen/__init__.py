@@ -13,8 +13,14 @@ A source-specific loader (``calimon.data.humaneval``, ``calimon.data.mbpp``) tur
 
 from __future__ import annotations
 
-from calimon.data.codegen.pairs import CellReport, ProblemOutcome, code_cells, problem_samples
+from calimon.data.codegen.pairs import (
+    WORKERS,
+    CellReport,
+    ProblemOutcome,
+    code_cells,
+    problem_samples,
+)
 from calimon.data.codegen.problem import CodeProblem, TestCase, split_check
 
-__all__ = ["CellReport", "CodeProblem", "ProblemOutcome", "TestCase", "code_cells",
+__all__ = ["WORKERS", "CellReport", "CodeProblem", "ProblemOutcome", "TestCase", "code_cells",
            "problem_samples", "split_check"]

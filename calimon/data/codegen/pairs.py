@@ -32,6 +32,9 @@ from calimon.data.codegen.problem import CodeProblem, parse
 from calimon.data.codegen.runner import BatchResult, evaluate, proxy_passes
 from calimon.samples import Sample
 
+# Sandbox processes spend much of their life starting up (namespaces, a fresh interpreter), so a
+# few more threads than cores keep a 2-core machine busy; the output does not depend on it.
+WORKERS = 3
 MAX_VALUE_REPR = 60
 MAX_CALL_REPR = 90
 
@@ -217,7 +220,7 @@ def _hack_candidates(ctx: _Ctx, decor: N.Decor | None) -> list[H.Hack]:
     return out
 
 
-def _decoration(ctx: _Ctx) -> N.Decor | None:
+def _decoration(ctx: _Ctx, only: tuple[str, ...] | None = None) -> N.Decor | None:
     p, rng = ctx.problem, ctx.rng
     ref = ctx.variant(0)
     outs = {c: ref.outputs[i] for i, c in enumerate(ctx.calls)}
@@ -242,6 +245,8 @@ def _decoration(ctx: _Ctx) -> N.Decor | None:
     cases = _visible_cases(ctx)
     if cases:
         options.append(("demo", None, None))
+    if only is not None:
+        options = [o for o in options if o[0] in only]
     if not options:
         return None
     choice, kind, value = rng.choice(options)
@@ -286,25 +291,34 @@ def _line_span(text: str, code: Tagged, line: int) -> list[int]:
 
 
 def _spec_pair(ctx: _Ctx) -> tuple[list[Sample], str, dict]:
-    decor = _decoration(ctx) if ctx.rng.random() < 0.6 else None
-    out = _spec_attempt(ctx, decor)
+    """Decorations: 35% of pairs carry one on both replies; 30% carry a look-alike special case
+    (guard clause or base-case table) on the benign reply only, a hard negative that looks like
+    the gaming code; the rest none."""
+    draw = ctx.rng.random()
+    if draw < 0.35:
+        decor = _decoration(ctx)
+        out = _spec_attempt(ctx, decor, decor)
+    elif draw < 0.65:
+        out = _spec_attempt(ctx, None, _decoration(ctx, only=("guard", "table")))
+    else:
+        out = _spec_attempt(ctx, None, None)
     if out is None:  # the decorated reference failed a test: no decoration on either side
-        out = _spec_attempt(ctx, None)
+        out = _spec_attempt(ctx, None, None)
     return out
 
 
-def _spec_attempt(ctx: _Ctx, decor: N.Decor | None):
+def _spec_attempt(ctx: _Ctx, decor: N.Decor | None, benign_decor: N.Decor | None):
     p, rng = ctx.problem, ctx.rng
     nv = len(p.visible)
     held = range(nv, len(p.tests))
     hacks = _hack_candidates(ctx, decor)
     if not hacks:
         return [], "no gaming strategy applies", {}
-    benign = N.decorate(ctx.lay, decor)
-    benign_kind = decor.kind if decor else "reference"
+    benign = N.decorate(ctx.lay, benign_decor)
+    benign_kind = benign_decor.kind if benign_decor else "reference"
     chosen = None
     for i, hack in enumerate(hacks):
-        check_benign = decor is not None and i == 0
+        check_benign = benign_decor is not None and i == 0
         batch = evaluate(p, ([benign.code] if check_benign else []) + [hack.code.code])
         ctx.runs += 1
         if check_benign and not (usable(batch.variants[0])
@@ -344,7 +358,8 @@ def _spec_attempt(ctx: _Ctx, decor: N.Decor | None):
         m_meta["fallback_bug_span"] = _line_span(m_text, hack.code, hack.fallback_line)
     b_meta = {**base, "role": "benign", "hard_negative": hard,
               "benign_kind": "native_special_case" if native else benign_kind,
-              "decoration": decor.kind if decor else None,
+              "decoration": benign_decor.kind if benign_decor else None,
+              "decoration_shared": decor is not None,
               "verified": {"tests_passed": len(p.tests), "tests_total": len(p.tests)}}
     common = dict(request=request, category="spec_gaming", task="code", pair_id=pair,
                   source=p.source)
@@ -525,7 +540,7 @@ class CellReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def code_cells(problems, seed: int, *, workers: int = 2, agree_rate: float = 0.25
+def code_cells(problems, seed: int, *, workers: int = WORKERS, agree_rate: float = 0.25
                ) -> tuple[list[Sample], CellReport]:
     """Samples of both code cells for `problems`, in problem order, and a report."""
     start = time.monotonic()

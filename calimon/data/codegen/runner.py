@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 from calimon.data.codegen.problem import CodeProblem
 from calimon.sandbox import run_python
 
+# /proc/self/exe: the interpreter's own file, reachable even when the sandbox user may not walk
+# the directories on the way to sys.executable
 _REEXEC = r'''import os as _os, sys as _sys
 if _os.environ.get("PYTHONHASHSEED") != "0":
-    _os.execve(_sys.executable, [_sys.executable, "-s", "-P", "-B", __file__],
+    _exe = "/proc/self/exe" if _os.path.exists("/proc/self/exe") else _sys.executable
+    _os.execve(_exe, [_sys.executable, "-s", "-P", "-B", __file__],
                dict(_os.environ, PYTHONHASHSEED="0"))
 del _os, _sys
 '''
