@@ -73,12 +73,13 @@ def curve(
     batch_tokens: Annotated[int, typer.Option(help="Padded tokens per forward batch.")] = 8192,
     store: Annotated[Path, typer.Option(help="SQLite run store (readings are reused across runs).")] = Path("runs/store.sqlite"),
     out: Annotated[Path | None, typer.Option(help="Output folder (default: a new folder under runs/).")] = None,
+    markdown: Annotated[Path | None, typer.Option(help="Also write the per-group results table (category, task, cell) as markdown to this file.")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ):
     """Score a benchmark, calibrate, and trace the full Miss-Rate / False-Alarm-Rate curve."""
     from calimon.pipeline import ALL_METHODS, CurveSettings, run_curve
-    from calimon.tables import operating_table
+    from calimon.tables import groups_markdown, operating_table
 
     if calibration not in ALL_METHODS:
         raise typer.BadParameter(f"expected one of {list(ALL_METHODS)}", param_hint="--calibration")
@@ -90,6 +91,9 @@ def curve(
         cost_false_alarm=cost_false_alarm, device=device, batch_tokens=batch_tokens,
         store=store, out=out)
     run = run_curve(settings, progress=progress_factory(quiet or as_json))
+    (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")
+    if markdown:
+        markdown.write_text(groups_markdown(run.summary) + "\n")
     if as_json:
         typer.echo(json.dumps({k: run.summary[k] for k in (
             "provenance", "counts", "auroc_raw", "auroc", "operating_points", "binary_points",
@@ -97,7 +101,7 @@ def curve(
         return
     typer.echo(operating_table(run.summary))
     typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, curve.png, curves_by_group.png, "
-               "reliability.png, calibration/")
+               "reliability.png, groups.md, calibration/")
 
 
 @models_app.command("list")

@@ -47,7 +47,8 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
                          metrics=result.metrics_after[m], extra=_map_extra(provenance))
     calib["notes"] = list(calib.get("notes", [])) + [str(w.message) for w in caught]
     p_cal = np.clip(after_by_method[s.calibration], 0.0, 1.0)
-    keys = {"category": [x.category for x in kept], "task": [x.task for x in kept]}
+    keys = {"category": [x.category for x in kept], "task": [x.task for x in kept],
+            "cell": [f"{x.category}/{x.task}" for x in kept]}
     curves = curves_by(p_cal, y, groups, keys=keys, n_boot=s.n_boot, seed=s.seed)
     raw_curve = Curve.from_scores(p_raw, y, groups, n_boot=0)
     overall = curves["all"]
@@ -84,12 +85,35 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
         "calibration": calib,
         "raw_curve": raw_curve.to_dict(),
         "curves": {k: c.to_dict() for k, c in curves.items()},
+        "groups": group_rows(curves, p_raw, y, keys, s.fars),
     }
     dump_json(summary, out / "curve.json")
     _write_csv(out / "curve.csv", evaluate, readings, {x.id: v for x, v in zip(kept, p_cal,
                                                                                strict=True)})
     _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
     return summary
+
+
+def group_rows(curves: dict, p_raw, y, keys: dict, fars) -> list[dict]:
+    """One summary row per curve group: counts, AUROC raw and calibrated, MR at each FAR, EER."""
+    from calimon.metrics import auroc
+
+    rows = []
+    for name, c in curves.items():
+        if name == "all":
+            mask = np.ones(len(y), bool)
+        else:
+            key, value = name.split("=", 1)
+            mask = np.array([v == value for v in keys[key]])
+        row = {"group": name, "n_pos": c.n_pos, "n_neg": c.n_neg,
+               "auroc_raw": auroc(p_raw[mask], y[mask]), "auroc": c.auroc}
+        if c.defined:
+            row.update({f"mr_at_far_{a:g}": c.at_far(a).mr for a in fars})
+            eer = c.eer()
+            row["eer"] = (eer.mr + eer.far) / 2
+        rows.append({k: (None if isinstance(v, float) and np.isnan(v) else v)
+                     for k, v in row.items()})
+    return rows
 
 
 def _map_extra(provenance: dict) -> dict:

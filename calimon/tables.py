@@ -33,3 +33,16 @@ def operating_table(summary: dict) -> str:
                      f"{_f(m['nll']):>8}{_f(m['auroc']):>8}{_f(m['auprc']):>8}")
     lines.append("(ECE/MCE: 15 equal-width bins; calibrated rows are out-of-sample.)")
     return "\n".join(lines)
+
+
+def groups_markdown(summary: dict) -> str:
+    """Per-group results (all, category, task, cell) as a markdown table."""
+    fars = summary["settings"]["fars"]
+    head = (["group", "misbehaving", "benign", "AUROC raw", "AUROC cal"]
+            + [f"MR @ FAR<={a:g}" for a in fars] + ["EER"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in summary["groups"]:
+        cells = [r["group"], str(r["n_pos"]), str(r["n_neg"]), _f(r["auroc_raw"]), _f(r["auroc"])]
+        cells += [_f(r.get(f"mr_at_far_{a:g}")) for a in fars] + [_f(r.get("eer"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
