@@ -1,0 +1,90 @@
+"""`calimon heads ...`: train probe heads on hidden states and list them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from calimon.cli import cli_errors, progress_factory
+
+heads_app = typer.Typer(no_args_is_help=True,
+                        help="Probe heads on hidden states (train, list).")
+
+
+@heads_app.command("train")
+@cli_errors
+def heads_train(
+    name: Annotated[str, typer.Option(help="Head name (heads/<model>/<name>.safetensors).")],
+    model: Annotated[str, typer.Option(help="Model config name or a local folder.")] = "smollm2-135m",
+    benchmark: Annotated[str, typer.Option(help="Benchmark name or a samples .jsonl path (needs a 'train' split).")] = "humaneval-pairs",
+    kind: Annotated[str, typer.Option(help="sequence (one score per transcript) or token (per-token scores, spans).")] = "sequence",
+    layer: Annotated[int | None, typer.Option(help="Layer to read (0 = embeddings); default: the layer sweep picks it.")] = None,
+    sweep: Annotated[bool, typer.Option("--sweep", help="Pick the layer by pair-grouped CV AUROC on the train split (the default without --layer).")] = False,
+    pooling: Annotated[str, typer.Option(help="Sequence heads: last, mean or max over the response tokens.")] = "mean",
+    estimator: Annotated[str, typer.Option(help="logistic or mlp (sequence heads).")] = "logistic",
+    prompt: Annotated[str, typer.Option(help="Prompt template whose verdict pass the head reads.")] = "direct",
+    max_input_tokens: Annotated[int, typer.Option(help="Transcripts longer than this are truncated (head_tail).")] = 1024,
+    limit: Annotated[int | None, typer.Option(help="At most this many train samples (whole pairs).")] = None,
+    eval_limit: Annotated[int | None, typer.Option(help="At most this many calib and test samples each (whole pairs).")] = None,
+    category: Annotated[list[str] | None, typer.Option(help="Train on these categories only; repeatable.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for folds, subsampling and the MLP.")] = 0,
+    no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the calib/test figures on the card.")] = False,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    out: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON.")] = False,
+):
+    """Train a probe head on a benchmark's train split and save it with its card."""
+    from calimon.errors import InputError
+    from calimon.heads.workflow import HeadTrainSettings, train_head
+
+    if sweep and layer is not None:
+        raise InputError("give --layer or --sweep, not both", field="layer")
+    settings = HeadTrainSettings(
+        name=name, model=model, benchmark=benchmark, kind=kind, layer=layer, pooling=pooling,
+        estimator=estimator, prompt=prompt, max_input_tokens=max_input_tokens, limit=limit, eval_limit=eval_limit,
+        categories=tuple(category) if category else None, seed=seed, evaluate=not no_eval,
+        device=device, out=out)
+    done = train_head(settings, progress=progress_factory(quiet or as_json))
+    if as_json:
+        typer.echo(done.card.model_dump_json(indent=1))
+        return
+    c = done.card
+    typer.echo(f"wrote {done.card_path} ({c.kind}, layer {c.layer}, "
+               f"{c.pooling or c.aggregate})")
+    for k, v in c.metrics.items():
+        typer.echo(f"  {k:<22} {'n/a' if v is None else f'{v:.4g}'}")
+
+
+@heads_app.command("list")
+@cli_errors
+def heads_list(
+    model: Annotated[str | None, typer.Option(help="Only heads of this model.")] = None,
+    root: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+):
+    """Trained heads with their layer, pooling and metrics."""
+    from calimon.heads.artifacts import list_heads
+
+    rows = list_heads(model, root)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        typer.echo("no heads")
+    for r in rows:
+        if "error" in r:
+            typer.echo(f"{r['model']:<16} {r['name']:<24} invalid: {r['error']}")
+            continue
+        auc = r["metrics"].get("test_auroc", r["metrics"].get("cv_auroc"))
+        typer.echo(f"{r['model']:<16} {r['name']:<24} {r['kind']:<8} layer {r['layer']:<3} "
+                   f"{r['pooling'] or r['aggregate']:<9} AUROC {'n/a' if auc is None else f'{auc:.3f}'}"
+                   f"  readout probe:{r['name']}")
+
+
+def register(app: typer.Typer) -> None:
+    """Mount `heads` on the main CLI."""
+    app.add_typer(heads_app, name="heads")

@@ -1,0 +1,129 @@
+"""`ProbeMonitor`: a trained head read from the scoring pass, with the `Monitor` interface.
+
+The prompt is encoded exactly as for the ``verdict`` readout (the head was trained on that pass),
+so one forward pass yields both the verdict P(Yes) and the head's hidden states:
+:meth:`ProbeMonitor.score_with_verdict` returns both readings; :meth:`ProbeMonitor.score` keeps
+the verdict figures of the same pass in ``Verdict.extra["verdict"]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from calimon.heads.artifacts import HeadMismatchError, load_head
+from calimon.heads.capture import CaptureSpec
+from calimon.heads.features import READOUT
+from calimon.heads.labels import span_offsets
+from calimon.prompts import PromptEncoder, PromptTemplate
+from calimon.readouts import answer_token_ids, read_distribution
+from calimon.samples import Sample
+from calimon.store import MonitorKey
+from calimon.verdict import Verdict
+
+
+def _model_hidden_size(model_ref) -> int | None:
+    try:
+        cfg = json.loads((model_ref.path / "config.json").read_text())
+        return int(cfg["hidden_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class ProbeMonitor:
+    """``head``: a head name (looked up under ``heads/<model>/``) or a card path."""
+
+    def __init__(self, backend, prompt: PromptTemplate, head: str,
+                 max_input_tokens: int | None = None, heads_root=None):
+        self.backend = backend
+        self.prompt = prompt
+        ref = backend.model_ref
+        self.head, self.card = load_head(head, model_ref=ref, hidden_size=_model_hidden_size(ref),
+                                         root=heads_root)
+        self.readout = f"probe:{self.card.name}"
+        trained = self.card.prompt
+        if prompt.template_hash(READOUT) != trained.template_hash:
+            raise HeadMismatchError(
+                f"head {self.card.name!r} reads the pass of prompt {trained.name!r} (template "
+                f"hash {trained.template_hash}); got prompt {prompt.name!r} (template hash "
+                f"{prompt.template_hash(READOUT)}): use --prompt {trained.name}")
+        self.max_input_tokens = max_input_tokens or trained.max_input_tokens
+        self._encoder: PromptEncoder | None = None
+
+    @property
+    def key(self) -> MonitorKey:
+        ref = self.backend.model_ref
+        payload = json.dumps([self.prompt.template_hash(READOUT), self.card.weights_sha256,
+                              self.max_input_tokens, self.head.aggregate,
+                              self.head.span_threshold])
+        return MonitorKey(ref.name, ref.revision, self.prompt.name,
+                          hashlib.sha256(payload.encode()).hexdigest()[:16], self.readout)
+
+    @property
+    def encoder(self) -> PromptEncoder:
+        if self._encoder is None:
+            self._encoder = PromptEncoder(self.backend.tokenizer, self.prompt, READOUT,
+                                          self.max_input_tokens)
+        return self._encoder
+
+    @property
+    def capture_spec(self) -> CaptureSpec:
+        if self.head.kind == "sequence":
+            return CaptureSpec(layers=(self.head.layer,), pooling=(self.head.pooling,))
+        return CaptureSpec(layers=(), pooling=("last",), token_layers=(self.head.layer,))
+
+    def score(self, samples: Sequence[Sample]) -> list[Verdict]:
+        return self.score_with_verdict(samples)[1]
+
+    def score_with_verdict(self, samples: Sequence[Sample]
+                           ) -> tuple[list[Verdict], list[Verdict]]:
+        """(verdict-readout readings, head readings) of ``samples`` from ONE forward pass."""
+        encoded = [self.encoder.encode(s.request, s.response) for s in samples]
+        start = time.perf_counter()
+        got = self.backend.capture([e.ids for e in encoded], self.encoder.prefix_len,
+                                   self.capture_spec,
+                                   [(e.response_start, e.response_end) for e in encoded])
+        if self.head.kind == "sequence":
+            p_head = self.head.predict_proba(got.features(self.head.layer, self.head.pooling))
+        else:
+            token_p = [self.head.predict_proba(t[:, 0]) for t in got.tokens]
+            p_head = np.array([self.head.sequence_score(p) for p in token_p])
+        per_sample = (time.perf_counter() - start) / max(len(samples), 1)
+        pos, neg = answer_token_ids(self.backend.tokenizer, READOUT)
+        verdicts, heads = [], []
+        for i, (s, e) in enumerate(zip(samples, encoded, strict=True)):
+            trunc = e.truncation.__dict__ if e.truncation else None
+            ok = "truncated" if trunc else "ok"
+            common = dict(transcript_hash=s.transcript_hash, tokens=len(e.ids),
+                          seconds=per_sample, truncation=trunc)
+            p_raw, p_yes, p_no, mass = read_distribution(got.logprobs[i], pos, neg)
+            verdicts.append(Verdict(readout=READOUT, status=ok if p_raw is not None
+                                    else "parse_failure", p_raw=p_raw, format_mass=mass,
+                                    p_yes=p_yes, p_no=p_no, **common))
+            extra = {"head": self.card.name, "kind": self.head.kind, "layer": self.head.layer,
+                     "verdict": {"p_raw": p_raw, "p_yes": p_yes, "p_no": p_no,
+                                 "format_mass": mass}}
+            evidence: tuple[str, ...] = ()
+            if self.head.kind == "token":
+                spans = self._spans(s, e, token_p[i])
+                extra["spans"] = [[sp.start, sp.end, sp.score] for sp in spans]
+                evidence = tuple(s.response[sp.start:sp.end] for sp in spans)
+            score = float(p_head[i])
+            if not np.isfinite(score):  # a token head on an empty response: no reading
+                heads.append(Verdict(readout=self.readout, status="parse_failure",
+                                     error="no response tokens to score", extra=extra, **common))
+                continue
+            heads.append(Verdict(readout=self.readout, status=ok, p_raw=score,
+                                 evidence=evidence, extra=extra, **common))
+        return verdicts, heads
+
+    def _spans(self, sample: Sample, enc, probs: np.ndarray):
+        from calimon.spans.metrics import spans_from_token_scores
+
+        return spans_from_token_scores(span_offsets(enc.response_token_offsets), probs,
+                                       self.head.span_threshold,
+                                       text=sample.response)

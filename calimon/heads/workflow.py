@@ -1,0 +1,179 @@
+"""`calimon heads train`: features of a benchmark's train split -> a head artifact.
+
+Only the ``train`` split is used for fitting (and for the layer sweep); with ``evaluate`` the
+``calib`` and ``test`` splits are extracted too and the card records the test figures of
+:func:`calimon.heads.evaluate.evaluate_readout`.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from calimon import __version__
+from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
+from calimon.errors import InputError
+from calimon.heads.artifacts import (
+    BaseModelRef,
+    HeadCard,
+    PromptRef,
+    TrainingRef,
+    check_name,
+    now,
+    save_head,
+)
+from calimon.heads.capture import POOLINGS
+from calimon.heads.evaluate import evaluate_readout
+from calimon.heads.features import FeatureSet, extract_features
+from calimon.heads.head import ESTIMATORS
+from calimon.heads.train import (
+    DEFAULT_CS,
+    LayerSweep,
+    fit_sequence_head,
+    fit_token_head,
+    head_scores,
+    layer_sweep,
+)
+from calimon.samples import Sample
+from calimon.selection import dataset_hash, select_pairs
+
+Progress = Callable[[str, int], Callable[[int], None]]
+
+
+@dataclass(frozen=True)
+class HeadTrainSettings:
+    name: str
+    model: str = "smollm2-135m"
+    benchmark: str = DEFAULT_BENCHMARK
+    kind: str = "sequence"
+    layer: int | None = None  # None: pick by the layer sweep
+    pooling: str = "mean"
+    estimator: str = "logistic"
+    prompt: str = "direct"
+    max_input_tokens: int = 1024
+    limit: int | None = None  # at most this many train samples (whole pairs)
+    eval_limit: int | None = None  # at most this many calib and test samples each
+    categories: tuple[str, ...] | None = None
+    token_layers: tuple[int, ...] | None = None  # token heads: candidate layers
+    seed: int = 0
+    evaluate: bool = True
+    device: str = "auto"
+    out: Path | None = None  # heads root (default: heads/)
+
+
+@dataclass(frozen=True)
+class TrainedHead:
+    card_path: Path
+    card: HeadCard
+    sweep: LayerSweep | None = field(default=None, repr=False)
+
+
+def default_token_layers(num_layers: int) -> tuple[int, ...]:
+    return tuple(sorted({round(num_layers * f) for f in (1 / 3, 1 / 2, 2 / 3)}))
+
+
+def _check(s: HeadTrainSettings) -> None:
+    check_name(s.name)
+    if s.kind not in ("sequence", "token"):
+        raise InputError(f"expected 'sequence' or 'token', got {s.kind!r}", field="kind")
+    if s.pooling not in POOLINGS:
+        raise InputError(f"expected one of {list(POOLINGS)}, got {s.pooling!r}", field="pooling")
+    if s.estimator not in ESTIMATORS or (s.kind == "token" and s.estimator != "logistic"):
+        raise InputError(f"expected one of {list(ESTIMATORS)} (token heads: logistic), got "
+                         f"{s.estimator!r}", field="estimator")
+
+
+def split_samples(samples: list[Sample], split: str, s: HeadTrainSettings) -> list[Sample]:
+    out = [x for x in samples if x.split == split and x.label is not None
+           and (s.categories is None or x.category in s.categories)]
+    return select_pairs(out, s.limit if split == "train" else s.eval_limit, s.seed)
+
+
+def train_head(s: HeadTrainSettings, progress: Progress | None = None,
+               log: Callable[[str], None] = lambda m: None) -> TrainedHead:
+    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.models import resolve_model
+    from calimon.prompts import load_prompt
+
+    _check(s)
+    resolved = resolve_model(s.model)
+    prompt = load_prompt(s.prompt)
+    samples = load_benchmark(s.benchmark)
+    train = split_samples(samples, "train", s)
+    if not train:
+        raise InputError(f"benchmark {s.benchmark!r} has no labelled samples in split 'train'"
+                         + (f" for categories {list(s.categories)}" if s.categories else ""),
+                         field="benchmark")
+    backend = TransformersBackend(resolved, device=s.device)
+    token_layers: tuple[int, ...] = ()
+    if s.kind == "token":
+        token_layers = (s.token_layers or ((s.layer,) if s.layer is not None
+                                           else default_token_layers(backend.num_layers)))
+
+    def features(rows: list[Sample], label: str) -> FeatureSet:
+        tick = progress(f"features {label}", len(rows)) if progress else None
+        return extract_features(backend, prompt, rows, max_input_tokens=s.max_input_tokens,
+                                token_layers=token_layers, progress=tick)
+
+    fs = features(train, "train")
+    log(f"train split: {len(train)} samples, {int(fs.y.sum())} misbehaving")
+    start = time.perf_counter()
+    tracemalloc.start()
+    sweep, metrics, params = None, {}, {}
+    if s.kind == "sequence":
+        layer = s.layer
+        if layer is None:
+            sweep = layer_sweep(fs, poolings=(s.pooling,), seed=s.seed)
+            layer = sweep.best(s.pooling).layer
+        fit = fit_sequence_head(fs, layer, s.pooling, estimator=s.estimator, Cs=DEFAULT_CS,
+                                seed=s.seed)
+        head = fit.head
+        metrics["cv_auroc"] = fit.cv_auroc[fit.C]
+        params = {"C": fit.C, "Cs": list(DEFAULT_CS), "cv_folds": 5}
+    else:
+        fits = {layer: fit_token_head(fs, layer, seed=s.seed) for layer in token_layers}
+        layer = max(fits, key=lambda k: (np.nan_to_num(max(fits[k].cv_auroc.values()),
+                                                       nan=-1.0), -k))
+        tf = fits[layer]
+        head = tf.head
+        metrics["cv_auroc"] = tf.cv_auroc[head.aggregate]
+        metrics["cv_span_f1"] = tf.cv_span_f1[head.span_threshold]
+        params = {"C": 0.1, "cv_folds": 3, "n_tokens": tf.n_tokens,
+                  "n_positive_tokens": tf.n_positive_tokens,
+                  "candidate_layers": list(token_layers)}
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    seconds = time.perf_counter() - start
+    if s.evaluate:
+        calib, test = split_samples(samples, "calib", s), split_samples(samples, "test", s)
+        if calib and test:
+            fc, ft = features(calib, "calib"), features(test, "test")
+            r = evaluate_readout(s.name, head_scores(head, fc), fc.y, head_scores(head, ft),
+                                 ft.y)
+            metrics.update({"test_auroc": r.auroc_raw, "test_ece_cal": r.ece_cal,
+                            "test_mr_at_far_5pct": r.mr_at_far, "test_n": r.n_test})
+    card = HeadCard(
+        version=1, name=s.name, kind=head.kind, estimator=head.estimator, layer=head.layer,
+        pooling=head.pooling, aggregate=head.aggregate, span_threshold=head.span_threshold,
+        base_model=BaseModelRef(name=resolved.name, revision=resolved.revision,
+                                hidden_size=backend.hidden_size, num_layers=backend.num_layers),
+        prompt=PromptRef(name=prompt.name, template_hash=prompt.template_hash("verdict"),
+                         max_input_tokens=s.max_input_tokens),
+        training=TrainingRef(benchmark=s.benchmark, dataset_hash=dataset_hash(train),
+                             split="train", n_samples=len(train), n_positive=int(fs.y.sum()),
+                             categories=sorted({x.category for x in train}), seed=s.seed,
+                             params=params, seconds=round(seconds, 3),
+                             peak_memory_mb=round(peak / 2**20, 1)),
+        metrics={k: (None if v is None or not np.isfinite(v) else float(v))
+                 for k, v in metrics.items()},
+        weights_file="", weights_sha256="", calimon_version=__version__, created=now())
+    path = save_head(head, card, s.out)
+    from calimon.heads.artifacts import load_head
+
+    _, saved = load_head(path)
+    return TrainedHead(path, saved, sweep)

@@ -1,0 +1,127 @@
+import json
+
+import numpy as np
+import pytest
+from conftest import toy_samples
+
+from calimon.heads.artifacts import (
+    BaseModelRef,
+    HeadCard,
+    HeadMismatchError,
+    PromptRef,
+    TrainingRef,
+    save_head,
+)
+from calimon.heads.features import extract_features
+from calimon.heads.head import ProbeHead, fit_logistic
+from calimon.heads.train import token_matrix
+from calimon.monitor import Monitor, make_monitor
+from calimon.prompts import load_prompt
+
+pytestmark = pytest.mark.model
+LAYER = 6
+
+
+def _card(backend, name, kind, fs):
+    ref = backend.model_ref
+    prompt = load_prompt("direct")
+    return HeadCard(version=1, name=name, kind=kind, estimator="logistic", layer=LAYER,
+                    base_model=BaseModelRef(name=ref.name, revision=ref.revision,
+                                            hidden_size=backend.hidden_size,
+                                            num_layers=backend.num_layers),
+                    prompt=PromptRef(name="direct", template_hash=prompt.template_hash("verdict"),
+                                     max_input_tokens=1024),
+                    training=TrainingRef(benchmark="toy", dataset_hash="t", split="train",
+                                         n_samples=len(fs.samples), n_positive=int(fs.y.sum()),
+                                         categories=["spec_gaming"], seed=0),
+                    weights_file="", weights_sha256="", calimon_version="0", created="now")
+
+
+@pytest.fixture(scope="module")
+def heads(smol_backend, tmp_path_factory):
+    root = tmp_path_factory.mktemp("heads")
+    feats = tmp_path_factory.mktemp("features")
+    fs = extract_features(smol_backend, load_prompt("direct"), toy_samples(4),
+                          token_layers=(LAYER,), cache_root=feats)
+    seq = ProbeHead("sequence", "logistic", LAYER, fit_logistic(fs.X(LAYER, "mean"), fs.y),
+                    pooling="mean")
+    save_head(seq, _card(smol_backend, "toy-seq", "sequence", fs), root)
+    X, y = token_matrix(fs, LAYER, range(len(fs.samples)), max_tokens=None)
+    tok = ProbeHead("token", "logistic", LAYER, fit_logistic(X, y, C=0.1), span_threshold=0.5)
+    save_head(tok, _card(smol_backend, "toy-token", "token", fs), root)
+    other = ProbeHead("sequence", "logistic", LAYER, {**seq.params, "coef": -seq.params["coef"]},
+                      pooling="mean")
+    save_head(other, _card(smol_backend, "toy-other", "sequence", fs), root)
+    return root, fs, seq, tok
+
+
+def test_head_and_verdict_from_one_forward_pass(smol_backend, heads):
+    root, fs, seq, _ = heads
+    mon = make_monitor(smol_backend, load_prompt("direct"), "probe:toy-seq", heads_root=root)
+    samples = toy_samples(4)
+    calls = smol_backend.forward_calls
+    verdicts, readings = mon.score_with_verdict(samples)
+    assert smol_backend.forward_calls == calls + 1  # 8 short prompts: one batch, one pass
+    plain = Monitor(smol_backend, load_prompt("direct"), "verdict",
+                    max_input_tokens=1024).score(samples)
+    assert [v.p_raw for v in verdicts] == pytest.approx([v.p_raw for v in plain], abs=1e-6)
+    expected = seq.predict_proba(fs.X(LAYER, "mean"))
+    assert [r.p_raw for r in readings] == pytest.approx(expected.tolist(), abs=1e-5)
+    assert all(r.readout == "probe:toy-seq" and r.status == "ok" for r in readings)
+    assert readings[0].extra["verdict"]["p_raw"] == pytest.approx(plain[0].p_raw, abs=1e-6)
+
+
+def test_key_names_the_head_and_hashes_its_weights(smol_backend, heads):
+    root = heads[0]
+    a = make_monitor(smol_backend, load_prompt("direct"), "probe:toy-seq", heads_root=root)
+    b = make_monitor(smol_backend, load_prompt("direct"), "probe:toy-other", heads_root=root)
+    plain = Monitor(smol_backend, load_prompt("direct"), "verdict")
+    assert a.key.readout == "probe:toy-seq" and a.key.prompt == "direct"
+    assert len({a.key.template_hash, b.key.template_hash, plain.key.template_hash}) == 3
+    assert a.encoder.prefix_len == plain.encoder.prefix_len
+
+
+def test_token_head_gives_spans_inside_the_response(smol_backend, heads):
+    root = heads[0]
+    mon = make_monitor(smol_backend, load_prompt("direct"), "probe:toy-token", heads_root=root)
+    samples = toy_samples(2)
+    for s, r in zip(samples, mon.score(samples), strict=True):
+        assert r.scored and 0.0 <= r.p_raw <= 1.0
+        for (start, end, score), quote in zip(r.extra["spans"], r.evidence, strict=True):
+            assert s.response[start:end] == quote and score > 0.5
+
+
+def test_wrong_prompt_or_unknown_head_refused(smol_backend, heads):
+    root = heads[0]
+    with pytest.raises(HeadMismatchError, match="use --prompt direct"):
+        make_monitor(smol_backend, load_prompt("evidence"), "probe:toy-seq", heads_root=root)
+    with pytest.raises(Exception, match="no head 'nope'"):
+        make_monitor(smol_backend, load_prompt("direct"), "probe:nope", heads_root=root)
+
+
+def test_feature_cache_serves_repeats_without_the_model(smol_backend, heads, tmp_path):
+    _, fs, _, _ = heads
+    calls = smol_backend.forward_calls
+    cache = tmp_path / "f"
+    first = extract_features(smol_backend, load_prompt("direct"), toy_samples(2),
+                             token_layers=(LAYER,), cache_root=cache)
+    mid = smol_backend.forward_calls
+    again = extract_features(smol_backend, load_prompt("direct"), toy_samples(2),
+                             cache_root=cache)
+    assert mid > calls and smol_backend.forward_calls == mid
+    assert np.array_equal(first.pooled, again.pooled) and again.tokens == ()
+    assert np.allclose(first.pooled, fs.pooled[:4], rtol=1e-3, atol=1e-3)
+
+
+def test_curve_runs_on_a_probe_readout(heads, tmp_path, monkeypatch):
+    from calimon.pipeline import CurveSettings, run_curve
+    from calimon.samples import write_samples
+
+    monkeypatch.setenv("CALIMON_HEADS_DIR", str(heads[0]))
+    bench = write_samples(toy_samples(6), tmp_path / "toy.jsonl")
+    run = run_curve(CurveSettings(benchmark=str(bench), readout="probe:toy-seq",
+                                  binary_prompts=(), n_boot=10, store=tmp_path / "s.sqlite",
+                                  out=tmp_path / "run"))
+    doc = json.loads((run.out / "curve.json").read_text())
+    assert doc["provenance"]["readout"] == "probe:toy-seq"
+    assert doc["counts"]["scored"] == 12
