@@ -36,6 +36,17 @@ class TransformersBackend:
         self._tokenizer = None
         self._prefix_cache: dict[tuple[int, ...], object] = {}
 
+    @classmethod
+    def from_loaded(cls, model_ref: ResolvedModel, model, tokenizer, **kwargs
+                    ) -> TransformersBackend:
+        """A backend around a model already in memory (e.g. a merged LoRA fine-tune);
+        `model_ref` should carry a revision that identifies those weights."""
+        backend = cls(model_ref, **kwargs)
+        backend._model = model.eval()
+        backend._tokenizer = tokenizer
+        backend._device = str(next(model.parameters()).device)
+        return backend
+
     # -- loading -----------------------------------------------------------------------------
     @property
     def tokenizer(self):

@@ -1,0 +1,139 @@
+"""The fine-tuned verdict baseline: LoRA adapters (peft) on the judge model, trained so that its
+verdict P(Yes) / (P(Yes) + P(No)) at the answer position predicts the label.
+
+The prompt is the same verdict prompt the probes read. The loss is the class-balanced binary
+cross-entropy of ``log P(yes forms) - log P(no forms)`` at the last position (the readout's own
+answer-token sets), so the fine-tune changes the same number the verdict readout reports. After
+training the adapters are merged and the merged model is scored by the ordinary backend (prefix
+KV reuse included). Needs the ``lora`` extra: ``pip install 'calimon[lora]'``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from calimon.errors import InputError, MissingExtraError
+from calimon.heads.head import balanced_weights
+from calimon.prompts import PromptEncoder, PromptTemplate
+from calimon.readouts import answer_token_ids
+from calimon.samples import Sample
+
+
+def _peft():
+    try:
+        import peft
+    except ImportError:
+        raise MissingExtraError("the LoRA baseline needs peft: pip install 'calimon[lora]' "
+                                "(or pip install peft)") from None
+    return peft
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    lr: float = 2e-4
+    epochs: int = 1
+    batch_size: int = 4
+    max_input_tokens: int = 768
+    seed: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class LoraRun:
+    backend: object = field(repr=False)  # a TransformersBackend around the merged model
+    losses: tuple[float, ...]
+    seconds: float
+    n_train: int
+    settings: LoraSettings
+    adapter_sha256: str
+
+
+def _batch_tensors(encoded, pad: int):
+    import torch
+
+    width = max(len(e.ids) for e in encoded)
+    ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, e in enumerate(encoded):
+        ids[row, :len(e.ids)] = torch.tensor(e.ids)
+        mask[row, :len(e.ids)] = 1
+    last = torch.tensor([len(e.ids) - 1 for e in encoded])
+    return ids, mask, last
+
+
+def verdict_margin(logits, last, pos_ids, neg_ids):
+    """log P(yes forms) - log P(no forms) at each row's last position."""
+    import torch
+
+    lp = torch.log_softmax(logits[torch.arange(logits.shape[0]), last].float(), -1)
+    return torch.logsumexp(lp[:, pos_ids], -1) - torch.logsumexp(lp[:, neg_ids], -1)
+
+
+def train_lora_verdict(backend, prompt: PromptTemplate, samples: Sequence[Sample],
+                       settings: LoraSettings = LoraSettings(),
+                       log: Callable[[str], None] = lambda m: None) -> LoraRun:
+    """Fit LoRA adapters on ``samples`` (pass the train split) and return a backend around the
+    merged model. Deterministic given ``settings.seed`` (data order and adapter init)."""
+    import torch
+
+    peft = _peft()
+    labelled = [s for s in samples if s.label is not None]
+    y = np.array([bool(s.label) for s in labelled])
+    if not labelled:
+        raise InputError("expected labelled training samples", field="samples")
+    weights = torch.tensor(balanced_weights(y), dtype=torch.float32)
+    torch.manual_seed(settings.seed)
+    tok = backend.tokenizer
+    base = copy.deepcopy(backend.model)  # peft injects adapters in place; keep the judge intact
+    cfg = peft.LoraConfig(r=settings.r, lora_alpha=settings.alpha,
+                          lora_dropout=settings.dropout,
+                          target_modules=list(settings.target_modules), bias="none")
+    model = peft.get_peft_model(base, cfg)
+    encoder = PromptEncoder(tok, prompt, "verdict", settings.max_input_tokens)
+    encoded = [encoder.encode(s.request, s.response) for s in labelled]
+    pos, neg = (torch.tensor(a) for a in answer_token_ids(tok, "verdict"))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=settings.lr)
+    rng = np.random.default_rng(settings.seed)
+    losses: list[float] = []
+    model.train()
+    start = time.perf_counter()
+    for epoch in range(settings.epochs):
+        order = rng.permutation(len(labelled))
+        for b in range(0, len(order), settings.batch_size):
+            idx = order[b:b + settings.batch_size]
+            ids, mask, last = _batch_tensors([encoded[i] for i in idx], pad)
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            margin = verdict_margin(logits, last, pos, neg)
+            target = torch.tensor(y[idx], dtype=torch.float32)
+            loss = (weights[idx] * torch.nn.functional.binary_cross_entropy_with_logits(
+                margin, target, reduction="none")).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+            log(f"epoch {epoch} batch {b // settings.batch_size}: loss {losses[-1]:.4f}")
+    seconds = time.perf_counter() - start
+    model.eval()
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters()):
+        if p.requires_grad:
+            h.update(name.encode())
+            h.update(p.detach().numpy().tobytes())
+    merged = model.merge_and_unload()
+    digest = h.hexdigest()
+    ref = backend.model_ref
+    tuned = replace(ref, name=f"{ref.name}+lora", revision=f"{ref.revision}+lora-{digest[:12]}")
+    from calimon.backends.transformers_backend import TransformersBackend
+
+    wrapped = TransformersBackend.from_loaded(tuned, merged, tok)
+    return LoraRun(wrapped, tuple(losses), seconds, len(labelled), settings, digest)
