@@ -1,0 +1,97 @@
+"""The fine-tuned verdict baseline (LoRA via peft) on a benchmark's train split, scored on
+subsets of calib and test; writes <out>/lora-<benchmark>.json with per-sample scores so that
+benchmarks/heads/report.py compares it with the verdict readout and the probes on the SAME
+samples.
+
+    python benchmarks/heads/lora_baseline.py --benchmark humaneval-pairs \
+        --train-limit 64 --eval-limit 64 --out benchmarks/heads/out
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from calimon import __version__
+from calimon.data.registry import load_benchmark
+from calimon.selection import dataset_hash, select_pairs
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--benchmark", default="humaneval-pairs")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--prompt", default="direct")
+    ap.add_argument("--train-limit", type=int, default=64)
+    ap.add_argument("--eval-limit", type=int, default=64)
+    ap.add_argument("--max-input-tokens", type=int, default=1024)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/heads/out"))
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.heads.lora import LoraSettings, train_lora_verdict
+    from calimon.models import resolve_model
+    from calimon.monitor import Monitor
+    from calimon.prompts import load_prompt
+
+    torch.set_num_threads(args.threads)
+    samples = [s for s in load_benchmark(args.benchmark) if s.label is not None]
+    by = {sp: [s for s in samples if s.split == sp] for sp in ("train", "calib", "test")}
+    train = select_pairs(by["train"], args.train_limit, args.seed)
+    calib = select_pairs(by["calib"], args.eval_limit, args.seed)
+    test = select_pairs(by["test"], args.eval_limit, args.seed)
+    log(f"train {len(train)}, calib {len(calib)}, test {len(test)}")
+    resolved = resolve_model(args.model)
+    backend = TransformersBackend(resolved, device="cpu")
+    prompt = load_prompt(args.prompt)
+    settings = LoraSettings(r=args.rank, alpha=2 * args.rank, lr=args.lr, epochs=args.epochs,
+                            batch_size=args.batch_size, max_input_tokens=args.max_input_tokens,
+                            seed=args.seed)
+    run = train_lora_verdict(backend, prompt, train, settings, log=log)
+    log(f"trained in {run.seconds:.0f} s")
+    start = time.perf_counter()
+    mon = Monitor(run.backend, prompt, "verdict", max_input_tokens=args.max_input_tokens)
+    scores = {}
+    for name, rows in (("calib", calib), ("test", test)):
+        verdicts = []
+        for i in range(0, len(rows), 16):
+            verdicts += mon.score(rows[i:i + 16])
+            log(f"scored {name} {min(i + 16, len(rows))}/{len(rows)}")
+        scores[name] = {s.id: v.p_raw for s, v in zip(rows, verdicts, strict=True)}
+    score_s = time.perf_counter() - start
+    result = {"benchmark": args.benchmark, "model": resolved.name,
+              "model_revision": resolved.revision, "tuned_revision": run.backend.model_ref.revision,
+              "prompt": args.prompt, "settings": asdict(settings), "threads": args.threads,
+              "n": {"train": len(train), "calib": len(calib), "test": len(test)},
+              "dataset_hash": {"train": dataset_hash(train), "calib": dataset_hash(calib),
+                               "test": dataset_hash(test)},
+              "train_seconds": round(run.seconds, 1), "score_seconds": round(score_s, 1),
+              "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+              "losses": run.losses, "adapter_sha256": run.adapter_sha256,
+              "calimon_version": __version__, "scores": scores}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"lora-{args.benchmark}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
