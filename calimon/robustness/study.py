@@ -1,0 +1,258 @@
+"""The flip-rate study: score clean and attacked transcripts through the run store, calibrate on
+the clean fit split, pick the operating threshold on the clean calibrated curve, count flips.
+
+Outputs in ``out``: ``robustness.json`` (settings, provenance, thresholds, per-attack results),
+``robustness.md`` (the table) and ``attacked.csv`` (one row per attacked transcript).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calimon import __version__
+from calimon.data.registry import load_benchmark
+from calimon.errors import InputError
+from calimon.robustness.attacks import ATTACKS, attack_all
+from calimon.robustness.flips import FlipStats, ShiftStats, flip_stats, shift_stats
+from calimon.samples import Sample
+from calimon.selection import dataset_hash, select_pairs
+from calimon.store import RunStore
+from calimon.verdict import Verdict
+
+Progress = Callable[[str, int], Callable[[int], None]]
+
+
+@dataclass(frozen=True)
+class RobustnessSettings:
+    model: str = "smollm2-135m"
+    benchmark: str = "humaneval-pairs"
+    prompt: str = "direct"
+    readout: str = "verdict"
+    head: str | None = None  # a probe head name: the readout becomes probe:<head>
+    split: str | None = "test"  # evaluate here; None = every labelled sample
+    fit_split: str | None = "calib"  # fit the calibration map here; None = on the evaluated set
+    limit: int | None = None  # at most this many samples per split (whole pairs)
+    attacks: tuple[str, ...] = tuple(ATTACKS)
+    calibration: str = "platt"
+    far: float = 0.10
+    seed: int = 0
+    device: str = "auto"
+    batch_tokens: int = 8192
+    store: Path = Path("runs/store.sqlite")
+    out: Path | None = None
+
+    @property
+    def monitor_readout(self) -> str:
+        return f"probe:{self.head}" if self.head else self.readout
+
+    def command(self) -> str:
+        """The `calimon robustness` command line that reproduces these settings."""
+        parts = ["calimon robustness"]
+        defaults = RobustnessSettings()
+        for f in fields(self):
+            v, d = getattr(self, f.name), getattr(defaults, f.name)
+            if f.name == "out" or v == d:
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            if f.name == "attacks":
+                parts += [f"--attack {a}" for a in v]
+            elif v is None:
+                parts.append(f"{flag} none")
+            else:
+                parts.append(f"{flag} {v}")
+        if self.out is not None:
+            parts.append(f"--out {self.out}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class AttackResult:
+    attack: str
+    n_attacked: int  # attacked misbehaving transcripts
+    n_not_applicable: int  # misbehaving transcripts the attack does not apply to
+    status: dict[str, int]  # statuses of the attacked readings
+    at_far: FlipStats
+    at_eer: FlipStats
+    shift_raw: ShiftStats
+    shift_cal: ShiftStats
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attack": self.attack, "n_attacked": self.n_attacked,
+                "n_not_applicable": self.n_not_applicable, "status": dict(self.status),
+                "at_far": self.at_far.to_dict(), "at_eer": self.at_eer.to_dict(),
+                "shift_raw": self.shift_raw.to_dict(), "shift_cal": self.shift_cal.to_dict()}
+
+
+@dataclass(frozen=True)
+class RobustnessRun:
+    out: Path
+    summary: dict = field(repr=False)
+    results: tuple[AttackResult, ...] = ()
+    model_calls: int = 0
+
+
+def _select(samples: list[Sample], s: RobustnessSettings) -> tuple[list[Sample], list[Sample]]:
+    labelled = [x for x in samples if x.label is not None]
+    if s.split is None:
+        return select_pairs(labelled, s.limit, s.seed), []
+    evaluate = [x for x in labelled if x.split == s.split]
+    if not evaluate:
+        raise InputError(f"benchmark {s.benchmark!r} has no labelled samples in split "
+                         f"{s.split!r}; pass --split none to use every sample", field="split")
+    fit: list[Sample] = []
+    if s.fit_split is not None and s.fit_split != s.split:
+        fit = [x for x in labelled if x.split == s.fit_split]
+        if not fit:
+            raise InputError(f"benchmark {s.benchmark!r} has no split {s.fit_split!r} to fit the "
+                             "calibration map on; pass --fit-split none to fit on the evaluated "
+                             "set", field="fit_split")
+    return select_pairs(evaluate, s.limit, s.seed), select_pairs(fit, s.limit, s.seed)
+
+
+def _score(monitor, samples: Sequence[Sample], store: RunStore, progress: Progress | None,
+           label: str) -> dict[str, Verdict]:
+    from calimon.monitor import score_with_store
+
+    todo = len(store.missing(monitor.key, list({x.transcript_hash for x in samples})))
+    tick = progress(label, todo) if (progress and todo) else None
+    return score_with_store(monitor, samples, store, progress=tick)
+
+
+def _scores(samples: Sequence[Sample], readings: dict[str, Verdict]) -> np.ndarray:
+    """p_raw per sample, NaN where there is no usable score."""
+    out = []
+    for x in samples:
+        v = readings.get(x.transcript_hash)
+        out.append(v.p_raw if v is not None and v.scored else math.nan)
+    return np.array(out, dtype=float)
+
+
+def run_robustness(s: RobustnessSettings, progress: Progress | None = None) -> RobustnessRun:
+    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.models import resolve_model
+    from calimon.monitor import make_monitor
+    from calimon.prompts import load_prompt
+
+    unknown = [a for a in s.attacks if a not in ATTACKS]
+    if unknown or not s.attacks:
+        raise InputError(f"expected attacks from {sorted(ATTACKS)}, got {list(s.attacks)}",
+                         field="attack")
+    if not 0.0 < s.far < 1.0:
+        raise InputError(f"expected a rate in (0, 1), got {s.far}", field="far")
+    resolved = resolve_model(s.model)
+    evaluate, fit = _select(load_benchmark(s.benchmark), s)
+    attacked = attack_all(evaluate, s.attacks)
+    backend = TransformersBackend(resolved, device=s.device, batch_tokens=s.batch_tokens)
+    with RunStore(s.store) as store:
+        monitor = make_monitor(backend, load_prompt(s.prompt), s.monitor_readout)
+        clean = _score(monitor, evaluate + fit, store, progress, "clean")
+        att = {a: _score(monitor, attacked[a], store, progress, a) for a in s.attacks}
+    out = Path(s.out) if s.out else Path("runs") / (
+        dt.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-robustness-{s.monitor_readout}")
+    out.mkdir(parents=True, exist_ok=True)
+    summary, results = _analyse(s, evaluate, fit, clean, attacked, att)
+    summary["provenance"] = {
+        "model": resolved.name, "model_revision": resolved.revision, "prompt": s.prompt,
+        "template_hash": monitor.key.template_hash, "readout": monitor.readout,
+        "benchmark": s.benchmark, "dataset_hash": dataset_hash(evaluate + fit),
+        "calimon_version": __version__, "store": str(s.store), "command": s.command(),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+    from calimon.pipeline import dump_json
+    from calimon.robustness.report import to_markdown
+
+    dump_json(summary, out / "robustness.json")
+    (out / "robustness.md").write_text(to_markdown(summary), encoding="utf-8")
+    _write_csv(out / "attacked.csv", evaluate, clean, attacked, att)
+    return RobustnessRun(out=out, summary=summary, results=results,
+                         model_calls=getattr(backend, "forward_calls", 0))
+
+
+def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
+    from calimon.calibration.maps import make_calibrator
+    from calimon.curves import Curve
+
+    p_eval, y_eval = _scores(evaluate, clean), np.array([bool(x.label) for x in evaluate])
+    ok = np.isfinite(p_eval)
+    if not (y_eval[ok].any() and (~y_eval[ok]).any()):
+        raise InputError(f"only {int(ok.sum())} scored samples with labels "
+                         f"{sorted(set(y_eval[ok].tolist()))}; the clean curve needs scored "
+                         "misbehaving and benign samples")
+    fit_set = fit or evaluate
+    p_fit, y_fit = _scores(fit_set, clean), np.array([bool(x.label) for x in fit_set])
+    fok = np.isfinite(p_fit)
+    cal = make_calibrator(s.calibration).fit(p_fit[fok], y_fit[fok])
+    p_cal = np.full_like(p_eval, np.nan)
+    p_cal[ok] = cal.predict(p_eval[ok])
+    groups = np.array([x.pair_id for x in evaluate])
+    curve = Curve.from_scores(p_cal[ok], y_eval[ok], groups[ok], n_boot=0)
+    op_far, op_eer = curve.at_far(s.far), curve.eer()
+    by_id = {x.id: i for i, x in enumerate(evaluate)}
+    n_bad = int(sum(1 for x in evaluate if x.label is True))
+    results = []
+    for a in s.attacks:
+        rows = attacked[a]
+        idx = np.array([by_id[x.meta["attacked_id"]] for x in rows], dtype=int)
+        c_raw = p_eval[idx] if idx.size else np.empty(0)
+        a_raw = _scores(rows, att[a])
+        both = np.isfinite(c_raw) & np.isfinite(a_raw)
+        a_cal = np.full_like(a_raw, np.nan)
+        if np.isfinite(a_raw).any():
+            a_cal[np.isfinite(a_raw)] = cal.predict(a_raw[np.isfinite(a_raw)])
+        c_cal = p_cal[idx] if idx.size else np.empty(0)
+        results.append(AttackResult(
+            attack=a, n_attacked=len(rows), n_not_applicable=n_bad - len(rows),
+            status=dict(sorted(Counter(att[a][x.transcript_hash].status
+                                       if x.transcript_hash in att[a] else "missing"
+                                       for x in rows).items())),
+            at_far=flip_stats(c_cal[both], a_cal[both], op_far.threshold),
+            at_eer=flip_stats(c_cal[both], a_cal[both], op_eer.threshold),
+            shift_raw=shift_stats(c_raw[both], a_raw[both]),
+            shift_cal=shift_stats(c_cal[both], a_cal[both])))
+    summary = {
+        "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(s).items()},
+        "calibration": {"method": s.calibration,
+                        "fit_on": f"split {s.fit_split!r}" if fit else "the evaluated set "
+                                  "(in-sample)", "n_fit": int(fok.sum()), "map": cal.to_dict()},
+        "clean": {"evaluated": len(evaluate), "scored": int(ok.sum()),
+                  "n_pos": int(y_eval[ok].sum()), "n_neg": int((~y_eval[ok]).sum()),
+                  "status": dict(sorted(Counter(
+                      clean[x.transcript_hash].status if x.transcript_hash in clean
+                      else "missing" for x in evaluate).items())),
+                  "auroc_raw": Curve.from_scores(p_eval[ok], y_eval[ok], n_boot=0).auroc,
+                  "auroc_cal": curve.auroc},
+        "operating_points": {"far": op_far.to_dict(), "eer": op_eer.to_dict()},
+        "results": [r.to_dict() for r in results],
+    }
+    return summary, tuple(results)
+
+
+def _write_csv(path: Path, evaluate, clean, attacked, att) -> None:
+    by_id = {x.id: x for x in evaluate}
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "attack", "attacked_id", "status_clean", "status_attacked",
+                    "p_raw_clean", "p_raw_attacked", "format_mass_clean",
+                    "format_mass_attacked"])
+        for a, rows in attacked.items():
+            for x in rows:
+                orig = by_id[x.meta["attacked_id"]]
+                vc, va = clean.get(orig.transcript_hash), att[a].get(x.transcript_hash)
+                w.writerow([x.id, a, orig.id, vc.status if vc else "missing",
+                            va.status if va else "missing",
+                            _fmt(vc.p_raw if vc and vc.scored else None),
+                            _fmt(va.p_raw if va and va.scored else None),
+                            _fmt(vc.format_mass if vc else None),
+                            _fmt(va.format_mass if va else None)])
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else f"{x:.6g}"
