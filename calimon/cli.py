@@ -118,10 +118,24 @@ def models_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON
         typer.echo(f"{r['name']:<24} {r['status']:<12} {r['detail']}")
 
 
+@cli_errors
+def import_amb_cmd(
+    path: Annotated[Path, typer.Argument(help="The official AutoMonitor-Bench file (JSON or JSONL).")],
+    out: Annotated[Path, typer.Option(help="Where to write calimon samples JSONL.")],
+    config: Annotated[Path | None, typer.Option(help="Field-mapping YAML (default configs/adapters/automonitor-bench.yaml).")] = None,
+):
+    """Convert the official AutoMonitor-Bench release into calimon samples through a field map."""
+    from calimon.data.automonitor import import_amb
+
+    written = import_amb(path, config, out)
+    typer.echo(f"wrote {written}")
+
+
 def _mount_areas() -> None:
     """Commands that live in their area's module."""
     from calimon import cli_backends, cli_data, cli_deploy, cli_report, cli_spans
 
+    cli_data.app.command("import-amb")(import_amb_cmd)
     app.add_typer(cli_data.app, name="data")
     for area in (cli_backends, cli_spans, cli_report):
         area.register(app)

@@ -30,3 +30,12 @@ def test_models_list_json(monkeypatch, tmp_path):
     rows = json.loads(result.output)
     names = {r["name"]: r["status"] for r in rows}
     assert names["qwen3-4b"] == "missing" and "smollm2-135m" in names
+
+
+def test_import_amb_names_file_line_and_field(tmp_path):
+    bad = tmp_path / "amb.jsonl"
+    bad.write_text('{"bad": 1}\n')
+    result = runner.invoke(app, ["data", "import-amb", str(bad), "--out", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 2
+    assert f"{bad}:1" in result.output and "request" in result.output
+    assert not (tmp_path / "o.jsonl").exists()
