@@ -316,3 +316,18 @@ def test_cli_missing_benchmark_file_and_bad_option_exit_2(tmp_path):
     assert missing.exit_code == 2 and "nope.jsonl" in missing.output
     usage = runner.invoke(app, ["curve", "--n-boot", "many"])
     assert usage.exit_code == 2 and "Traceback" not in usage.output
+
+
+@pytest.mark.parametrize("text", ["version: 1\nt_low: [\n", "version: 2\n", "- 1\n",
+                                  "version: 1\nname: x\nscore: p_cal\ncalibration: platt\n"
+                                  "readout: v\nmodel: m\nt_low: .nan\nt_high: 0.5\n"])
+def test_cli_apply_policy_with_a_bad_policy_file_exits_2(tmp_path, text):
+    from calimon.cli import app
+
+    policy, scored = tmp_path / "p.yaml", tmp_path / "s.csv"
+    policy.write_text(text)
+    scored.write_text("id,label,p_cal\na,1,0.5\n")
+    result = CliRunner().invoke(app, ["apply-policy", str(policy), str(scored),
+                                      "--out", str(tmp_path / "d.csv")])
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and str(policy) in lines[0]
