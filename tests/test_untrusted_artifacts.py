@@ -338,3 +338,151 @@ def test_sandbox_cannot_write_outside_its_temp_dir(tmp_path):
     finally:
         for t in targets:
             t.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------- probe head cards
+
+def _head_fixture(root: Path):
+    """A small valid logistic head saved under root/m/; returns (card path, model ref)."""
+    from types import SimpleNamespace
+
+    from calimon.heads.artifacts import BaseModelRef, HeadCard, PromptRef, TrainingRef, save_head
+    from calimon.heads.head import ProbeHead
+
+    d = 8
+    head = ProbeHead("sequence", "logistic", 3, {"mean": np.zeros(d), "scale": np.ones(d),
+                                                  "coef": np.linspace(-1, 1, d),
+                                                  "intercept": np.array([0.1])}, pooling="mean")
+    card = HeadCard(version=1, name="h", kind="sequence", estimator="logistic", layer=3,
+                    pooling="mean", base_model=BaseModelRef(name="m", revision="r",
+                                                            hidden_size=d, num_layers=4),
+                    prompt=PromptRef(name="direct", template_hash="abc", max_input_tokens=2048),
+                    training=TrainingRef(benchmark="b", dataset_hash="x", split="train",
+                                         n_samples=10, n_positive=5, categories=["safety"],
+                                         seed=0), weights_file="", weights_sha256="",
+                    calimon_version="0", created="now")
+    return save_head(head, card, root), SimpleNamespace(name="m", revision="r")
+
+
+def _load_head(path, ref):
+    from calimon.heads.artifacts import load_head
+
+    try:
+        return load_head(path, model_ref=ref, hidden_size=8)
+    except CalimonError as exc:
+        return exc
+
+
+def _save_weights(path: Path, params: dict) -> str:
+    """Write params as safetensors; returns the hash a card must carry for them."""
+    from safetensors.numpy import save_file
+
+    from calimon.heads.head import ProbeHead
+
+    save_file(params, str(path))
+    return ProbeHead("sequence", "logistic", 3, params, pooling="mean").weights_hash()
+
+
+def test_a_saved_head_loads_and_checks_its_hash(tmp_path):
+    card, ref = _head_fixture(tmp_path)
+    head, meta = _load_head(card, ref)
+    assert meta.name == "h" and head.hidden_size == 8
+    weights = card.parent / meta.weights_file
+    blob = bytearray(weights.read_bytes())
+    blob[-1] ^= 1  # flip one bit of one weight
+    weights.write_bytes(bytes(blob))
+    assert "sha256" in str(_load_head(card, ref))
+
+
+@pytest.mark.parametrize("name", ["../m/h", "/etc/passwd", ".h", "h/../../x", ""])
+def test_head_names_cannot_leave_the_heads_folder(tmp_path, name):
+    _, ref = _head_fixture(tmp_path)
+    from calimon.heads.artifacts import load_head
+
+    with pytest.raises(CalimonError):
+        load_head(name, model_ref=ref, root=tmp_path)
+
+
+card_values = st.recursive(st.none() | st.booleans() | st.integers(-10**30, 10**30)
+                           | st.floats() | st.text(max_size=8),
+                           lambda k: st.lists(k, max_size=3)
+                           | st.dictionaries(st.text("abc", min_size=1, max_size=3), k,
+                                             max_size=2), max_leaves=5)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_tampered_head_card_loads_or_names_its_field(data):
+    import yaml
+
+    root = Path(tempfile.mkdtemp(prefix="calimon-head-"))
+    card, ref = _head_fixture(root)
+    doc = yaml.safe_load(card.read_text())
+    key = data.draw(st.sampled_from(sorted(doc)))
+    doc[key] = data.draw(card_values)
+    card.write_text(yaml.safe_dump(doc, sort_keys=False))
+    got = _load_head(card, ref)
+    if isinstance(got, CalimonError):
+        assert str(card) in str(got) and "\n" not in str(got), got
+
+
+@pytest.mark.xfail(strict=True, reason="calimon/heads/artifacts.py::load_head lets "
+                   "safetensors' SafetensorError (a corrupt or non-safetensors weights file) "
+                   "escape as a traceback; catch it around load_file and raise "
+                   "HeadMismatchError naming the file")
+@pytest.mark.parametrize("blob", [b"", b"\x00" * 64, b"\xff" * 8 + b"{}",
+                                  pickle.dumps({"mean": [0.0]}),
+                                  (10**12).to_bytes(8, "little") + b"{"])
+def test_a_garbage_weights_file_is_a_calimon_error(tmp_path, blob):
+    card, ref = _head_fixture(tmp_path)
+    (card.parent / "h.safetensors").write_bytes(blob)
+    got = _load_head(card, ref)
+    assert isinstance(got, CalimonError), f"{type(got).__name__}: {got}"
+
+
+@pytest.mark.xfail(strict=True, reason="calimon/heads/artifacts.py::load_head joins the card's "
+                   "weights_file to the card folder unchecked: '../x.safetensors' or an absolute "
+                   "path loads weights from anywhere. Fix: require a plain file name, or "
+                   "weights.resolve().is_relative_to(card_path.parent.resolve())")
+def test_a_card_cannot_point_its_weights_outside_its_folder(tmp_path):
+    import yaml
+
+    card, ref = _head_fixture(tmp_path / "heads")
+    outside = tmp_path / "elsewhere.safetensors"
+    outside.write_bytes((card.parent / "h.safetensors").read_bytes())
+    doc = yaml.safe_load(card.read_text())
+    doc["weights_file"] = "../../elsewhere.safetensors"
+    card.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert isinstance(_load_head(card, ref), CalimonError)
+
+
+@pytest.mark.xfail(strict=True, reason="calimon/heads/head.py::ProbeHead.__post_init__ does "
+                   "not check that the weights are finite: with a matching card hash, +inf "
+                   "weights load and give a saturated score of 1.0 (NaN ones give no score). "
+                   "Fix: refuse non-finite params with InputError(field='params')")
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_weights_are_refused_even_with_a_matching_hash(tmp_path, bad):
+    import yaml
+
+    card, ref = _head_fixture(tmp_path)
+    params = {"mean": np.zeros(8), "scale": np.ones(8), "coef": np.full(8, bad),
+              "intercept": np.array([0.0])}
+    digest = _save_weights(card.parent / "h.safetensors", params)
+    doc = yaml.safe_load(card.read_text())
+    doc["weights_sha256"] = digest
+    card.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert isinstance(_load_head(card, ref), CalimonError)
+
+
+def test_a_tampered_weights_file_with_a_tampered_card_still_checks_shapes(tmp_path):
+    import yaml
+
+    card, ref = _head_fixture(tmp_path)
+    params = {"mean": np.zeros(4), "scale": np.ones(4), "coef": np.ones(4),
+              "intercept": np.array([0.0])}
+    digest = _save_weights(card.parent / "h.safetensors", params)
+    doc = yaml.safe_load(card.read_text())
+    doc["weights_sha256"] = digest
+    card.write_text(yaml.safe_dump(doc, sort_keys=False))
+    got = _load_head(card, ref)
+    assert isinstance(got, CalimonError) and "hidden size" in str(got)
