@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon curve --model smollm2-135m --out runs/demo
+	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon curve --model smollm2-135m --binary-limit 60 --out runs/demo
 
 test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "$(PYTEST_MARKS)"

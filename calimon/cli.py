@@ -63,6 +63,7 @@ def curve(
     binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).")] = None,
     split: Annotated[str | None, typer.Option(help="Evaluate on this split with maps fitted on 'calib'; default: all samples, cross-fitted.")] = None,
+    fit_on: Annotated[str, typer.Option(help="With --split: fit the maps on the 'calib' split, or 'crossfit' (pair-grouped, out-of-fold) within the evaluated split.")] = "calib",
     calibration: Annotated[str, typer.Option(help="Calibration map for the curve: temperature, platt, isotonic, histogram, beta.")] = "platt",
     n_boot: Annotated[int, typer.Option(help="Pair-clustered bootstrap resamples for the bands.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed for selection, folds and bootstrap.")] = 0,
@@ -86,7 +87,8 @@ def curve(
     settings = CurveSettings(
         model=model, benchmark=benchmark, prompt=prompt, readout=readout,
         binary_prompts=() if no_binary else tuple(binary_prompt or ("direct", "evidence")),
-        binary_limit=binary_limit, limit=limit, split=split, calibration=calibration,
+        binary_limit=binary_limit, limit=limit, split=split, fit_on=fit_on,
+        calibration=calibration,
         n_boot=n_boot, seed=seed, fars=tuple(far or (0.01, 0.05, 0.10)), cost_miss=cost_miss,
         cost_false_alarm=cost_false_alarm, device=device, batch_tokens=batch_tokens,
         store=store, out=out)

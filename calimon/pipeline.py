@@ -36,6 +36,7 @@ class CurveSettings:
     binary_limit: int | None = None
     limit: int | None = None
     split: str | None = None
+    fit_on: str = "calib"  # with a split: fit maps on "calib", or "crossfit" within the split
     calibration: str = "platt"
     methods: tuple[str, ...] = ALL_METHODS
     n_boot: int = 200
@@ -66,13 +67,16 @@ def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, l
     if s.split is None:
         return select_pairs(labelled, s.limit, s.seed), []
     evaluate = [x for x in labelled if x.split == s.split]
-    fit = [x for x in labelled if x.split == "calib"] if s.split != "calib" else []
+    if s.fit_on not in ("calib", "crossfit"):
+        raise InputError(f"expected 'calib' or 'crossfit', got {s.fit_on!r}", field="fit_on")
+    use_calib = s.fit_on == "calib" and s.split != "calib"
+    fit = [x for x in labelled if x.split == "calib"] if use_calib else []
     if not evaluate:
         raise InputError(f"benchmark {s.benchmark!r} has no labelled samples in split "
                          f"{s.split!r}", field="split")
-    if s.split != "calib" and not fit:
+    if use_calib and not fit:
         raise InputError(f"benchmark {s.benchmark!r} has no 'calib' split to fit calibration "
-                         "maps on; run without --split to cross-fit instead", field="split")
+                         "maps on; use --fit-on crossfit", field="split")
     return select_pairs(evaluate, s.limit, s.seed), select_pairs(fit, s.limit, s.seed)
 
 
