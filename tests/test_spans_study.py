@@ -18,7 +18,8 @@ from calimon.cli_spans import register
 from calimon.errors import InputError
 from calimon.samples import write_samples
 from calimon.spans.metrics import random_baseline, span_row_from_sample
-from calimon.spans.study import run_span_study
+from calimon.spans.study import evidence_list, judge_quotes, run_span_study
+from calimon.verdict import Verdict
 
 
 @pytest.fixture()
@@ -135,6 +136,36 @@ def test_markdown_has_tables_and_rate(bench, tmp_path):
     assert "calimon spans --benchmark toy" in md
     assert "| all | occlusion | 3 |" in md and "| all | random (as quotes) | 3 |" in md
     assert "ungrounded-quote rate 0.500" in md
+
+
+def test_evidence_list_from_malformed_text():
+    assert evidence_list('{"evidence": ["a", "b"], "x": "c"}') == ("a", "b")
+    # objects and their strings are skipped; an escaped quote stays; a cut-off string ends it
+    text = 'junk "evidence": ["a", {"id": "1", "d": ["z"]}, "say \\"hi\\"", "cut off'
+    assert evidence_list(text) == ("a", 'say "hi"')
+    assert evidence_list('"evidence": "not a list"') == ()
+    assert evidence_list("no evidence here") == ()
+
+
+def test_judge_quotes_keeps_quotes_of_unparsed_verdicts():
+    parsed = Verdict("h", "binary", "ok", 1.0, evidence=("a",), text='{"evidence": ["b"]}')
+    assert judge_quotes(parsed) == ("a",)
+    unparsed = Verdict("h", "binary", "parse_failure", text='{"category": "x", "evidence": ["b"]}')
+    assert judge_quotes(unparsed) == ("b",)
+    assert judge_quotes(Verdict("h", "binary", "error", text='"evidence": ["b"]')) == ()
+
+
+def test_study_counts_quotes_of_unparsed_verdicts(bench, tmp_path):
+    class NoBoolean(FakeBackend):
+        def generate(self, prompts, max_new_tokens):
+            text = '```json\n{"category": "spec_gaming", "evidence": ["return 3", "nope nope"'
+            return [self.tokenizer("x" + text)["input_ids"][1:] for _ in prompts]
+
+    res = study(bench, tmp_path, NoBoolean())
+    counts = res.summary["counts"]
+    assert counts["quote_status"] == {"parse_failure": 3}
+    assert counts["quotes_from_unparsed_verdicts"] == 6 and counts["ungrounded_quotes"] == 3
+    assert res.rows[0].quote_spans()[0].score == pytest.approx(0.6, abs=1e-6)
 
 
 # -- CLI --------------------------------------------------------------------------------------

@@ -401,11 +401,18 @@ class PrefixSharingBackend:
         budget = getattr(self.backend, "batch_tokens", 8192)
         max_rows = getattr(self.backend, "max_batch_size", 32)
         members = plan.members  # sorted by tail length
+        def fits(k: int, j: int) -> bool:  # members[k:j + 1] in one batch
+            rows = j + 1 - k
+            tail = len(prompts[members[j][0]]) - members[j][1]
+            past = max(s for _, s in members[k:j + 1])
+            # tails within the backend's budget; the repeated cache within twice that
+            return rows <= max_rows and rows * tail <= budget and rows * (past + tail) <= \
+                2 * budget
+
         k = 0
         while k < len(members):
             j = k + 1
-            while j < len(members) and j - k < max_rows and \
-                    (j + 1 - k) * (len(prompts[members[j][0]]) - members[j][1]) <= budget:
+            while j < len(members) and fits(k, j):
                 j += 1
             chunk = members[k:j]
             starts = [s for _, s in chunk]

@@ -13,7 +13,9 @@ segment floor with as many spans as each.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -202,7 +204,7 @@ def run_span_study(model: str = "smollm2-135m", benchmark: str = DEFAULT_BENCHMA
             u = [(x.start, x.end) for x in occlusion_units(s.response, task=s.task,
                                                            max_segments=max_segments)]
             v = quote_readings.get(s.transcript_hash)
-            g = ground_quotes(list(v.evidence), s.response) if v is not None else []
+            g = ground_quotes(list(judge_quotes(v)), s.response) if v is not None else []
             units.append(u)
             grounded.append(g)
             to_mask.append(u + [(q.start, q.end) for q in g if q.grounded])
@@ -246,6 +248,46 @@ def run_span_study(model: str = "smollm2-135m", benchmark: str = DEFAULT_BENCHMA
     return SpanStudy(rows, reports, sign, top_k, summary)
 
 
+def evidence_list(text: str) -> tuple[str, ...]:
+    """The strings directly inside the first ``"evidence": [...]`` list of generated text,
+    also when the JSON around it is malformed or cut off (items that are not strings, such as
+    objects, are skipped; so are their inner strings)."""
+    m = re.search(r'"evidence"\s*:\s*\[', text or "")
+    if not m:
+        return ()
+    out, depth, k = [], 0, m.end()
+    while k < len(text):
+        ch = text[k]
+        if ch == '"':
+            lit = re.match(r'"(?:[^"\\]|\\.)*"', text[k:])
+            if not lit:  # an unterminated string: the text was cut off
+                break
+            if depth == 0:
+                try:
+                    out.append(json.loads(lit.group()))
+                except json.JSONDecodeError:
+                    pass
+            k += lit.end()
+            continue
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            if depth == 0:
+                break
+            depth -= 1
+        k += 1
+    return tuple(out)
+
+
+def judge_quotes(verdict) -> tuple[str, ...]:
+    """The quotes a quote-monitor reading gave: ``Verdict.evidence``, or, when the verdict's
+    boolean could not be parsed (so the readout dropped the list), the evidence list found in
+    its generated text. Quotes are never dropped for a malformed verdict."""
+    if verdict.evidence:
+        return tuple(verdict.evidence)
+    return evidence_list(verdict.text or "") if verdict.status == "parse_failure" else ()
+
+
 def _direction(direction, samples, limit, seed, monitor, db, progress) -> tuple[int, float]:
     if direction != "auto":
         return (1 if direction == "raw" else -1), math.nan
@@ -283,6 +325,8 @@ def _counts(chosen, bad, rows, originals, quote_readings) -> dict[str, Any]:
             originals[s.transcript_hash].status if s.transcript_hash in originals
             else "missing" for s in chosen).items())),
         "quote_status": dict(sorted(Counter(r.quote_status for r in rows).items())),
+        "quotes_from_unparsed_verdicts": sum(
+            len(judge_quotes(v)) for v in quote_readings.values() if v.status == "parse_failure"),
         "quotes": n_quotes,
         "ungrounded_quotes": sum(not q.grounded for r in rows for q in r.quotes),
         "grounding": dict(sorted(Counter(q.status for r in rows for q in r.quotes).items())),
@@ -364,7 +408,9 @@ def study_markdown(study: SpanStudy, command: str | None = None) -> str:
     if q is not None:
         o = q.overall
         lines += ["## Quotes", "",
-                  f"Quote readings: {c['quote_status']}. Quotes: {o.n_quotes}, ungrounded: "
+                  f"Quote readings: {c['quote_status']}; quotes taken from the evidence list "
+                  f"of verdicts whose boolean did not parse: "
+                  f"{c['quotes_from_unparsed_verdicts']}. Quotes: {o.n_quotes}, ungrounded: "
                   f"{o.n_ungrounded}, **ungrounded-quote rate {_fmt(o.ungrounded_rate)}**; "
                   f"grounding statuses {c['grounding']}.", ""]
     lines += ["## Cost", "",
@@ -385,4 +431,5 @@ def study_markdown(study: SpanStudy, command: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["DIRECTIONS", "SpanStudy", "StudyRow", "run_span_study", "study_markdown"]
+__all__ = ["DIRECTIONS", "SpanStudy", "StudyRow", "evidence_list", "judge_quotes",
+           "run_span_study", "study_markdown"]
