@@ -18,7 +18,13 @@ from calimon.cli_spans import register
 from calimon.errors import InputError
 from calimon.samples import write_samples
 from calimon.spans.metrics import random_baseline, span_row_from_sample
-from calimon.spans.study import evidence_list, judge_quotes, run_span_study
+from calimon.spans.study import (
+    _sample_chunks,
+    evidence_list,
+    judge_quotes,
+    random_unit_rows,
+    run_span_study,
+)
 from calimon.verdict import Verdict
 
 
@@ -136,6 +142,24 @@ def test_markdown_has_tables_and_rate(bench, tmp_path):
     assert "calimon spans --benchmark toy" in md
     assert "| all | occlusion | 3 |" in md and "| all | random (as quotes) | 3 |" in md
     assert "ungrounded-quote rate 0.500" in md
+
+
+def test_random_floor_draws_from_merged_units(bench, tmp_path):
+    res = study(bench, tmp_path, max_segments=2)  # 4 lines -> 2 merged units per sample
+    row = res.rows[0]
+    assert row.merged and len(row.units) == 2
+    occ = [span_row_from_sample(r.sample, r.occlusion_spans(1, 3)) for r in res.rows]
+    drawn = random_unit_rows(occ, res.rows, 0)
+    for d, r, st in zip(drawn, occ, res.rows, strict=True):
+        assert len(d.pred) == min(len(r.pred), 2)
+        assert {(s.start, s.end) for s in d.pred} <= set(st.units)
+    assert res.summary["counts"]["samples_with_merged_units"] == 3
+
+
+def test_sample_chunks_keep_a_samples_variants_together(monkeypatch):
+    monkeypatch.setattr("calimon.spans.study.VARIANTS_PER_CALL", 10)
+    assert _sample_chunks([4, 4, 4, 12, 1, 1]) == [(0, 2), (2, 3), (3, 4), (4, 6)]
+    assert _sample_chunks([]) == []
 
 
 def test_evidence_list_from_malformed_text():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import random
 import re
 import time
 from collections import Counter
@@ -32,6 +33,7 @@ from calimon.spans.grounding import GroundedSpan, ground_quotes
 from calimon.spans.metrics import (
     ScoredSpan,
     SpanReport,
+    SpanRow,
     random_baseline,
     span_metrics,
     span_row_from_sample,
@@ -56,6 +58,7 @@ from calimon.store import RunStore
 DIRECTIONS = ("raw", "flipped", "auto")
 CONFIDENCE_READOUTS = ("verdict", "json")
 Progress = Callable[[str, int], Callable[[int], None]]
+VARIANTS_PER_CALL = 64
 METRICS = ("precision", "recall", "f1", "mean_iou", "hit_at_1", "hit_at_3", "mean_pred_spans")
 
 
@@ -216,7 +219,10 @@ def run_span_study(model: str = "smollm2-135m", benchmark: str = DEFAULT_BENCHMA
         n_todo = len(db.missing(mmon.key, variants))
         tick = progress("masked variants", n_todo) if progress and n_todo else None
         start = time.perf_counter()
-        occ = mask_and_score(bad, to_mask, store_scorer(mmon, db, progress=tick), mask=mask)
+        scorer = store_scorer(mmon, db, progress=tick, chunk_size=VARIANTS_PER_CALL + 64)
+        occ = []
+        for lo, hi in _sample_chunks([len(set(m)) for m in to_mask]):
+            occ += mask_and_score(bad[lo:hi], to_mask[lo:hi], scorer, mask=mask)
         t_mask = time.perf_counter() - start
     rows = tuple(
         StudyRow(s, o, tuple(u), tuple(g),
@@ -301,12 +307,41 @@ def _direction(direction, samples, limit, seed, monitor, db, progress) -> tuple[
     return (-1 if value < 0.5 else 1), value
 
 
+def _sample_chunks(n_variants: Sequence[int]) -> list[tuple[int, int]]:
+    """Consecutive samples with about VARIANTS_PER_CALL variants per call (a sample's variants
+    never split: they share one cache), so progress and store commits come in steps."""
+    chunks, lo, total = [], 0, 0
+    for i, n in enumerate(n_variants):
+        if total and total + n > VARIANTS_PER_CALL:
+            chunks.append((lo, i))
+            lo, total = i, 0
+        total += n
+    if lo < len(n_variants):
+        chunks.append((lo, len(n_variants)))
+    return chunks
+
+
+def random_unit_rows(span_rows: Sequence[SpanRow], study_rows: Sequence[StudyRow],
+                     seed: int = 0) -> list[SpanRow]:
+    """The random floor for occlusion spans: as many units as the row predicts, drawn from the
+    row's own occlusion units (merged ones included) with :func:`random_rows`' rule
+    (``random.Random(f"{seed}\\0{id}")``, uniform, without replacement), so that it equals
+    ``random_rows`` wherever no unit was merged."""
+    out = []
+    for r, st in zip(span_rows, study_rows, strict=True):
+        rng = random.Random(f"{seed}\0{r.id}")
+        picks = rng.sample(list(st.units), min(len(r.pred), len(st.units)))
+        out.append(SpanRow(r.id, r.text, tuple(ScoredSpan(a, b) for a, b in picks), r.gold,
+                           r.category, r.task, 0, 0, r.kind))
+    return out
+
+
 def _reports(rows: Sequence[StudyRow], sign: int, top_k: int, seed: int, quotes: bool
              ) -> dict[str, SpanReport]:
     occ = [span_row_from_sample(r.sample, r.occlusion_spans(sign, top_k)) for r in rows]
     flip = [span_row_from_sample(r.sample, r.occlusion_spans(-sign, top_k)) for r in rows]
     reports = {"occlusion": span_metrics(occ), "occlusion (flipped)": span_metrics(flip),
-               "random (as occlusion)": random_baseline(occ, seed)}
+               "random (as occlusion)": span_metrics(random_unit_rows(occ, rows, seed))}
     if quotes:
         qrows = [span_row_from_sample(r.sample, r.quote_spans(sign)) for r in rows]
         reports["quotes"] = span_metrics(qrows)
@@ -399,7 +434,9 @@ def study_markdown(study: SpanStudy, command: str | None = None) -> str:
                                      f", on the calib split {_fmt(s['calib_auroc_raw'])}")
         + f". Occlusion spans: the top {st['top_k']} units with a positive score; units: "
         f"auto segmentation capped at {st['max_segments']} (mean {_fmt(c['units_per_sample'], 1)}"
-        f" per sample, {c['samples_with_merged_units']} samples merged).",
+        f" per sample, {c['samples_with_merged_units']} samples merged). Random floors: "
+        "`random (as occlusion)` draws as many units per sample as occlusion predicts from the "
+        "same units; `random (as quotes)` as many auto segments as there are grounded quotes.",
         "",
         "## By category", "", to_markdown(study.reports, by="category", metrics=METRICS),
         "## By task", "", to_markdown(study.reports, by="task", metrics=METRICS),
@@ -432,4 +469,4 @@ def study_markdown(study: SpanStudy, command: str | None = None) -> str:
 
 
 __all__ = ["DIRECTIONS", "SpanStudy", "StudyRow", "evidence_list", "judge_quotes",
-           "run_span_study", "study_markdown"]
+           "random_unit_rows", "run_span_study", "study_markdown"]
