@@ -65,16 +65,32 @@ class RssSampler:
                 "peak_rss_tree_mb": round(max(own, self.peak_tree / 2**20), 1)}
 
 
+def tree_cpu_seconds() -> float:
+    """CPU seconds used so far by this process and its live children (vLLM's engine)."""
+    import psutil
+
+    me = psutil.Process()
+    total = time.process_time()
+    for child in me.children(recursive=True):
+        try:
+            t = child.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 class Clock:
-    """Wall and process CPU seconds of a block."""
+    """Wall, process CPU and process-tree CPU seconds of a block."""
 
     def __enter__(self):
-        self.w0, self.c0 = time.perf_counter(), time.process_time()
+        self.w0, self.c0, self.t0 = time.perf_counter(), time.process_time(), tree_cpu_seconds()
         return self
 
     def __exit__(self, *exc):
         self.wall = time.perf_counter() - self.w0
         self.cpu = time.process_time() - self.c0
+        self.tree_cpu = tree_cpu_seconds() - self.t0
 
 
 def matmul_case(case: dict) -> dict:
@@ -133,7 +149,7 @@ class Timed:
 
     def __init__(self, inner):
         self.inner = inner
-        self.model_ref, self.wall, self.cpu = inner.model_ref, 0.0, 0.0
+        self.model_ref, self.wall, self.cpu, self.tree_cpu = inner.model_ref, 0.0, 0.0, 0.0
         self.prompt_lengths: list[int] = []
         self.generated: list[int] = []
 
@@ -145,6 +161,7 @@ class Timed:
             out = fn(*args)
         self.wall += c.wall
         self.cpu += c.cpu
+        self.tree_cpu += c.tree_cpu
         return out
 
     def next_token_logprobs(self, prompts, prefix_len=0):
@@ -207,7 +224,7 @@ def monitor_case(case: dict) -> dict:
         if case.get("length"):
             samples = stretch(samples, backend.tokenizer, mon.encoder, case["length"])
         mon.score(samples[:1])  # warm-up (kernels, prefix cache), not timed
-        timed.wall = timed.cpu = 0.0
+        timed.wall = timed.cpu = timed.tree_cpu = 0.0
         timed.prompt_lengths, timed.generated = [], []
         with Clock() as total:
             verdicts = mon.score(samples)
@@ -221,6 +238,7 @@ def monitor_case(case: dict) -> dict:
             shape.tokens(0, mon.encoder.prefix_len)
     return {"samples": len(samples), "seconds": total.wall, "cpu_seconds": total.cpu,
             "model_seconds": timed.wall, "model_cpu_seconds": timed.cpu,
+            "tree_cpu_seconds": total.tree_cpu, "model_tree_cpu_seconds": timed.tree_cpu,
             "load_seconds": load.wall, "prompt_tokens": sum(lengths),
             "generated_tokens": sum(timed.generated), "prefix_len": mon.encoder.prefix_len,
             "flops": flops, "statuses": _statuses(verdicts),

@@ -45,6 +45,27 @@ def run_case(case: dict, python: str, log) -> dict:
     return {"case": case, "error": tail}
 
 
+VLLM_TESTS = ["tests/test_backend_vllm.py", "tests/test_backend_http.py",
+              "tests/test_backend_agreement.py"]
+
+
+def run_tests(case: dict, log) -> dict:
+    """The vllm-marked tests (they need the vllm venv), with their printed agreement lines."""
+    cmd = [case["python"], "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-m", "vllm",
+           *VLLM_TESTS]
+    log("-> vllm-tests")
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent.parent,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    lines = proc.stdout.splitlines()
+    keep = [x.strip(". ") for x in lines if " transformers vs " in x]
+    summary = next((x for x in reversed(lines) if " passed" in x or " failed" in x), "")
+    log(f"   vllm-tests: {summary}")
+    return {"case": {**case, "command": " ".join(["python"] + cmd[1:])}, "returncode":
+            proc.returncode, "summary": summary.strip("= "), "agreement": keep,
+            "seconds": time.perf_counter() - start}
+
+
 def cases(args) -> list[dict]:
     n, t = args.samples, args.threads
     base = {"n": n, "threads": t, "prompt": "direct"}
@@ -60,6 +81,12 @@ def cases(args) -> list[dict]:
         {**base, "name": "store-rerun", "kind": "store", "readout": "verdict"},
         {**base, "name": "profile-b", "kind": "profile"},
     ]
+    # One thread each: on a machine shared with other jobs, two threads that meet at hundreds
+    # of barriers per forward pass spin while the other waits for a core; one thread does not.
+    one = {**base, "threads": 1}
+    out += [{"name": "matmul-1t", "kind": "matmul", "threads": 1},
+            {**one, "name": "a-direct-1t", "kind": "monitor", "readout": "binary"},
+            {**one, "name": "b-verdict-1t", "kind": "monitor", "readout": "verdict"}]
     if args.vllm_python:
         out.append({**base, "name": "d-vllm", "kind": "monitor", "readout": "verdict",
                     "backend": "vllm", "python": args.vllm_python})
@@ -73,6 +100,8 @@ def cases(args) -> list[dict]:
     for bs in args.batch_sizes:
         out.append({**base, "name": f"batch-{bs}", "kind": "monitor", "readout": "verdict",
                     "max_batch_size": bs})
+    if args.vllm_tests:
+        out.append({"name": "vllm-tests", "kind": "pytest", "python": args.vllm_python})
     only = set(args.only or [])
     return [c for c in out if not only or c["name"] in only]
 
@@ -135,11 +164,15 @@ def main() -> None:
                     help="python of a venv with vllm(-cpu) and calimon (enables case d)")
     ap.add_argument("--http", action="store_true", help="also start `vllm serve` (needs "
                     "--vllm-python) and score through the HTTP backend")
+    ap.add_argument("--vllm-tests", action="store_true", help="also run the vllm-marked "
+                    "tests with --vllm-python and record their outcome")
     ap.add_argument("--only", nargs="*", help="run only these case names")
     ap.add_argument("--raw", type=Path, default=Path("runs/perf/results.json"))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/perf.md"))
     ap.add_argument("--resume", action="store_true",
                     help="keep the finished cases in --raw and run only the others")
+    ap.add_argument("--merge", nargs="*", help="raw results of other runs to add when "
+                    "rendering (their cases replace same-named ones)")
     ap.add_argument("--render-only", action="store_true", help="re-render --raw into --out")
     args = ap.parse_args()
     args.http_url = None
@@ -155,8 +188,11 @@ def main() -> None:
         results = []
         if args.resume and args.raw.is_file():  # keep finished cases of an interrupted run
             old = json.loads(args.raw.read_text())
-            meta = old["meta"]
+            meta = {**old["meta"], "resumed": old["meta"].get("resumed", []) + [
+                meta["command"]]}
             results = [r for r in old["results"] if "error" not in r]
+        rerun = set(args.only or [])  # with --resume, cases named in --only run again
+        results = [r for r in results if r["case"]["name"] not in rerun]
         done = {r["case"]["name"] for r in results}
         args.raw.parent.mkdir(parents=True, exist_ok=True)
 
@@ -167,7 +203,10 @@ def main() -> None:
         todo = [c for c in cases(args) if c["name"] not in done]
         http_cases = [c for c in todo if c.get("backend") == "http"]
         for case in [c for c in todo if c not in http_cases]:
-            save(run_case(case, case.pop("python", sys.executable), log))
+            if case["kind"] == "pytest":
+                save(run_tests(case, log))
+            else:
+                save(run_case(case, case.pop("python", sys.executable), log))
         if http_cases:
             port = free_port()
             with Server(args.vllm_python, port, log):
@@ -175,8 +214,14 @@ def main() -> None:
                     case["base_url"] = f"http://127.0.0.1:{port}/v1"
                     save(run_case(case, sys.executable, log))
     data = json.loads(args.raw.read_text())
+    meta, results = data["meta"], data["results"]
+    for extra in args.merge or []:  # cases of another run (same machine): theirs replace ours
+        more = json.loads(Path(extra).read_text())
+        names = {r["case"]["name"] for r in more["results"]}
+        results = [r for r in results if r["case"]["name"] not in names] + more["results"]
+        meta = {**meta, "resumed": meta.get("resumed", []) + [more["meta"]["command"]]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(data["meta"], data["results"]))
+    args.out.write_text(render(meta, results))
     log(f"wrote {args.out} and {args.raw}")
 
 
