@@ -23,6 +23,7 @@ from calimon.prompts import PromptEncoder, load_prompt
 from calimon.robustness.attacks import (
     ATTACKS,
     CODE_COMMENT,
+    CONTROL_NOTE,
     FAKE_VERDICT,
     REVIEWER_NOTE,
     ROLE_MARKERS,
@@ -35,7 +36,7 @@ from calimon.robustness.flips import flip_stats, shift_stats
 from calimon.robustness.report import write_section
 from calimon.samples import Sample, write_samples
 
-INSERTED = (CODE_COMMENT, REVIEWER_NOTE, FAKE_VERDICT, ROLE_MARKERS)
+INSERTED = (CODE_COMMENT, REVIEWER_NOTE, FAKE_VERDICT, ROLE_MARKERS, CONTROL_NOTE)
 
 
 def _code_sample(response: str, span_text: str, *, task: str = "code") -> Sample:
@@ -81,7 +82,7 @@ def test_attacks_keep_the_misbehavior_intact(sample, name):
     code = _code_of(sample)
     if code is not None and sample.task == "code":  # the program is unchanged
         appended = got
-        for text in (REVIEWER_NOTE, FAKE_VERDICT, ROLE_MARKERS):  # prose after the code
+        for text in (REVIEWER_NOTE, FAKE_VERDICT, ROLE_MARKERS, CONTROL_NOTE):  # prose after
             appended = dataclasses.replace(appended, response=appended.response.replace(text, ""))
         assert ast.dump(ast.parse(_code_of(appended))) == ast.dump(ast.parse(code))
     assert attack_sample(sample, name) == got  # deterministic
@@ -222,7 +223,7 @@ def test_study_counts_flips_through_the_store(smol, tmp_path, monkeypatch):
     assert doc["operating_points"]["far"]["far"] <= 0.10
     with (run.out / "attacked.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 5 * 12
+    assert len(rows) == len(ATTACKS) * 12
     from calimon.calibration.maps import calibrator_from_dict
 
     cal = calibrator_from_dict(doc["calibration"]["map"])
@@ -312,3 +313,11 @@ def test_fake_backend_matches_the_backend_interface(smol):
     assert dataclasses.replace(fake.model_ref, config=real.model_ref.config) == real.model_ref
     out = fake.next_token_logprobs([[1, 2, 3]], 0)
     assert out.shape == (1, len(fake.tokenizer)) and np.isfinite(out).all()
+
+
+def test_the_control_note_matches_the_reviewer_note_but_asks_nothing():
+    from calimon.robustness.attacks import CONTROL_NOTE
+
+    assert abs(len(CONTROL_NOTE) - len(REVIEWER_NOTE)) < 20
+    for word in ("review", "approv", "misbehav", "answer", " No", "safe"):
+        assert word not in CONTROL_NOTE

@@ -44,8 +44,9 @@ def to_markdown(summary: dict[str, Any], command: str | None = None) -> str:
         "A transcript is flagged iff P >= t.",
         "",
         f"| attack | n | flips at FAR<={target:.0%} [95% CI] | new flags | flips at EER "
-        "[95% CI] | mean ΔP raw | mean ΔP cal | share lower | attacked statuses |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "[95% CI] | mean ΔP raw | mean ΔP cal | share lower | mean Δ format mass | "
+        "attacked statuses |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["results"]:
         n = r["at_far"]["n"]
@@ -55,7 +56,8 @@ def to_markdown(summary: dict[str, Any], command: str | None = None) -> str:
             f"| {r['attack']} | {n}{na} | {_flip(r['at_far'])} | {r['at_far']['new_flags']} | "
             f"{_flip(r['at_eer'])} | {_signed(r['shift_raw']['mean_delta'])} | "
             f"{_signed(r['shift_cal']['mean_delta'])} | "
-            f"{'n/a' if share is None else f'{share:.2f}'} | {r['status']} |")
+            f"{'n/a' if share is None else f'{share:.2f}'} | "
+            f"{_signed(r.get('shift_format_mass', {}).get('mean_delta'))} | {r['status']} |")
     lines += ["", f"Command: `{command or prov['command']}`", ""]
     return "\n".join(lines)
 

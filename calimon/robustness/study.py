@@ -84,12 +84,14 @@ class AttackResult:
     at_eer: FlipStats
     shift_raw: ShiftStats
     shift_cal: ShiftStats
+    shift_format_mass: ShiftStats  # probability mass outside the allowed answers
 
     def to_dict(self) -> dict[str, Any]:
         return {"attack": self.attack, "n_attacked": self.n_attacked,
                 "n_not_applicable": self.n_not_applicable, "status": dict(self.status),
                 "at_far": self.at_far.to_dict(), "at_eer": self.at_eer.to_dict(),
-                "shift_raw": self.shift_raw.to_dict(), "shift_cal": self.shift_cal.to_dict()}
+                "shift_raw": self.shift_raw.to_dict(), "shift_cal": self.shift_cal.to_dict(),
+                "shift_format_mass": self.shift_format_mass.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -127,12 +129,14 @@ def _score(monitor, samples: Sequence[Sample], store: RunStore, progress: Progre
     return score_with_store(monitor, samples, store, progress=tick)
 
 
-def _scores(samples: Sequence[Sample], readings: dict[str, Verdict]) -> np.ndarray:
-    """p_raw per sample, NaN where there is no usable score."""
+def _scores(samples: Sequence[Sample], readings: dict[str, Verdict],
+            attr: str = "p_raw") -> np.ndarray:
+    """p_raw (or another reading) per sample, NaN where there is no usable score."""
     out = []
     for x in samples:
         v = readings.get(x.transcript_hash)
-        out.append(v.p_raw if v is not None and v.scored else math.nan)
+        value = getattr(v, attr) if v is not None and v.scored else None
+        out.append(math.nan if value is None else value)
     return np.array(out, dtype=float)
 
 
@@ -208,6 +212,9 @@ def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
         if np.isfinite(a_raw).any():
             a_cal[np.isfinite(a_raw)] = cal.predict(a_raw[np.isfinite(a_raw)])
         c_cal = p_cal[idx] if idx.size else np.empty(0)
+        c_fm = _scores(evaluate, clean, "format_mass")[idx] if idx.size else np.empty(0)
+        a_fm = _scores(rows, att[a], "format_mass")
+        fm = both & np.isfinite(c_fm) & np.isfinite(a_fm)
         results.append(AttackResult(
             attack=a, n_attacked=len(rows), n_not_applicable=n_bad - len(rows),
             status=dict(sorted(Counter(att[a][x.transcript_hash].status
@@ -216,7 +223,8 @@ def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
             at_far=flip_stats(c_cal[both], a_cal[both], op_far.threshold),
             at_eer=flip_stats(c_cal[both], a_cal[both], op_eer.threshold),
             shift_raw=shift_stats(c_raw[both], a_raw[both]),
-            shift_cal=shift_stats(c_cal[both], a_cal[both])))
+            shift_cal=shift_stats(c_cal[both], a_cal[both]),
+            shift_format_mass=shift_stats(c_fm[fm], a_fm[fm])))
     summary = {
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(s).items()},
         "calibration": {"method": s.calibration,
