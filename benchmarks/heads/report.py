@@ -171,8 +171,19 @@ def render(heads: dict, lora: dict | None, commands: list[str]) -> str:
           "during these runs): compare them with each other, not with other machines. "
           "Peak traced memory is what Python and numpy allocated during the fit (tracemalloc);"
           f" the whole benchmark process peaked at {heads['peak_rss_mb']} MB RSS (model "
-          "included). Feature extraction is the dominant cost; the heads themselves train in "
-          "seconds from the cache.", ""]
+          "included). Feature extraction is the dominant cost (one pass per sample); the logistic "
+          "heads train in seconds to tens of seconds from the cache. The MLP time is inflated "
+          "by tracemalloc, which traces every small allocation of its torch optimizer loop.", "",
+          "## Caveats", "",
+          "- The samples are small (see Setup): a full extraction of the benchmark did not fit in "
+          "this run on 2 shared cores, so the splits were subsampled by whole pairs. With about "
+          "40 test samples an AUROC carries roughly +-0.15 of sampling error and MR at "
+          "FAR<=5% rests on one or two benign samples; read the tables as a working pipeline "
+          "and a direction, not as settled figures.",
+          "- The LoRA baseline is a plumbing-scale run (the sizes above), far from a real "
+          "fine-tune; its row says the code works end to end, not how well fine-tuning does.",
+          "- The verdict readout of this small model is near chance here; the probes read the "
+          "same forward pass, so their cost on top of the verdict is only the head itself.", ""]
     return "\n".join(L) + "\n"
 
 
