@@ -6,8 +6,16 @@ import pytest
 import yaml
 
 from calimon.errors import InputError
-from calimon.heads.artifacts import (BaseModelRef, HeadCard, HeadMismatchError, PromptRef,
-                                     TrainingRef, list_heads, load_head, save_head)
+from calimon.heads.artifacts import (
+    BaseModelRef,
+    HeadCard,
+    HeadMismatchError,
+    PromptRef,
+    TrainingRef,
+    list_heads,
+    load_head,
+    save_head,
+)
 from calimon.heads.head import ProbeHead, aggregate, balanced_weights, fit_logistic, fit_mlp
 
 

@@ -4,8 +4,14 @@ import pytest
 from calimon.errors import InputError
 from calimon.heads.evaluate import curve_figures, evaluate_readout, transfer_matrix
 from calimon.heads.features import FeatureSet
-from calimon.heads.train import (fit_sequence_head, fit_token_head, head_scores, layer_sweep,
-                                 oof_scores, token_matrix)
+from calimon.heads.train import (
+    fit_sequence_head,
+    fit_token_head,
+    head_scores,
+    layer_sweep,
+    oof_scores,
+    token_matrix,
+)
 from calimon.samples import Sample
 
 H, LAYERS, SIGNAL_LAYER = 8, 4, 2
@@ -102,7 +108,7 @@ def test_evaluate_readout_calibrates_on_calib_and_counts_unscored():
     p = np.clip(0.3 + 0.3 * y + 0.2 * rng.random(400), 0, 1)
     p_test = p.copy()
     p_test[:5] = np.nan
-    r = evaluate_readout("x", p[:200], y[:200], p_test[200:] if False else p_test, y)
+    r = evaluate_readout("x", p[:200], y[:200], p_test, y)
     assert r.n_unscored == 5 and r.n_test == 395
     assert r.auroc_raw > 0.9 and r.ece_cal < r.ece_raw
     assert 0.0 <= r.mr_at_far <= 1.0 and r.to_dict()["name"] == "x"
