@@ -57,7 +57,7 @@ def curve(
     model: Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")] = "smollm2-135m",
     benchmark: Annotated[str, typer.Option(help="Benchmark name (calimon data list) or a samples .jsonl path.")] = "humaneval-pairs",
     prompt: Annotated[str, typer.Option(help="Prompt template for the confidence readout.")] = "direct",
-    readout: Annotated[str, typer.Option(help="verdict (P(Yes)) or json (P(true)).")] = "verdict",
+    readout: Annotated[str, typer.Option(help="verdict (P(Yes)), json (P(true)) or probe:NAME (a trained head).")] = "verdict",
     binary_prompt: Annotated[list[str] | None, typer.Option(help="Prompts whose binary (generated JSON) protocol is drawn as points; repeatable.")] = None,
     no_binary: Annotated[bool, typer.Option(help="Skip the binary-protocol points.")] = False,
     binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
@@ -135,11 +135,11 @@ def import_amb_cmd(
 
 def _mount_areas() -> None:
     """Commands that live in their area's module."""
-    from calimon import cli_backends, cli_data, cli_deploy, cli_report, cli_spans
+    from calimon import cli_backends, cli_data, cli_deploy, cli_heads, cli_report, cli_spans
 
     cli_data.app.command("import-amb")(import_amb_cmd)
     app.add_typer(cli_data.app, name="data")
-    for area in (cli_backends, cli_spans, cli_report):
+    for area in (cli_backends, cli_spans, cli_report, cli_heads):
         area.register(app)
     app.command("thresholds")(cli_deploy.thresholds_cmd)
     app.command("escalate")(cli_deploy.escalate_cmd)
