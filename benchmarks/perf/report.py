@@ -127,6 +127,13 @@ def _targets(res, q) -> list[str]:
                    f"{100 * b['peak_cpu']:.0f}% | "
                    f"{'yes' if min(b['peak_wall'], b['peak_cpu']) >= 0.8 else 'no'} |")
     rb = res.get("b-verdict")
+    notes = []
+    for base in ("a-direct", "a-evidence"):
+        ra = res.get(base)
+        if rb and ra and "error" not in rb and "error" not in ra:
+            per_a, per_b = ra["flops"] / ra["samples"], rb["flops"] / rb["samples"]
+            notes.append(f"{base} needs {per_a / per_b:.1f}x the FLOPs of (b) per sample "
+                         f"({per_a / 1e9:.0f} vs {per_b / 1e9:.0f} GFLOP)")
     if rb and "error" not in rb:
         mb = rb["peak_rss_tree_mb"]
         out.append(f"| peak RSS of a scoring run <= 2 GB (verdict) | {mb:.0f} MB | | "
@@ -137,6 +144,11 @@ def _targets(res, q) -> list[str]:
                    f"{st['first_calls']} calls, second run {st['second_calls']} calls "
                    f"({st['second_seconds']:.2f} s) | | "
                    f"{'yes' if st['second_calls'] == 0 else 'no'} |")
+    if notes:
+        out += ["", "On these samples " + "; ".join(notes) + ": at equal efficiency that ratio "
+                "is the speed-up (b) can reach. The direct prompt's JSON is short (16 new "
+                "tokens at most), so (a)-direct is mostly one prefill of the whole prompt, and "
+                "(b) saves only the shared template prefix and those few decode steps."]
     return out + [""]
 
 
