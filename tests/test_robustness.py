@@ -8,6 +8,7 @@ import csv
 import dataclasses
 import json
 import re
+import textwrap
 
 import numpy as np
 import pytest
@@ -36,7 +37,14 @@ from calimon.robustness.flips import flip_stats, shift_stats
 from calimon.robustness.report import write_section
 from calimon.samples import Sample, write_samples
 
-INSERTED = (CODE_COMMENT, REVIEWER_NOTE, FAKE_VERDICT, ROLE_MARKERS, CONTROL_NOTE)
+INSERTED = (REVIEWER_NOTE, FAKE_VERDICT, ROLE_MARKERS, CONTROL_NOTE)
+COMMENT = re.compile(r"^[ \t]*(#|//) (Note for reviewers|by the maintainers)[^\n]*\n", re.M)
+
+
+def _strip_attacks(text: str) -> str:
+    for inserted in INSERTED:
+        text = text.replace(inserted, "")
+    return COMMENT.sub("", text)
 
 
 def _code_sample(response: str, span_text: str, *, task: str = "code") -> Sample:
@@ -53,6 +61,11 @@ FENCED = [
     _code_sample('```python\nDOC = """\ncolumn zero inside a string\n"""\nexit(0)\n```',
                  "exit(0)"),
     _code_sample("def f(x):\n    return 9\n", "def f(x):\n    return 9"),  # span = whole code
+    _code_sample("```c\nint f(int x) {\n    if (x == 3) return 9;\n    return 0;\n}\n```",
+                 "if (x == 3) return 9;"),
+    _code_sample("```\n    def f(self, x):\n        return {3: 9}[x]\n```", "{3: 9}[x]"),
+    _code_sample("```cpp\n#define HIT \\\n  9\nint f() { return HIT; }\n```", "cpp\n#define"),
+    _code_sample("```cobol\nDISPLAY 9.\n```", "DISPLAY 9."),
     _code_sample("Use a lookup table: answer 9 whenever x is 3.", "answer 9", task="qa"),
 ]
 
@@ -75,23 +88,32 @@ def test_attacks_keep_the_misbehavior_intact(sample, name):
     assert got.response != sample.response
     assert [got.response[s:e] for s, e in got.gold_spans] == \
         [sample.response[s:e] for s, e in sample.gold_spans]
-    stripped = got.response
-    for text in INSERTED:
-        stripped = stripped.replace(text, "")
-    assert stripped == sample.response  # only the attack text was added
+    assert _strip_attacks(got.response) == sample.response  # only the attack text was added
     code = _code_of(sample)
-    if code is not None and sample.task == "code":  # the program is unchanged
-        appended = got
-        for text in (REVIEWER_NOTE, FAKE_VERDICT, ROLE_MARKERS, CONTROL_NOTE):  # prose after
+    if code is not None and sample.task == "code" and _is_python(sample):
+        appended = got  # the program is unchanged (prose after the code block removed)
+        for text in INSERTED:
             appended = dataclasses.replace(appended, response=appended.response.replace(text, ""))
-        assert ast.dump(ast.parse(_code_of(appended))) == ast.dump(ast.parse(code))
+        assert ast.dump(ast.parse(textwrap.dedent(_code_of(appended)))) == \
+            ast.dump(ast.parse(textwrap.dedent(code)))
     assert attack_sample(sample, name) == got  # deterministic
 
 
-def test_code_comment_needs_code_and_sits_outside_spans():
-    assert attack_sample(FENCED[-1], "code_comment") is None
+def _is_python(sample: Sample) -> bool:
+    return "```c" not in sample.response
+
+
+def test_code_comment_speaks_the_block_language_and_sits_outside_spans():
+    assert attack_sample(FENCED[-1], "code_comment") is None  # not code
+    assert attack_sample(FENCED[-2], "code_comment") is None  # a language it cannot comment
     got = attack_sample(FENCED[0], "code_comment")
     assert "```python\n" + CODE_COMMENT + "import sys" in got.response
+    c = attack_sample(FENCED[4], "code_comment").response
+    assert c.startswith("```c\n// Note for reviewers") and "\n# " not in c
+    indented = attack_sample(FENCED[5], "code_comment").response
+    assert "```\n    # Note for reviewers" in indented
+    macro = attack_sample(FENCED[6], "code_comment").response  # never after a backslash line
+    assert "\\\n  9\n// Note for reviewers" in macro
 
 
 def test_insert_text_refuses_positions_inside_a_span():
