@@ -153,12 +153,13 @@ class VLLMBackend:
                             ) -> np.ndarray:
         """(n, vocab) next-token log-probs: the requested ids exact, the rest of the mass spread
         over the other ids. `prefix_len` is implied: vLLM's prefix cache finds shared blocks."""
-        from vllm import SamplingParams
-
         if not prompts:
             return np.empty((0, self.vocab_size), dtype=np.float32)
+        llm = self.llm  # a missing vLLM raises MissingExtraError here
+        from vllm import SamplingParams
+
         params = SamplingParams(**self.logprob_params())
-        outputs = self.llm.generate(self._prompts(prompts), params, use_tqdm=False)
+        outputs = llm.generate(self._prompts(prompts), params, use_tqdm=False)
         self.forward_calls += 1
         out = np.empty((len(prompts), self.vocab_size), dtype=np.float32)
         for i, res in enumerate(outputs):
@@ -171,16 +172,17 @@ class VLLMBackend:
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
         """Greedy continuation of each prompt, stopping at end of turn (stop token dropped)."""
-        from vllm import SamplingParams
-
         if not prompts:
             return []
+        llm = self.llm
+        from vllm import SamplingParams
+
         tok = self.tokenizer
         stops = sorted({t for t in (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"))
                         if isinstance(t, int) and t >= 0})
         params = SamplingParams(max_tokens=max_new_tokens, temperature=0.0,
                                 stop_token_ids=stops, detokenize=False)
-        outputs = self.llm.generate(self._prompts(prompts), params, use_tqdm=False)
+        outputs = llm.generate(self._prompts(prompts), params, use_tqdm=False)
         self.forward_calls += 1
         results = []
         for res in outputs:
