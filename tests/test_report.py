@@ -275,6 +275,12 @@ def test_svg_escapes_names_and_shows_undefined_curves():
     assert "<b>all</b>" not in svg and "&lt;b&gt;all&lt;/b&gt;" in svg
     assert "no curve: no negatives" in svg and "&lt;x&gt; (binary): undefined" in svg
     assert svg.startswith("<svg") and svg.endswith("</svg>")
+    # operating points at the same spot share one dot and one label
+    pts = [p.to_dict() for p in ok.operating_points(fars=(0.01, 0.05))]
+    svg = curve_svg([("all", ok)], operating_points=pts)
+    spots = {(p["far"], p["mr"]) for p in pts}
+    assert svg.count('class="cm-op"') == len(spots) < len(pts)
+    assert "FAR&lt;=1%, FAR&lt;=5%" in svg
 
 
 def test_token_heat_escapes_and_levels():

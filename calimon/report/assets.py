@@ -35,6 +35,7 @@ table.cm-table th, table.cm-table td { border-bottom: 1px solid #e3e3e3; padding
                                         text-align: right; }
 table.cm-table th:first-child, table.cm-table td:first-child { text-align: left; }
 table.cm-table th { background: #f1f3f1; }
+table.cm-kv td, table.cm-kv th { text-align: left; }
 .cm-kpis { display: flex; gap: 18px; flex-wrap: wrap; margin-top: 6px; }
 .cm-kpi b { font-size: 17px; }
 .cm-dim { color: #666; }

@@ -136,15 +136,17 @@ def plot_groups(path: Path, figs: Figures, *, title: str = "", ncols: int = 3) -
             sub = "no curve"
             ax.text(0.5, 0.5, str(c.undefined_reason).replace(": ", "\n"), fontsize=7,
                     ha="center", va="center", transform=ax.transAxes)
+        drawn = 0
         for i, b in enumerate(figs.binary_by_group.get(name, [])):
             if b["mr"] is None or b["far"] is None:
                 continue
+            drawn += 1
             ax.errorbar([b["far"]], [b["mr"]], xerr=[[b["far"] - b["far_lo"]],
                                                      [b["far_hi"] - b["far"]]],
                         yerr=[[b["mr"] - b["mr_lo"]], [b["mr_hi"] - b["mr"]]], marker="D",
                         color=("black", "darkgoldenrod", "purple")[i % 3], markersize=5,
                         capsize=2, linestyle="none", label=b["name"])
-        if figs.binary_by_group.get(name):
+        if drawn:
             ax.legend(fontsize=6, loc="upper right")
         ax.set_xlim(-0.01, 1.01)
         ax.set_ylim(-0.01, 1.01)

@@ -116,8 +116,9 @@ def _group_note(c: Any, binary: Sequence[dict] = ()) -> str:
         band = "" if c.band is None else f", band from {c.band.n_used} resamples"
         text = f"AUROC {_num(c.auroc)}, n+={c.n_pos}, n-={c.n_neg}{band}"
     for b in binary:
-        text += (f"; {b['name']}: MR {_num(b['mr'])}, FAR {_num(b['far'])} "
-                 f"(n={b['tp'] + b['fp'] + b['tn'] + b['fn'] + b['n_parse_failure']})")
+        n = b["tp"] + b["fp"] + b["tn"] + b["fn"] + b["n_parse_failure"]
+        failed = f", {b['n_parse_failure']} parse failures" if b["n_parse_failure"] else ""
+        text += f"; {b['name']}: MR {_num(b['mr'])}, FAR {_num(b['far'])} (n={n}{failed})"
     return text
 
 
@@ -277,8 +278,9 @@ def _provenance(data: RunData) -> str:
              data.sources.items()]
     settings = s.get("settings", {})
     srows = [(k, _Raw(f"<code>{escape(str(v))}</code>")) for k, v in settings.items()]
-    body = table(["provenance", "value"], rows) + "<details><summary>run settings</summary>" + \
-        table(["setting", "value"], srows) + "</details>"
+    body = table(["provenance", "value"], rows, "cm-kv") + \
+        "<details><summary>run settings</summary>" + \
+        table(["setting", "value"], srows, "cm-kv") + "</details>"
     if data.notes:
         body += ("<h3>not shown, or shown with a caveat</h3><ul class=\"cm-notes\">" +
                  "".join(f"<li>{escape(n)}</li>" for n in data.notes) + "</ul>")

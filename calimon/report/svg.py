@@ -85,7 +85,7 @@ def _axes(f: Frame, xlabel: str, ylabel: str, title: str, ticks: Sequence[float]
                f'width="{_n(f.x(f.x1) - f.x(f.x0))}" height="{_n(f.y(f.y0) - f.y(f.y1))}" '
                'fill="none" stroke="#888" stroke-width="1"/>')
     cx = (f.x(f.x0) + f.x(f.x1)) / 2
-    out.append(f'<text x="{_n(cx)}" y="{f.height - 8}" font-size="11" text-anchor="middle" '
+    out.append(f'<text x="{_n(cx)}" y="{_n(f.y(f.y0) + 32)}" font-size="11" text-anchor="middle" '
                f'fill="#222">{escape(xlabel)}</text>')
     cy = (f.y(f.y0) + f.y(f.y1)) / 2
     out.append(f'<text x="12" y="{_n(cy)}" font-size="11" text-anchor="middle" fill="#222" '
@@ -137,7 +137,10 @@ def curve_svg(series: Sequence[tuple[str, Curve]], *, binary_points: Sequence[di
               height: int = 440, reference: Curve | None = None, legend: bool = True) -> str:
     """MR (y) against FAR (x): each curve with its band, binary points (bars span parse
     failures counted as passed .. as flagged), operating points annotated."""
-    f = Frame(width, height)
+    n_legend = len(series) + len(binary_points) if legend else 0
+    extra = 14 * n_legend + 10 if n_legend else 0
+    # the legend goes under the axes: inside, it would hide curves and point labels
+    f = Frame(width, height + extra, bottom=40 + extra)
     out = _open(f, "cm-curve", title or "miss rate vs false-alarm rate")
     out += _axes(f, "false-alarm rate (FAR)", "miss rate (MR)", title)
     if reference is not None and reference.defined:
@@ -161,7 +164,9 @@ def curve_svg(series: Sequence[tuple[str, Curve]], *, binary_points: Sequence[di
         mr, far = b.get("mr"), b.get("far")
         label = f"{b.get('name')} (binary)"
         if mr is None or far is None:
-            rows.append((color, label + ": undefined", "diamond"))
+            failed = b.get("n_parse_failure")
+            rows.append((color, label + ": undefined" + (f" ({failed} parse failures)"
+                                                          if failed else ""), "diamond"))
             continue
         cx, cy = f.x(far), f.y(mr)
         for key_lo, key_hi, horiz in (("far_lo", "far_hi", True), ("mr_lo", "mr_hi", False)):
@@ -183,26 +188,37 @@ def curve_svg(series: Sequence[tuple[str, Curve]], *, binary_points: Sequence[di
                    f'fill="{color}" stroke="#fff" stroke-width="1"><title>{escape(tip)}'
                    '</title></polygon>')
         rows.append((color, label, "diamond"))
+    # points that coincide (e.g. FAR<=1% and FAR<=5% on a coarse curve) share one label
+    spots: dict[tuple[float, float], list[dict]] = {}
     for p in operating_points:
-        if p.get("mr") is None or p.get("far") is None:
-            continue
-        cx, cy = f.x(p["far"]), f.y(p["mr"])
-        thr = "inf" if p.get("threshold") is None else f"{p['threshold']:.3g}"
-        tip = (f"{p['name']}: threshold {thr}, MR {_num(p['mr'])}, FAR {_num(p['far'])}, "
-               f"TP {p['tp']} FP {p['fp']} TN {p['tn']} FN {p['fn']}")
+        if p.get("mr") is not None and p.get("far") is not None:
+            spots.setdefault((p["far"], p["mr"]), []).append(p)
+    for (far, mr), pts in spots.items():
+        cx, cy = f.x(far), f.y(mr)
+        tip = "; ".join(
+            f"{p['name']}: threshold "
+            f"{'inf' if p.get('threshold') is None else format(p['threshold'], '.3g')}, "
+            f"MR {_num(p['mr'])}, FAR {_num(p['far'])}, TP {p['tp']} FP {p['fp']} "
+            f"TN {p['tn']} FN {p['fn']}" for p in pts)
         out.append(f'<circle class="cm-op" cx="{_n(cx)}" cy="{_n(cy)}" r="3.5" fill="#000">'
                    f'<title>{escape(tip)}</title></circle>')
         out.append(f'<text x="{_n(cx + 5)}" y="{_n(cy - 5)}" font-size="9" fill="#000">'
-                   f'{escape(p["name"])}</text>')
+                   f'{escape(", ".join(p["name"] for p in pts))}</text>')
     if legend and rows:
-        out += _legend(f, rows)
+        out += _legend(f, rows, below=True)
     out.append("</svg>")
     return "\n".join(x for x in out if x)
 
 
-def _legend(f: Frame, rows: Sequence[tuple[str, str, str]]) -> list[str]:
-    x, y = f.x(f.x1) - 8, f.y(f.y1) + 14
+def _legend(f: Frame, rows: Sequence[tuple[str, str, str]], below: bool = False
+            ) -> list[str]:
+    """Legend box in the top-right corner of the axes, or under the x label (``below``;
+    the frame's bottom margin must leave 14 px per row)."""
     w = max(len(t) for _, t, _ in rows) * 5.6 + 26
+    if below:
+        x, y = f.left + w, f.y(f.y0) + 48
+    else:
+        x, y = f.x(f.x1) - 8, f.y(f.y1) + 14
     out = [f'<rect x="{_n(x - w)}" y="{_n(y - 11)}" width="{_n(w)}" height="{14 * len(rows) + 6}"'
            ' fill="#ffffff" fill-opacity="0.85" stroke="#ccc"/>']
     for i, (color, text, kind) in enumerate(rows):
