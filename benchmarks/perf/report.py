@@ -67,26 +67,28 @@ def render(meta: dict, results: list[dict]) -> str:
                       "x".join(map(str, s["shape"])) for s in peak["shapes"]) + ").", ""]
     lines += ["## Readouts", "",
               "| case | samples | samples/s (wall) | samples per CPU-s | tokens/s (wall) | "
-              "generated tokens | GFLOP/s (wall) | % matmul peak (wall / per CPU-s) | "
+              "generated tokens | GFLOP/s (wall) | GFLOP per CPU-s | % of matmul peak "
+              "(per CPU-s) | "
               "peak RSS MB (process tree) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|"]
     computed = {}
     for name, label in MAIN:
         r = res.get(name)
         if not r:
             continue
         if "error" in r:
-            lines.append(f"| {label} | failed: see raw JSON | | | | | | | |")
+            lines.append(f"| {label} | failed: see raw JSON | | | | | | | | |")
             continue
         q = rates(r, peak)
         computed[name] = q
-        pct = (f"{100 * q['peak_wall']:.0f}% / " + (f"{100 * q['peak_cpu']:.0f}%"
-                                                     if q["peak_cpu"] else "-")
-               if "peak_wall" in q else "-")
+        pct = f"{100 * q['peak_cpu']:.0f}%" if q.get("peak_cpu") else "-"
         lines.append(f"| {label} | {r['samples']} | {q['sps_wall']:.3f} | {_fmt(q['sps_cpu'], 3)} | "
                      f"{q['tok_s']:.0f} | {r['generated_tokens']} | {_fmt(q['gflops_wall'], 1)} "
-                     f"| {pct} | {r['peak_rss_tree_mb']:.0f} |")
-    lines += ["", "Peak RSS includes loading the model. For vLLM it is the sum over its "
+                     f"| {_fmt(q['gflops_cpu'], 1)} | {pct} | {r['peak_rss_tree_mb']:.0f} |")
+    lines += ["", "The fraction of the peak is given per CPU-second only: the wall-clock peak "
+              "and each case were measured at different loads of the shared machine. Peak "
+              "RSS of the 8k-token case: see the length table.", "",
+              "Peak RSS includes loading the model. For vLLM it is the sum over its "
               "processes (client, engine core, worker), which counts shared pages once per "
               "process, and it includes the KV cache it preallocates (VLLM_CPU_KVCACHE_SPACE, "
               "2 GiB here). The HTTP case measures the client only: the server's CPU is not "
@@ -230,7 +232,7 @@ def _tests(r) -> list[str]:
     if not r:
         return []
     out = ["## vLLM-marked tests, run here", "",
-           f"    {r['case']['command']}", "",
+           f"    {r['case']['command'].replace('python ', r['case']['python'] + ' ', 1)}", "",
            f"Outcome: {r['summary']} (exit code {r['returncode']}, {r['seconds']:.0f} s on the "
            "shared machine, including engine and server start-up).", ""]
     if r["agreement"]:

@@ -61,7 +61,7 @@ def run_tests(case: dict, log) -> dict:
     keep = [x.strip(". ") for x in lines if " transformers vs " in x]
     summary = next((x for x in reversed(lines) if " passed" in x or " failed" in x), "")
     log(f"   vllm-tests: {summary}")
-    return {"case": {**case, "command": " ".join(["python"] + cmd[1:])}, "returncode":
+    return {"case": {**case, "command": " ".join(cmd)}, "returncode":
             proc.returncode, "summary": summary.strip("= "), "agreement": keep,
             "seconds": time.perf_counter() - start}
 
