@@ -220,6 +220,9 @@ def main() -> None:
         names = {r["case"]["name"] for r in more["results"]}
         results = [r for r in results if r["case"]["name"] not in names] + more["results"]
         meta = {**meta, "resumed": meta.get("resumed", []) + [more["meta"]["command"]]}
+    if args.merge:
+        meta = {**meta, "resumed": meta.get("resumed", []) + [
+            " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(meta, results))
     log(f"wrote {args.out} and {args.raw}")
