@@ -135,11 +135,19 @@ def import_amb_cmd(
 
 def _mount_areas() -> None:
     """Commands that live in their area's module."""
-    from calimon import cli_backends, cli_data, cli_deploy, cli_heads, cli_report, cli_spans
+    from calimon import (
+        cli_backends,
+        cli_data,
+        cli_deploy,
+        cli_heads,
+        cli_report,
+        cli_robustness,
+        cli_spans,
+    )
 
     cli_data.app.command("import-amb")(import_amb_cmd)
     app.add_typer(cli_data.app, name="data")
-    for area in (cli_backends, cli_spans, cli_report, cli_heads):
+    for area in (cli_backends, cli_spans, cli_report, cli_heads, cli_robustness):
         area.register(app)
     app.command("thresholds")(cli_deploy.thresholds_cmd)
     app.command("escalate")(cli_deploy.escalate_cmd)

@@ -18,10 +18,27 @@ def test_curve_with_absent_model_exits_2_with_one_line(tmp_path, monkeypatch):
     assert len(lines) == 1 and "qwen3-4b" in lines[0] and "huggingface-cli download" in lines[0]
 
 
-def test_every_command_has_help():
-    for args in (["--help"], ["curve", "--help"], ["models", "list", "--help"]):
-        result = runner.invoke(app, args)
-        assert result.exit_code == 0 and "Usage" in result.output
+def _command_paths(group, prefix=()):
+    import typer.main
+
+    click_group = typer.main.get_command(group) if not hasattr(group, "commands") else group
+    for name, cmd in click_group.commands.items():
+        path = (*prefix, name)
+        yield path
+        if hasattr(cmd, "commands"):
+            yield from _command_paths(cmd, path)
+
+
+EXPECTED_COMMANDS = {"curve", "score", "report", "robustness", "thresholds", "escalate",
+                     "apply-policy", "models", "data", "spans", "heads"}
+
+
+def test_every_command_is_mounted_and_has_help():
+    paths = list(_command_paths(app))
+    assert EXPECTED_COMMANDS <= {p[0] for p in paths}
+    for path in [(), *paths]:
+        result = runner.invoke(app, [*path, "--help"])
+        assert result.exit_code == 0 and "Usage" in result.output, path
 
 
 def test_models_list_json(monkeypatch, tmp_path):
