@@ -138,10 +138,18 @@ def load_head(path_or_name: str | Path, *, model_ref=None, hidden_size: int | No
     if hidden_size is not None and hidden_size != card.base_model.hidden_size:
         raise HeadMismatchError(f"{where} expects hidden size {card.base_model.hidden_size}, "
                                 f"the model has {hidden_size}")
+    if Path(card.weights_file).name != card.weights_file or card.weights_file in ("", ".", ".."):
+        raise HeadMismatchError(f"{where}: weights_file must be a plain file name in the card's "
+                                f"folder, got {card.weights_file!r}")
     weights = card_path.parent / card.weights_file
     if not weights.is_file():
         raise HeadMismatchError(f"{where}: weights file {weights} is missing")
-    params = load_file(str(weights))
+    try:
+        params = load_file(str(weights))
+    except Exception as exc:  # safetensors raises its own error types (and OSError) on bad bytes
+        raise HeadMismatchError(f"{where}: weights file {weights} is not a readable safetensors "
+                                f"file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+                                ) from None
     try:
         head = ProbeHead(card.kind, card.estimator, card.layer, params, pooling=card.pooling,
                          aggregate=card.aggregate, span_threshold=card.span_threshold)

@@ -136,6 +136,9 @@ class ProbeHead:
         if sorted(self.params) != sorted(need):
             raise InputError(f"a {self.estimator} head needs tensors {list(need)}, got "
                              f"{sorted(self.params)}", field="params")
+        bad = sorted(k for k, v in self.params.items() if not np.all(np.isfinite(v)))
+        if bad:
+            raise InputError(f"tensors {bad} hold NaN or infinite values", field="params")
         d = self.params["mean"].shape
         if self.params["scale"].shape != d or len(d) != 1:
             raise InputError(f"mean and scale must be (hidden,), got {d} and "
@@ -150,12 +153,7 @@ class ProbeHead:
         return int(self.params["mean"].shape[0])
 
     def weights_hash(self) -> str:
-        h = hashlib.sha256()
-        for k in sorted(self.params):
-            a = np.ascontiguousarray(self.params[k], dtype=np.float64)
-            h.update(f"{k}:{a.shape}".encode())
-            h.update(a.tobytes())
-        return h.hexdigest()
+        return params_hash(self.params)
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
@@ -189,3 +187,13 @@ def aggregate(token_probs: np.ndarray, how: str) -> float:
         k = max(1, math.ceil(0.1 * p.size))
         return float(np.sort(p)[-k:].mean())
     raise InputError(f"expected one of {list(AGGREGATES)}, got {how!r}", field="aggregate")
+
+
+def params_hash(params: dict[str, np.ndarray]) -> str:
+    """The sha256 a head card carries for its weights (float64 bytes, name and shape of each)."""
+    h = hashlib.sha256()
+    for k in sorted(params):
+        a = np.ascontiguousarray(params[k], dtype=np.float64)
+        h.update(f"{k}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
