@@ -81,13 +81,17 @@ def score_with_store(monitor: Monitor, samples: Sequence[Sample], store: RunStor
     todo = [by_hash[h] for h in store.missing(key, list(by_hash))]
     for i in range(0, len(todo), chunk_size):
         chunk = todo[i:i + chunk_size]
-        store.put(key, _score_chunk(monitor, chunk))
+        store.put(key, score_chunk(monitor, chunk))
         if progress:
             progress(len(chunk))
     return store.get(key, list(by_hash))
 
 
-def _score_chunk(monitor: Monitor, chunk: Sequence[Sample]) -> list[Verdict]:
+def score_chunk(monitor: Monitor, chunk: Sequence[Sample]) -> list[Verdict]:
+    """One chunk's verdicts, in order, as every engine scores it (the local loop above and each
+    Ray worker): a backend fault on the batch is retried sample by sample, and a sample that
+    still fails becomes an "error" verdict. A CalimonError (bad input, missing extra) is
+    raised, not recorded."""
     try:
         return monitor.score(chunk)
     except CalimonError:

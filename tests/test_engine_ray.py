@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import types
 
 import numpy as np
 import pytest
@@ -64,6 +65,45 @@ def rows(store: RunStore):
 def first_key(store: RunStore):
     (key,) = store.keys()
     return key
+
+
+class FlakyMonitor:
+    """Fails any batch of more than one sample, and always on the sample named `bad`."""
+
+    readout = "verdict"
+
+    def __init__(self, bad: str, error: Exception | None = None):
+        self.bad, self.error, self.calls = bad, error, 0
+        self.backend = types.SimpleNamespace(forward_calls=0)
+
+    def score(self, chunk):
+        from calimon.verdict import Verdict
+
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        if len(chunk) > 1 or chunk[0].id == self.bad:
+            raise RuntimeError("device fault")
+        return [Verdict(s.transcript_hash, "verdict", "ok", p_raw=0.25) for s in chunk]
+
+
+def test_score_chunk_is_public_and_isolates_a_failing_sample():
+    from calimon.engines import ray_engine
+    from calimon.monitor import score_chunk
+
+    samples = toy_samples(2)
+    mon = FlakyMonitor(bad="t0-b")
+    out = score_chunk(mon, samples)
+    assert [v.transcript_hash for v in out] == [s.transcript_hash for s in samples]
+    assert [v.status for v in out] == ["ok", "error", "ok", "ok"]
+    assert out[1].p_raw is None and out[1].error == "RuntimeError: device fault"
+    assert mon.calls == 1 + len(samples)  # the batch, then one call per sample
+    with pytest.raises(InputError, match="bad"):  # a library error is raised, not recorded
+        score_chunk(FlakyMonitor(bad="", error=InputError("bad input")), samples)
+    worker = object.__new__(ray_engine.ScoringWorker)  # a Ray actor's scoring, without Ray
+    worker.monitor = FlakyMonitor(bad="t1-m")
+    rows, _ = worker.score([s.to_dict() for s in samples])
+    assert [r["status"] for r in rows] == ["ok", "ok", "error", "ok"]
 
 
 def test_spec_round_trips_through_json():

@@ -40,11 +40,11 @@ class ScoringWorker:
         self.monitor = MonitorSpec.from_json(spec_json).build()
 
     def score(self, rows: list[dict]) -> tuple[list[dict], int]:
-        from calimon.monitor import _score_chunk
+        from calimon.monitor import score_chunk
 
         chunk = [sample_from_dict(r) for r in rows]
         before = self.monitor.backend.forward_calls
-        verdicts = _score_chunk(self.monitor, chunk)
+        verdicts = score_chunk(self.monitor, chunk)
         return [v.to_row() for v in verdicts], self.monitor.backend.forward_calls - before
 
 
