@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, InputError
 from calimon.models import ResolvedModel
 
@@ -53,29 +54,7 @@ def dense_logprobs(vocab_size: int, entries: Mapping[int, float]) -> np.ndarray:
     return out
 
 
-def readout_token_ids(tokenizer) -> list[int]:
-    """Every surface form of the answers of the verdict and json readouts (yes/no, true/false)."""
-    from calimon.readouts import ANSWER_WORDS, answer_token_ids
-
-    ids: set[int] = set()
-    for readout in ANSWER_WORDS:
-        pos, neg = answer_token_ids(tokenizer, readout)
-        ids.update(int(i) for i in pos)
-        ids.update(int(i) for i in neg)
-    return sorted(ids)
-
-
-def model_vocab_size(model: ResolvedModel, tokenizer) -> int:
-    """Rows of the output layer: config.json's vocab_size (may exceed the tokenizer's length)."""
-    try:
-        cfg = json.loads((model.path / "config.json").read_text())
-        size = int(cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size") or 0)
-    except (OSError, ValueError):
-        size = 0
-    return max(size, len(tokenizer))
-
-
-class HTTPBackend:
+class HTTPBackend(TokenIdVocab):
     """Scores token-id prompts on an OpenAI-compatible completions server.
 
     `model` gives the tokenizer and the store key (name and revision); `served_model` is the
@@ -109,20 +88,6 @@ class HTTPBackend:
         self._lock = threading.Lock()
 
     # -- setup -------------------------------------------------------------------------------
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_ref.path))
-        return self._tokenizer
-
-    @property
-    def vocab_size(self) -> int:
-        if self._vocab_size is None:
-            self._vocab_size = model_vocab_size(self.model_ref, self.tokenizer)
-        return self._vocab_size
-
     def _url(self, endpoint: str) -> str:
         if not self.base_url.startswith(("http://", "https://")):
             raise InputError(f"expected an http(s) URL such as http://127.0.0.1:8000/v1, got "
@@ -242,11 +207,7 @@ class HTTPBackend:
         if self.top_logprobs < 1:
             raise InputError(f"expected top_logprobs >= 1, got {self.top_logprobs}",
                              field="top_logprobs")
-        wanted = None
-        if self.answer_ids:
-            if self._answer_ids is None:
-                self._answer_ids = readout_token_ids(self.tokenizer)
-            wanted = self._answer_ids
+        wanted = self.readout_ids() if self.answer_ids else None
         choices = self._map(lambda p: self._complete(p, 1, self.top_logprobs, wanted),
                             list(prompts))
         out = np.empty((len(prompts), self.vocab_size), dtype=np.float32)
@@ -258,8 +219,7 @@ class HTTPBackend:
         """Greedy continuation token ids (the server stops at end of turn)."""
         choices = self._map(lambda p: self._complete(p, max_new_tokens, 0), list(prompts))
         tok = self.tokenizer
-        stops = {t for t in (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"))
-                 if isinstance(t, int) and t >= 0}
+        stops = stop_token_ids(tok)
         results = []
         for choice in choices:
             lp = choice.get("logprobs")

@@ -17,11 +17,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from calimon.backends.loading import LazyTokenizer, stop_token_ids
 from calimon.errors import BackendError
 from calimon.models import ResolvedModel
 
 
-class TransformersBackend:
+class TransformersBackend(LazyTokenizer):
     name = "transformers"
 
     def __init__(self, model: ResolvedModel, device: str = "auto", batch_tokens: int = 8192,
@@ -48,13 +49,6 @@ class TransformersBackend:
         return backend
 
     # -- loading -----------------------------------------------------------------------------
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_ref.path))
-        return self._tokenizer
-
     @property
     def model(self):
         if self._model is None:
@@ -223,8 +217,7 @@ class TransformersBackend:
         import torch
 
         model, tok = self.model, self.tokenizer
-        stops = [t for t in {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
-                 if isinstance(t, int) and t >= 0]
+        stops = list(stop_token_ids(tok))
         pad = tok.pad_token_id if tok.pad_token_id is not None else stops[0]
         results: list[list[int]] = [[] for _ in prompts]
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))

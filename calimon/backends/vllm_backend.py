@@ -19,7 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from calimon.backends.http_backend import dense_logprobs, model_vocab_size, readout_token_ids
+from calimon.backends.http_backend import dense_logprobs
+from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, MissingExtraError
 from calimon.models import ResolvedModel
 
@@ -40,7 +41,7 @@ def _has_token_id_logprobs() -> bool:
     return "logprob_token_ids" in fields
 
 
-class VLLMBackend:
+class VLLMBackend(TokenIdVocab):
     name = "vllm"
 
     def __init__(self, model: ResolvedModel, *, answer_ids: bool = True, top_logprobs: int = 20,
@@ -68,20 +69,6 @@ class VLLMBackend:
         self._answer_ids: list[int] | None = None
 
     # -- loading -----------------------------------------------------------------------------
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_ref.path))
-        return self._tokenizer
-
-    @property
-    def vocab_size(self) -> int:
-        if self._vocab_size is None:
-            self._vocab_size = model_vocab_size(self.model_ref, self.tokenizer)
-        return self._vocab_size
-
     def engine_args(self, on_cpu: bool) -> dict:
         """Keyword arguments for `vllm.LLM` (exposed so a test can check them without vLLM)."""
         dtype = self.dtype or self.model_ref.config.dtype
@@ -142,9 +129,7 @@ class VLLMBackend:
         predates `logprob_token_ids`)."""
         params = dict(max_tokens=1, temperature=0.0, detokenize=False)
         if self.answer_ids and _has_token_id_logprobs():
-            if self._answer_ids is None:
-                self._answer_ids = readout_token_ids(self.tokenizer)
-            params["logprob_token_ids"] = self._answer_ids
+            params["logprob_token_ids"] = self.readout_ids()
         else:
             params["logprobs"] = self.top_logprobs
         return params
@@ -178,8 +163,7 @@ class VLLMBackend:
         from vllm import SamplingParams
 
         tok = self.tokenizer
-        stops = sorted({t for t in (tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>"))
-                        if isinstance(t, int) and t >= 0})
+        stops = sorted(stop_token_ids(tok))
         params = SamplingParams(max_tokens=max_new_tokens, temperature=0.0,
                                 stop_token_ids=stops, detokenize=False)
         outputs = llm.generate(self._prompts(prompts), params, use_tqdm=False)
