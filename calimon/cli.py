@@ -10,6 +10,16 @@ from typing import Annotated
 
 import typer
 
+from calimon.cli_backends import (
+    BackendOpt,
+    BaseUrlOpt,
+    BatchTokensOpt,
+    ConcurrencyOpt,
+    DeviceOpt,
+    KvCacheGibOpt,
+    ServedModelOpt,
+    TopLogprobsOpt,
+)
 from calimon.errors import CalimonError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -70,8 +80,14 @@ def curve(
     far: Annotated[list[float] | None, typer.Option(help="Operating points at FAR <= these values; repeatable.")] = None,
     cost_miss: Annotated[float, typer.Option(help="Cost of a miss for the min-cost point.")] = 1.0,
     cost_false_alarm: Annotated[float, typer.Option(help="Cost of a false alarm for the min-cost point.")] = 1.0,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per forward batch.")] = 8192,
+    backend: BackendOpt = "transformers",
+    base_url: BaseUrlOpt = None,
+    served_model: ServedModelOpt = None,
+    top_logprobs: TopLogprobsOpt = None,
+    concurrency: ConcurrencyOpt = 8,
+    kv_cache_gib: KvCacheGibOpt = None,
+    device: DeviceOpt = "auto",
+    batch_tokens: BatchTokensOpt = 8192,
     store: Annotated[Path, typer.Option(help="SQLite run store (readings are reused across runs).")] = Path("runs/store.sqlite"),
     out: Annotated[Path | None, typer.Option(help="Output folder (default: a new folder under runs/).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Also write the per-group results table (category, task, cell) as markdown to this file.")] = None,
@@ -90,7 +106,9 @@ def curve(
         binary_limit=binary_limit, limit=limit, split=split, fit_on=fit_on,
         calibration=calibration,
         n_boot=n_boot, seed=seed, fars=tuple(far or (0.01, 0.05, 0.10)), cost_miss=cost_miss,
-        cost_false_alarm=cost_false_alarm, device=device, batch_tokens=batch_tokens,
+        cost_false_alarm=cost_false_alarm, backend=backend, device=device,
+        batch_tokens=batch_tokens, base_url=base_url, served_model=served_model,
+        top_logprobs=top_logprobs, concurrency=concurrency, kv_cache_gib=kv_cache_gib,
         store=store, out=out)
     run = run_curve(settings, progress=progress_factory(quiet or as_json))
     (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")

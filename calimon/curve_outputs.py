@@ -64,8 +64,9 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     fm = np.array([readings[x.transcript_hash].format_mass for x in kept
                    if readings[x.transcript_hash].format_mass is not None], dtype=float)
     summary = {
-        "run": {"model": provenance["model"], "readout": provenance["readout"],
-                "prompt": provenance["prompt"], "calibration": s.calibration},
+        "run": {"model": provenance["model"], "backend": provenance.get("backend"),
+                "readout": provenance["readout"], "prompt": provenance["prompt"],
+                "calibration": s.calibration},
         "provenance": provenance,
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(s).items()},
         "counts": {"evaluated": len(evaluate), "scored": len(kept),

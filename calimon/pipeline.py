@@ -13,9 +13,10 @@ import numpy as np
 
 from calimon import __version__
 from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
+from calimon.engines import MonitorSpec, backend_options
 from calimon.errors import InputError
 from calimon.models import resolve_model
-from calimon.monitor import Monitor, make_monitor, score_with_store
+from calimon.monitor import Monitor, score_with_store
 from calimon.prompts import load_prompt
 from calimon.samples import Sample
 from calimon.selection import dataset_hash, select_pairs
@@ -44,8 +45,14 @@ class CurveSettings:
     fars: tuple[float, ...] = (0.01, 0.05, 0.10)
     cost_miss: float = 1.0
     cost_false_alarm: float = 1.0
-    device: str = "auto"
-    batch_tokens: int = 8192
+    backend: str = "transformers"  # a name in calimon.backends (or a plugin's)
+    device: str = "auto"  # transformers backend
+    batch_tokens: int = 8192  # transformers backend
+    base_url: str | None = None  # http backend
+    served_model: str | None = None  # http backend
+    top_logprobs: int | None = None  # vllm and http backends
+    concurrency: int = 8  # http backend
+    kv_cache_gib: float | None = None  # vllm backend
     store: Path = Path("runs/store.sqlite")
     out: Path | None = None
 
@@ -80,33 +87,50 @@ def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, l
     return select_pairs(evaluate, s.limit, s.seed), select_pairs(fit, s.limit, s.seed)
 
 
+def monitor_spec(s: CurveSettings) -> MonitorSpec:
+    """The confidence monitor of a curve run, with its backend's options from the settings
+    (the same factory `calimon score` uses)."""
+    opts = backend_options(s.backend, device=s.device, batch_tokens=s.batch_tokens,
+                           base_url=s.base_url, served_model=s.served_model,
+                           top_logprobs=s.top_logprobs, concurrency=s.concurrency,
+                           kv_cache_gib=s.kv_cache_gib)
+    return MonitorSpec(model=s.model, backend=s.backend, prompt=s.prompt, readout=s.readout,
+                       options=opts)
+
+
 def run_curve(s: CurveSettings, progress: Progress | None = None,
               log: Callable[[str], None] = lambda m: None) -> CurveRun:
-    from calimon.backends.transformers_backend import TransformersBackend
-
     resolved = resolve_model(s.model)  # first: a missing model fails before any other work
+    spec = monitor_spec(s)  # then a bad backend name or option (no weights load here)
+    backend = spec.build_backend()
     samples = load_benchmark(s.benchmark)
     evaluate, fit = _eval_and_fit_sets(samples, s)
-    backend = TransformersBackend(resolved, device=s.device, batch_tokens=s.batch_tokens)
     out = Path(s.out) if s.out else default_out(s)
     out.mkdir(parents=True, exist_ok=True)
-    with RunStore(s.store) as store:
-        main = make_monitor(backend, load_prompt(s.prompt), s.readout)
-        readings = _score(main, evaluate + fit, store, progress, f"{s.prompt}/{s.readout}")
-        binary_set = select_pairs(evaluate, s.binary_limit, s.seed)
-        binary_readings = {}
-        for name in s.binary_prompts:
-            mon = Monitor(backend, load_prompt(name), "binary")
-            binary_readings[name] = _score(mon, binary_set, store, progress, f"{name}/binary")
+    try:
+        with RunStore(s.store) as store:
+            main = spec.build(backend)
+            readings = _score(main, evaluate + fit, store, progress, f"{s.prompt}/{s.readout}")
+            binary_set = select_pairs(evaluate, s.binary_limit, s.seed)
+            binary_readings = {}
+            for name in s.binary_prompts:
+                mon = Monitor(backend, load_prompt(name), "binary")
+                binary_readings[name] = _score(mon, binary_set, store, progress,
+                                               f"{name}/binary")
+    finally:
+        close = getattr(backend, "close", None)  # e.g. vLLM's engine processes
+        if callable(close):
+            close()
     from calimon.curve_outputs import write_curve_outputs
 
     summary = write_curve_outputs(
         out, s, evaluate=evaluate, fit=fit, readings=readings, binary_set=binary_set,
         binary_readings=binary_readings,
         provenance={"model": resolved.name, "model_revision": resolved.revision,
-                    "model_path": str(resolved.path), "prompt": s.prompt,
-                    "template_hash": main.key.template_hash, "readout": s.readout,
-                    "benchmark": s.benchmark, "dataset_hash": dataset_hash(evaluate + fit),
+                    "model_path": str(resolved.path), "backend": s.backend,
+                    "prompt": s.prompt, "template_hash": main.key.template_hash,
+                    "readout": s.readout, "benchmark": s.benchmark,
+                    "dataset_hash": dataset_hash(evaluate + fit),
                     "calimon_version": __version__, "store": str(s.store),
                     "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
     return CurveRun(out=out, summary=summary, model_calls=backend.forward_calls)

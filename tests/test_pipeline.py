@@ -1,14 +1,19 @@
+"""`calimon curve`: the end-to-end run on the real embedded model, and the backend choice
+(built through the same MonitorSpec factory as `calimon score`) on a stand-in backend."""
+
 import json
 
 import pytest
 from conftest import toy_samples
+from test_engine_ray import StandInBackend
+from typer.testing import CliRunner
 
+from calimon.backends import BACKENDS
 from calimon.pipeline import CurveSettings, run_curve
 from calimon.samples import write_samples
 
-pytestmark = pytest.mark.model
 
-
+@pytest.mark.model
 def test_curve_run_end_to_end_and_resumable(tmp_path):
     bench = write_samples(toy_samples(8), tmp_path / "toy.jsonl")
     settings = CurveSettings(benchmark=str(bench), binary_prompts=("direct",), binary_limit=4,
@@ -24,6 +29,7 @@ def test_curve_run_end_to_end_and_resumable(tmp_path):
     assert len(doc["thresholds"]) == len(doc["mr"]) == len(doc["far"])
     assert doc["mr"][0] == 1.0 and doc["far"][-1] == 1.0
     assert doc["binary_points"][0]["name"] == "binary/direct"
+    assert doc["run"]["backend"] == doc["provenance"]["backend"] == "transformers"
     assert {"ece", "brier", "nll", "auroc", "auprc", "mce"} <= set(
         doc["calibration"]["metrics_after"]["platt"])
     assert doc["counts"]["scored"] == 16
@@ -33,3 +39,88 @@ def test_curve_run_end_to_end_and_resumable(tmp_path):
     again = run_curve(CurveSettings(**{**vars(settings), "out": tmp_path / "run2"}))
     assert again.model_calls == 0
     assert json.loads((again.out / "curve.json").read_text())["mr"] == doc["mr"]
+
+
+class RecordingBackend(StandInBackend):
+    """The stand-in backend, keeping the keyword arguments the factory passed it."""
+
+    made: list = []
+
+    def __init__(self, model, **options):
+        super().__init__(model)
+        self.options = options
+        RecordingBackend.made.append(self)
+
+
+@pytest.fixture
+def recording(monkeypatch):
+    monkeypatch.setattr(RecordingBackend, "made", [])
+    return RecordingBackend.made
+
+
+def _curve_cli(smol, bench, tmp_path, *extra):
+    from calimon.cli import app
+
+    args = ["curve", "--model", str(smol.path), "--benchmark", str(bench), "--no-binary",
+            "--n-boot", "10", "--store", str(tmp_path / "s.sqlite"), "--out",
+            str(tmp_path / "run"), "--json", *extra]
+    return CliRunner().invoke(app, args)
+
+
+def test_curve_defaults_to_the_transformers_backend(smol, recording, tmp_path, monkeypatch):
+    monkeypatch.setattr("calimon.backends.transformers_backend.TransformersBackend",
+                        RecordingBackend)
+    bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
+    res = _curve_cli(smol, bench, tmp_path, "--device", "cpu", "--batch-tokens", "1024")
+    assert res.exit_code == 0, res.output
+    (backend,) = recording
+    assert backend.options == {"device": "cpu", "batch_tokens": 1024}
+    assert backend.forward_calls > 0
+    doc = json.loads((tmp_path / "run" / "curve.json").read_text())
+    assert doc["run"]["backend"] == doc["provenance"]["backend"] == "transformers"
+    assert doc["settings"]["backend"] == "transformers" and doc["counts"]["scored"] == 8
+
+
+def test_curve_builds_a_named_backend_through_the_factory(smol, recording, tmp_path,
+                                                           monkeypatch):
+    monkeypatch.setitem(BACKENDS, "stand-in", "test_pipeline:RecordingBackend")
+    bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
+    settings = CurveSettings(model=str(smol.path), benchmark=str(bench), backend="stand-in",
+                             binary_prompts=("direct",), n_boot=10,
+                             store=tmp_path / "s.sqlite", out=tmp_path / "run")
+    run = run_curve(settings)
+    (backend,) = recording
+    assert backend.options == {}  # a plugin backend gets no transformers options
+    assert run.model_calls == backend.forward_calls == 2  # one verdict chunk, one binary chunk
+    doc = json.loads((run.out / "curve.json").read_text())
+    assert doc["run"]["backend"] == doc["provenance"]["backend"] == "stand-in"
+    assert doc["counts"]["scored"] == 8 and doc["binary_points"][0]["name"] == "binary/direct"
+    again = run_curve(CurveSettings(**{**vars(settings), "out": tmp_path / "run2"}))
+    assert again.model_calls == 0  # the store key does not depend on the backend's options
+
+
+def test_curve_passes_the_http_flags_to_the_http_backend(smol, recording, tmp_path,
+                                                         monkeypatch):
+    monkeypatch.setitem(BACKENDS, "http", "test_pipeline:RecordingBackend")
+    bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
+    res = _curve_cli(smol, bench, tmp_path, "--backend", "http", "--base-url",
+                     "http://127.0.0.1:8000/v1", "--served-model", "smol", "--top-logprobs",
+                     "5", "--concurrency", "3")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["provenance"]["backend"] == "http"
+    (backend,) = recording
+    assert backend.options == {"base_url": "http://127.0.0.1:8000/v1", "concurrency": 3,
+                               "served_model": "smol", "top_logprobs": 5}
+    doc = json.loads((tmp_path / "run" / "curve.json").read_text())
+    assert doc["run"]["backend"] == "http"
+    assert doc["settings"]["base_url"] == "http://127.0.0.1:8000/v1"
+
+
+def test_curve_backend_errors_are_one_line_before_any_work(smol, recording, tmp_path):
+    missing = tmp_path / "not-there.jsonl"  # the benchmark is never read
+    res = _curve_cli(smol, missing, tmp_path, "--backend", "http")
+    assert res.exit_code == 2 and "--base-url" in res.output
+    res = _curve_cli(smol, missing, tmp_path, "--backend", "nope")
+    assert res.exit_code == 2 and "unknown backend 'nope'" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists() and recording == []

@@ -24,6 +24,34 @@ from calimon.verdict import Verdict
 ENGINES = ("local", "ray")
 
 
+def backend_options(backend: str, *, device: str = "auto", batch_tokens: int = 8192,
+                    base_url: str | None = None, served_model: str | None = None,
+                    top_logprobs: int | None = None, concurrency: int = 8,
+                    kv_cache_gib: float | None = None) -> dict[str, Any]:
+    """A backend's constructor keywords (MonitorSpec.options) from the settings that apply to
+    it; `calimon score` and `calimon curve` pass their flags here. A plugin backend gets none."""
+    if backend == "transformers":
+        return {"device": device, "batch_tokens": batch_tokens}
+    if backend == "http":
+        if not base_url:
+            raise InputError("the http backend needs --base-url (e.g. http://127.0.0.1:8000/v1)",
+                             field="base_url")
+        opts: dict[str, Any] = {"base_url": base_url, "concurrency": concurrency}
+        if served_model:
+            opts["served_model"] = served_model
+        if top_logprobs:
+            opts["top_logprobs"] = top_logprobs
+        return opts
+    if backend == "vllm":
+        opts = {}
+        if top_logprobs:
+            opts["top_logprobs"] = top_logprobs
+        if kv_cache_gib:
+            opts["kv_cache_gib"] = kv_cache_gib
+        return opts
+    return {}
+
+
 @dataclass(frozen=True)
 class MonitorSpec:
     """Everything needed to rebuild a monitor anywhere: `options` are the backend's keyword
