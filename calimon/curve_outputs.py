@@ -1,9 +1,11 @@
 """The files of a curve run: curve.json, curve.csv, curve.png, curves_by_group.png,
-reliability.png and calibration/<method>.json."""
+reliability.png, calibration/<method>.json and, for a token-head readout (probe:NAME),
+token_scores.jsonl (the per-token scores the HTML report draws as a heat map)."""
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import warnings
 from pathlib import Path
@@ -91,8 +93,25 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     dump_json(summary, out / "curve.json")
     _write_csv(out / "curve.csv", evaluate, readings, {x.id: v for x, v in zip(kept, p_cal,
                                                                                strict=True)})
+    write_token_scores(out / "token_scores.jsonl", evaluate, readings)
     _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
     return summary
+
+
+def write_token_scores(path: Path, samples: list[Sample], readings: dict[str, Verdict]) -> int:
+    """One ``{"id", "offsets", "scores"}`` line per sample whose reading carries a token head's
+    per-token scores (``Verdict.extra["token_scores"]``); the file the report reads. Writes
+    nothing (and leaves an existing file alone) when no reading has any. Returns the count."""
+    lines = []
+    for x in samples:
+        v = readings.get(x.transcript_hash)
+        tok = v.extra.get("token_scores") if v is not None else None
+        if isinstance(tok, dict) and tok.get("offsets"):
+            lines.append(json.dumps({"id": x.id, "offsets": tok["offsets"],
+                                     "scores": tok["scores"]}, allow_nan=False) + "\n")
+    if lines:
+        path.write_text("".join(lines), encoding="utf-8")
+    return len(lines)
 
 
 def group_rows(curves: dict, p_raw, y, keys: dict, fars) -> list[dict]:

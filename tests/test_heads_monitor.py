@@ -125,3 +125,34 @@ def test_curve_runs_on_a_probe_readout(heads, tmp_path, monkeypatch):
     doc = json.loads((run.out / "curve.json").read_text())
     assert doc["provenance"]["readout"] == "probe:toy-seq"
     assert doc["counts"]["scored"] == 12
+
+
+def test_curve_on_a_token_head_writes_token_scores_and_the_report_shows_them(
+        smol_backend, heads, tmp_path, monkeypatch):
+    from calimon.pipeline import CurveSettings, run_curve
+    from calimon.report import build_report
+    from calimon.samples import write_samples
+
+    monkeypatch.setenv("CALIMON_HEADS_DIR", str(heads[0]))
+    samples = toy_samples(6)
+    bench = write_samples(samples, tmp_path / "toy.jsonl")
+    run = run_curve(CurveSettings(benchmark=str(bench), readout="probe:toy-token",
+                                  binary_prompts=(), n_boot=10, store=tmp_path / "s.sqlite",
+                                  out=tmp_path / "run"))
+    lines = [json.loads(x) for x in (run.out / "token_scores.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in lines) == sorted(s.id for s in samples)
+    mon = make_monitor(smol_backend, load_prompt("direct"), "probe:toy-token",
+                       heads_root=heads[0])
+    direct = {s.id: r.extra["token_scores"] for s, r in zip(samples[:2], mon.score(samples[:2]),
+                                                            strict=True)}
+    by_id = {s.id: s for s in samples}
+    for rec in lines:
+        assert len(rec["offsets"]) == len(rec["scores"]) > 0
+        assert all(0 <= a < b <= len(by_id[rec["id"]].response) for a, b in rec["offsets"]
+                   if a >= 0)
+        if rec["id"] in direct:
+            assert rec["scores"] == pytest.approx(direct[rec["id"]]["scores"], abs=1e-4)
+    rep = build_report(run.out)
+    page = rep.html.read_text()
+    assert page.count("probe token scores") == len(samples)
+    assert not [n for n in rep.notes if n.startswith("token")]

@@ -39,10 +39,12 @@ def samples(n_pairs: int = 12) -> list[Sample]:
     return out
 
 
-def make_run(root: Path, *, n_pairs: int = 12, binary: bool = True, seed: int = 0) -> Path:
+def make_run(root: Path, *, n_pairs: int = 12, binary: bool = True, seed: int = 0,
+             token_scores: bool = False) -> Path:
     """``root/run`` (curve.json, curve.csv, PNGs, calibration/), ``root/samples.jsonl`` and
     ``root/store.sqlite``; returns the run folder. One reading is an error (t0-b) and one
-    binary reply a parse failure (t1-m)."""
+    binary reply a parse failure (t1-m). ``token_scores``: the readings carry per-token scores
+    as a token head's do (one score per response word)."""
     from calimon.curve_outputs import write_curve_outputs
     from calimon.pipeline import CurveSettings
     from calimon.selection import dataset_hash
@@ -62,8 +64,13 @@ def make_run(root: Path, *, n_pairs: int = 12, binary: bool = True, seed: int = 
             continue
         mu = 0.62 if s.label else 0.38
         p = min(0.99, max(0.01, rng.gauss(mu, 0.17)))
+        extra = {}
+        if token_scores:
+            words = [m.span() for m in re.finditer(r"\S+", s.response)]
+            extra["token_scores"] = {"offsets": [[-1, -1]] + [list(w) for w in words],
+                                     "scores": [0.0] + [round(p, 6)] * len(words)}
         readings[s.transcript_hash] = Verdict(s.transcript_hash, "verdict", "ok", p_raw=p,
-                                              format_mass=0.01 * (i % 3))
+                                              format_mass=0.01 * (i % 3), extra=extra)
     bsets = {}
     binary_set = data[:8] + data[-2:] if binary else []
     with RunStore(store_path) as st:
@@ -412,6 +419,27 @@ def test_spans_and_token_scores_are_shown(run_dir, tmp_path):
     assert '<span class="cm-h9" title="0.930">return 3</span>' in card
     assert "probe token scores" in card and "min-max" not in card
     assert not [n for n in rep.notes if n.startswith(("spans", "token"))]
+
+
+def test_a_run_whose_readings_have_token_scores_writes_them_and_the_report_shows_them(
+        run_dir, tmp_path):
+    from calimon.report import build_report
+
+    assert not (run_dir / "token_scores.jsonl").exists()  # a verdict run writes none
+    run = make_run(tmp_path, token_scores=True)
+    lines = [json.loads(x) for x in (run / "token_scores.jsonl").read_text().splitlines()]
+    assert len(lines) == len(samples()) - 1  # every sample but the error reading (t0-b)
+    rec = next(r for r in lines if r["id"] == "t3-m")
+    resp = next(s for s in samples() if s.id == "t3-m").response
+    assert rec["offsets"][0] == [-1, -1] and len(rec["offsets"]) == len(rec["scores"])
+    rep = build_report(run)
+    card = rep.html.read_text()
+    card = card[card.index('data-id="t3-m"'):]
+    card = card[:card.index("</article>")]
+    assert "probe token scores" in card and "min-max" not in card
+    first = resp.split()[0]
+    assert f'title="{rec["scores"][1]:.3f}">{first}</span>' in card
+    assert not [n for n in rep.notes if n.startswith("token")]
 
 
 def test_bad_spans_file_raises_when_named_and_is_noted_when_found(run_dir, tmp_path):

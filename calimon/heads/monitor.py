@@ -3,7 +3,9 @@
 The prompt is encoded exactly as for the ``verdict`` readout (the head was trained on that pass),
 so one forward pass yields both the verdict P(Yes) and the head's hidden states:
 :meth:`ProbeMonitor.score_with_verdict` returns both readings; :meth:`ProbeMonitor.score` keeps
-the verdict figures of the same pass in ``Verdict.extra["verdict"]``.
+the verdict figures of the same pass in ``Verdict.extra["verdict"]``. A token head also keeps its
+spans (``extra["spans"]``) and per-token scores (``extra["token_scores"]``, which a curve run
+writes to ``token_scores.jsonl`` for the report).
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ def _model_hidden_size(model_ref) -> int | None:
         return int(cfg["hidden_size"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def token_scores_record(offsets, probs) -> dict[str, list]:
+    """A token head's per-token scores as ``Verdict.extra["token_scores"]``: ``{"offsets":
+    [[start, end], ...], "scores": [...]}``, offsets into the response (``[-1, -1]`` for a
+    marker token), scores rounded to 6 decimals; the format of ``token_scores.jsonl``."""
+    return {"offsets": [[int(a), int(b)] for a, b in offsets],
+            "scores": [round(float(p), 6) for p in probs]}
 
 
 class ProbeMonitor:
@@ -111,6 +121,7 @@ class ProbeMonitor:
             if self.head.kind == "token":
                 spans = self._spans(s, e, token_p[i])
                 extra["spans"] = [[sp.start, sp.end, sp.score] for sp in spans]
+                extra["token_scores"] = token_scores_record(e.response_token_offsets, token_p[i])
                 evidence = tuple(s.response[sp.start:sp.end] for sp in spans)
             score = float(p_head[i])
             if not np.isfinite(score):  # a token head on an empty response: no reading
