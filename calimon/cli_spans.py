@@ -158,6 +158,7 @@ def show_cmd(
     source: Annotated[str, typer.Option(help="Spans to show: all, occlusion or quote.")] = "all",
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write an HTML page of the transcript to this file.")] = None,
     color: Annotated[bool | None, typer.Option("--color/--no-color", help="ANSI colours (default: when stdout is a terminal).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON (its spans limited to --source, each with its text) instead of the highlighted transcript.")] = False,
 ) -> None:
     """Show one transcript of a spans run with its predicted and gold spans highlighted."""
     from calimon.spans.render import HTML_STYLE, render_html, render_terminal
@@ -171,6 +172,19 @@ def show_cmd(
     chosen = [s for s in rec.get("spans", []) if source == "all" or s.get("source") == source]
     spans = [(s["start"], s["end"], s.get("score")) for s in chosen if s.get("start") is not None]
     gold = [tuple(g) for g in rec.get("gold", [])]
+    if html_out is not None:
+        title = f"{rec['id']} ({rec.get('category')}, {rec.get('task')})"
+        page = (f"<!doctype html>\n<html><head><meta charset=\"utf-8\">"
+                f"<title>{html.escape(title)}</title>\n<style>\n{HTML_STYLE}</style></head>\n"
+                f"<body>\n{render_html(text, spans, gold, title=title)}</body></html>\n")
+        html_out.write_text(page, encoding="utf-8")
+    if as_json:
+        shown = [{**s, "text": text[s["start"]:s["end"]]} if s.get("start") is not None
+                 else dict(s) for s in chosen]
+        doc = {**rec, "spans": shown, "source": source,
+               "html": str(html_out) if html_out is not None else None}
+        typer.echo(json.dumps(_clean(doc), indent=1, ensure_ascii=False, allow_nan=False))
+        return
     p_raw = rec.get("p_raw")
     typer.echo(f"{rec['id']}  category={rec.get('category')}  task={rec.get('task')}  "
                f"p_raw={'n/a' if p_raw is None else f'{p_raw:.4f}'}  "
@@ -180,11 +194,6 @@ def show_cmd(
         if s.get("start") is None:
             typer.echo(f"  ungrounded quote: {s.get('quote')!r} ({s.get('reason', '')})")
     if html_out is not None:
-        title = f"{rec['id']} ({rec.get('category')}, {rec.get('task')})"
-        page = (f"<!doctype html>\n<html><head><meta charset=\"utf-8\">"
-                f"<title>{html.escape(title)}</title>\n<style>\n{HTML_STYLE}</style></head>\n"
-                f"<body>\n{render_html(text, spans, gold, title=title)}</body></html>\n")
-        html_out.write_text(page, encoding="utf-8")
         typer.echo(f"wrote {html_out}")
 
 

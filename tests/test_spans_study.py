@@ -242,6 +242,32 @@ def test_cli_show_terminal_and_html(cli, bench, tmp_path):
     assert res.output.count("score=") == 1  # the one grounded quote
 
 
+def test_cli_show_json(cli, bench, tmp_path):
+    out = tmp_path / "run"
+    runner = CliRunner()
+    runner.invoke(cli, ["spans", "--benchmark", bench, "--store", str(tmp_path / "s.sqlite"),
+                        "--out", str(out), "--quiet"])
+    (rec,) = [r for r in (json.loads(x) for x in (out / "spans.jsonl").read_text().splitlines())
+              if r["id"] == "t0-m"]
+    res = runner.invoke(cli, ["spans", "show", "t0-m", "--run", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)  # nothing but the JSON on stdout
+    assert doc["id"] == "t0-m" and doc["source"] == "all" and doc["html"] is None
+    assert doc["response"] == rec["response"] and doc["gold"] == rec["gold"]
+    assert len(doc["spans"]) == len(rec["spans"])
+    grounded = [x for x in doc["spans"] if x["start"] is not None]
+    assert grounded and all(x["text"] == rec["response"][x["start"]:x["end"]]
+                            for x in grounded)
+    assert any(x["source"] == "quote" and x["start"] is None and "text" not in x
+               and x["quote"] == "this quote is not in the response" for x in doc["spans"])
+    html = tmp_path / "t0.html"
+    res = runner.invoke(cli, ["spans", "show", "t0-m", "--run", str(out), "--json",
+                              "--source", "quote", "--html", str(html)])
+    doc = json.loads(res.stdout)
+    assert doc["source"] == "quote" and {x["source"] for x in doc["spans"]} == {"quote"}
+    assert doc["html"] == str(html) and "<style>" in html.read_text()
+
+
 def test_cli_errors_are_one_line(cli, bench, tmp_path):
     runner = CliRunner()
     res = runner.invoke(cli, ["spans", "show", "nope", "--run", str(tmp_path)])
