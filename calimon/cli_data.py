@@ -42,14 +42,21 @@ def data_build(
                                  help="Development: skip cell builders that do not exist yet."),
     markdown: Path | None = typer.Option(None, "--markdown",
                                          help="Also write the counts table as markdown here."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
     """Build a benchmark from its sources and print its pair counts per cell and split."""
+    from calimon.cli import progress_factory
+
     build = registry.builder(name)
     target = Path(out) if out is not None else benchmark_dir(name)
     kwargs = {"sources": sources, "seed": seed}
-    if partial and "allow_missing" in inspect.signature(build).parameters:
+    accepts = inspect.signature(build).parameters
+    if partial and "allow_missing" in accepts:
         kwargs["allow_missing"] = True
+    progress = progress_factory(quiet or json_out)  # bars on stderr; none with --json
+    if progress is not None and "progress" in accepts:  # a plugin builder may take none
+        kwargs["progress"] = progress
     build(target, **kwargs)
     manifest = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
     if markdown is not None:

