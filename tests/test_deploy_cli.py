@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from calimon.cli_deploy import apply_policy_cmd, deploy_app, escalate_cmd, thresholds_cmd
 from calimon.deploy.guarantees import certify_far
 from calimon.deploy.io import calib_test_split, read_scored_csv, write_synthetic_run
-from calimon.deploy.policies import apply_policy, load_policy
+from calimon.deploy.policy_file import apply_policy, load_policy
 
 runner = CliRunner()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from calimon.cli_deploy import deploy_app
-from calimon.deploy.policies import load_policy
+from calimon.deploy.policy_file import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "deployment.md"

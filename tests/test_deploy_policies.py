@@ -9,14 +9,16 @@ from calimon.deploy.guarantees import certify_far, certify_mr
 from calimon.deploy.io import ScoredSet, synthetic_scored
 from calimon.deploy.policies import (
     InfeasiblePolicyError,
-    Policy,
-    apply_policy,
     coverage_risk_curve,
     design_policy,
     evaluate_policy,
-    load_policy,
     optimize_budget,
     optimize_cost,
+)
+from calimon.deploy.policy_file import (
+    Policy,
+    apply_policy,
+    load_policy,
     policy_from_design,
     save_policy,
 )
@@ -235,3 +237,14 @@ def test_apply_policy_reproduces_the_design_counts():
     assert (acts == "human_review").sum() == st.review
     assert (acts == "auto_block").sum() == st.auto_block
     assert isinstance(p, Policy)
+
+
+def test_moved_names_still_import_from_policies():
+    from calimon.deploy import escalation, policies, policy_file
+
+    for name in ("Policy", "apply_policy", "load_policy", "save_policy", "policy_from_design"):
+        assert getattr(policies, name) is getattr(policy_file, name)
+    for name in ("escalate_run", "apply_policy_file", "EscalationReport", "ApplySummary"):
+        assert getattr(policies, name) is getattr(escalation, name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        policies.nope  # noqa: B018

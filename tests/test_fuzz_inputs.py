@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from calimon.config import configs_root, load_yaml_model
-from calimon.deploy.policies import Policy, load_policy
+from calimon.deploy.policy_file import Policy, load_policy
 from calimon.errors import CalimonError, ConfigError, InputError
 from calimon.models import ModelConfig
 from calimon.prompts import PromptTemplate

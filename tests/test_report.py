@@ -343,7 +343,7 @@ def test_changed_benchmark_is_noted(run_dir, tmp_path):
 
 
 def test_policy_summary(run_dir, tmp_path):
-    from calimon.deploy.policies import escalate_run
+    from calimon.deploy.escalation import escalate_run
     from calimon.report import build_report
 
     run = copy_run(run_dir, tmp_path)
@@ -360,13 +360,13 @@ def test_policy_summary(run_dir, tmp_path):
 
 
 def test_policy_counts_match_apply_policy(run_dir, tmp_path):
-    from calimon.deploy.policies import Policy, apply_policy
+    from calimon.deploy.policy_file import Policy, apply_policy
     from calimon.report.data import gather
 
     pol = Policy(version=1, name="p", readout="verdict", model="other-model",
                  calibration="platt", score="p_cal", t_low=0.3, t_high=0.7)
     path = tmp_path / "p.yaml"
-    from calimon.deploy.policies import save_policy
+    from calimon.deploy.policy_file import save_policy
 
     save_policy(pol, path)
     data = gather(run_dir, policies=[path])

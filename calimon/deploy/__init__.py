@@ -7,8 +7,9 @@ Modules (see ``docs/deployment.md``):
   Learn-then-Test), ``samples_needed``, ``thresholds_run``.
 - ``uncertainty``: ``bootstrap_intervals`` (pair-clustered, per category and task).
 - ``prevalence``: ``at_prevalence``, ``prevalence_report``, ``reweight_to_prevalence``.
-- ``policies``: ``optimize_budget``, ``optimize_cost``, ``coverage_risk_curve``, ``Policy``
-  YAML, ``apply_policy``, ``escalate_run``, ``apply_policy_file``.
+- ``policies``: ``evaluate_policy``, ``optimize_budget``, ``optimize_cost``,
+  ``coverage_risk_curve``; ``policy_file``: the ``Policy`` YAML, ``apply_policy``;
+  ``escalation``: ``escalate_run``, ``apply_policy_file``.
 - ``cascade``: ``evaluate_cascade``, ``design_cascade``, ``align_stages``.
 
 Names are imported lazily from their modules on first use.
@@ -28,11 +29,12 @@ _EXPORTS = {
     "uncertainty": ("Interval", "IntervalTable", "bootstrap_intervals"),
     "prevalence": ("PrevalenceReport", "at_prevalence", "prevalence_report",
                    "reweight_to_prevalence"),
-    "policies": ("ACTIONS", "Policy", "PolicyDesign", "PolicyStats", "CoverageRiskCurve",
-                 "InfeasiblePolicyError", "apply_policy", "apply_policy_file",
-                 "coverage_risk_curve", "design_policy", "escalate_run", "evaluate_policy",
-                 "load_policy", "optimize_budget", "optimize_cost", "policy_from_design",
-                 "save_policy"),
+    "policies": ("ACTIONS", "PolicyDesign", "PolicyStats", "CoverageRiskCurve",
+                 "InfeasiblePolicyError", "coverage_risk_curve", "design_policy",
+                 "evaluate_policy", "optimize_budget", "optimize_cost"),
+    "policy_file": ("Policy", "apply_policy", "load_policy", "policy_from_design",
+                    "save_policy"),
+    "escalation": ("apply_policy_file", "escalate_run"),
     "cascade": ("CascadeDesign", "CascadeStats", "align_stages", "design_cascade",
                 "evaluate_cascade"),
 }

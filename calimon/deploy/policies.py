@@ -23,6 +23,11 @@ traffic auto-passed. Each holds with probability ``>= 1 - delta`` on its own (bo
 likewise); every threshold inside is covered, so optimizing within it keeps the guarantee. If a
 rate cannot be certified, the action is switched off (``t_high = +inf``: never auto-block;
 ``t_low = -inf``: never auto-pass), which meets the bound trivially.
+
+This module evaluates and optimizes thresholds. The policy file (``Policy`` YAML,
+``apply_policy``) is in :mod:`calimon.deploy.policy_file`; designing one from a run
+(``escalate_run``) and applying one to a scored CSV (``apply_policy_file``) in
+:mod:`calimon.deploy.escalation`. Those names are still importable from here.
 """
 
 from __future__ import annotations
@@ -31,23 +36,14 @@ import math
 import numbers
 from collections import deque
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from importlib import import_module
 from typing import Any, Literal
 
 import numpy as np
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
 
 from calimon.deploy.guarantees import CertifiedThreshold, certify_far, certify_mr, cut_values
 from calimon.deploy.io import ScoredSet
-from calimon.errors import CalimonError, ConfigError, InputError
+from calimon.errors import CalimonError, InputError
 
 ACTIONS = ("auto_pass", "human_review", "auto_block")
 Action = Literal["auto_pass", "human_review", "auto_block"]
@@ -299,238 +295,15 @@ def coverage_risk_curve(scored: ScoredSet, budgets: Any = None, *, weight_miss: 
     return CoverageRiskCurve(b, *cols)
 
 
-# ------------------------------------------------------------------ the policy file
-
-class PolicyActions(BaseModel):
-    """Action per region; ``unscored``: a transcript whose monitor gave no score."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    below: Action = "auto_pass"
-    band: Action = "human_review"
-    above: Action = "auto_block"
-    unscored: Action = "human_review"
+# names that moved to their own modules, still importable from here (PEP 562)
+_MOVED = {name: "calimon.deploy.policy_file" for name in (
+    "Guarantee", "Policy", "PolicyActions", "apply_policy", "load_policy", "policy_from_design",
+    "save_policy")}
+_MOVED.update({name: "calimon.deploy.escalation" for name in (
+    "ApplySummary", "EscalationReport", "apply_policy_file", "escalate_run")})
 
 
-class Guarantee(BaseModel):
-    """A certificate as stored in a policy file (see ``CertifiedThreshold``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    rate: Literal["far", "mr"]
-    action: Action
-    alpha: float = Field(gt=0, lt=1)
-    delta: float = Field(gt=0, lt=1)
-    certified: bool
-    threshold: float
-    bound: float = Field(ge=0, le=1)
-    empirical: float = Field(ge=0, le=1)
-    n: int = Field(ge=1)
-    k: int = Field(ge=0)
-    method: str
-
-
-class Policy(BaseModel):
-    """A deployable escalation policy (``configs/policies/NAME.yaml``).
-
-    ``score``: which column of a scored CSV it reads (``p_cal`` or ``p_raw``);
-    ``calibration``: the calibration method behind that score, ``none`` for ``p_raw``.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    version: Literal[1]
-    name: str = Field(min_length=1)
-    readout: str = Field(min_length=1)
-    model: str = Field(min_length=1)
-    calibration: str = Field(min_length=1)
-    score: Literal["p_cal", "p_raw"]
-    t_low: float
-    t_high: float
-    actions: PolicyActions = PolicyActions()
-    guarantees: list[Guarantee] = []
-    provenance: dict[str, Any] = {}
-
-    @field_validator("t_low", "t_high")
-    @classmethod
-    def _not_nan(cls, v: float) -> float:
-        if math.isnan(v):
-            raise ValueError("must be a number, not NaN")
-        return v
-
-    @field_validator("t_high")
-    @classmethod
-    def _ordered(cls, v: float, info: ValidationInfo) -> float:
-        low = info.data.get("t_low")
-        if low is not None and v < low:
-            raise ValueError(f"t_high ({v}) must be >= t_low ({low})")
-        return v
-
-    @field_validator("score")
-    @classmethod
-    def _score_matches_calibration(cls, v: str, info: ValidationInfo) -> str:
-        cal = info.data.get("calibration")
-        if cal is not None and (v == "p_raw") != (cal == "none"):
-            raise ValueError(f"score {v!r} does not match calibration {cal!r} (p_raw goes with "
-                             f"calibration 'none', p_cal with a calibration method)")
-        return v
-
-
-def load_policy(path: str | Path) -> Policy:
-    """Read a policy YAML; errors name the file, the line where known, and the field."""
-    from calimon.config import load_yaml_model
-
-    if not Path(path).is_file():
-        raise ConfigError("no such file", path=str(path))
-    return load_yaml_model(Path(path), Policy)
-
-
-def save_policy(policy: Policy, path: str | Path) -> Path:
-    """Write ``policy`` as YAML (floats round-trip exactly; +-inf as .inf)."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(policy.model_dump(), sort_keys=False, allow_unicode=True)
-    out.write_text(f"# calimon escalation policy (docs/deployment.md)\n{text}", encoding="utf-8")
-    return out
-
-
-def policy_from_design(design: PolicyDesign, *, name: str, readout: str, model: str,
-                       calibration: str, score: str = "p_cal",
-                       provenance: dict[str, Any] | None = None) -> Policy:
-    """A Policy from an optimizer result; ``provenance`` must hold plain YAML types."""
-    guarantees = [Guarantee(**{k: v for k, v in g.to_dict().items() if k != "p_value"},
-                            action="auto_block" if g.rate == "far" else "auto_pass")
-                  for g in design.guarantees]
-    try:
-        return Policy(version=1, name=name, readout=readout, model=model,
-                      calibration=calibration, score=score, t_low=design.t_low,
-                      t_high=design.t_high, guarantees=guarantees,
-                      provenance=dict(provenance or {}))
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(err["msg"], field=".".join(map(str, err["loc"]))) from None
-
-
-def apply_policy(policy: Policy, scores: Any) -> np.ndarray:
-    """Action per score under ``policy``; NaN (no score) gets ``policy.actions.unscored``."""
-    a = policy.actions
-    return decide(scores, policy.t_low, policy.t_high, below=a.below, band=a.band,
-                  above=a.above, unscored=a.unscored)
-
-
-# ------------------------------------------------------------------ a run: design on calib, check on test
-
-@dataclass(frozen=True)
-class EscalationReport:
-    """A policy designed on a run's calibration split and its figures on the test split."""
-
-    policy: Policy
-    path: str
-    design: PolicyDesign
-    test: PolicyStats
-    split: str
-    n_dropped: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "policy": self.policy.model_dump(),
-                "design": self.design.to_dict(), "test": self.test.to_dict(),
-                "split": self.split, "n_dropped": self.n_dropped}
-
-
-def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
-                 budget: float | None = None, cost_miss: float = 1.0,
-                 cost_false_block: float = 1.0, cost_review: float = 0.0,
-                 far_alpha: float | None = None, mr_alpha: float | None = None,
-                 delta: float = 0.05, score: str = "p_cal", seed: int = 0,
-                 model: str | None = None, readout: str | None = None,
-                 calibration: str | None = None) -> EscalationReport:
-    """Design a policy on a run's calibration split, check it on its test split, save it.
-
-    ``path``: run directory or scored CSV (split as in ``thresholds_run``). Needs ``budget``
-    or a positive ``cost_review``: without either, reviewing everything is trivially optimal.
-    ``model`` / ``readout`` / ``calibration`` default to the run's metadata
-    (``run_metadata``), else ``"unknown"`` (``calibration`` is ``"none"`` for ``p_raw``).
-    """
-    from calimon import __version__
-    from calimon.deploy.io import (
-        calib_test_split,
-        file_sha256,
-        read_scored_csv,
-        resolve_run,
-        run_metadata,
-    )
-
-    if budget is None and not cost_review:
-        raise InputError("give a review budget or a positive review cost; without either, "
-                         "sending everything to review is trivially optimal", field="budget")
-    csv_path = resolve_run(path)
-    split = calib_test_split(read_scored_csv(csv_path, score=score), seed=seed)
-    design = design_policy(split.calib, budget=budget, cost_miss=cost_miss,
-                           cost_false_block=cost_false_block, cost_review=cost_review,
-                           far_alpha=far_alpha, mr_alpha=mr_alpha, delta=delta)
-    test = evaluate_policy(split.test, design.t_low, design.t_high)
-    meta = run_metadata(csv_path)
-    if score == "p_raw":
-        calibration = "none"
-    provenance = {
-        "source": str(csv_path), "source_sha256": file_sha256(csv_path), "split": split.method,
-        "n_calib": len(split.calib), "n_test": len(split.test),
-        "n_dropped_unscored": split.calib.n_dropped,
-        "objective": {"budget": budget, "cost_miss": float(cost_miss),
-                      "cost_false_block": float(cost_false_block),
-                      "cost_review": float(cost_review), "far_alpha": far_alpha,
-                      "mr_alpha": mr_alpha, "delta": delta},
-        "calib": design.stats.to_dict(), "test": test.to_dict(),
-        "reviewers_assumed_correct": True, "calimon_version": __version__,
-    }
-    policy = policy_from_design(
-        design, name=name or Path(out).stem, readout=readout or meta.get("readout", "unknown"),
-        model=model or meta.get("model", "unknown"),
-        calibration=calibration or meta.get("calibration", "unknown"), score=score,
-        provenance=provenance)
-    saved = save_policy(policy, out)
-    return EscalationReport(policy=policy, path=str(saved), design=design, test=test,
-                            split=split.method, n_dropped=split.calib.n_dropped)
-
-
-@dataclass(frozen=True)
-class ApplySummary:
-    """What ``apply_policy_file`` decided: rows per action, and how many had no score."""
-
-    policy: str
-    source: str
-    out: str
-    counts: dict[str, int]
-    n_unscored: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
-                      out: str | Path) -> ApplySummary:
-    """Decide an action for every row of a scored CSV, reading only it and the policy file.
-
-    Writes ``out`` (CSV: ``id,status,score,action``): scored rows first, in file order, then the
-    rows without a score (status not ok/truncated), which get ``actions.unscored``.
-    Labels are not needed.
-    """
-    import csv
-
-    from calimon.deploy.io import read_scored_csv
-
-    policy = load_policy(policy_path)
-    scored = read_scored_csv(scored_path, score=policy.score, require_labels=False)
-    actions = apply_policy(policy, scored.scores)
-    unscored = policy.actions.unscored
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["id", "status", "score", "action"])
-        for rid, status, s, a in zip(scored.ids, scored.statuses, scored.scores, actions,
-                                     strict=True):
-            w.writerow([rid, status, repr(float(s)), a])
-        for rid, status in zip(scored.dropped_ids, scored.dropped_statuses, strict=True):
-            w.writerow([rid, status, "", unscored])
-    counts = {a: int(np.sum(actions == a)) for a in ACTIONS}
-    counts[unscored] += scored.n_dropped
-    return ApplySummary(policy=str(policy_path), source=str(scored_path), out=str(target),
-                        counts=counts, n_unscored=scored.n_dropped)
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_MOVED[name]), name)

@@ -62,7 +62,7 @@ class PolicyInfo:
     """A policy file and what it does to this run's rows (reviewers assumed right)."""
 
     path: str
-    policy: Any  # calimon.deploy.policies.Policy
+    policy: Any  # calimon.deploy.policy_file.Policy
     counts: dict[str, int]
     n: int
     misses: int
@@ -87,7 +87,7 @@ class PolicyInfo:
 # ------------------------------------------------------------------ policies
 
 def _policy_info(path: Path, rows: Any, summary: dict) -> PolicyInfo:
-    from calimon.deploy.policies import apply_policy, load_policy
+    from calimon.deploy.policy_file import apply_policy, load_policy
 
     pol = load_policy(path)
     scores = np.array([math.nan if getattr(r, pol.score) is None else getattr(r, pol.score)

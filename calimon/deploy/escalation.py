@@ -1,0 +1,146 @@
+"""Escalation policies for a run: design one on a run's calibration split and check it on its
+test split (``escalate_run``), and apply a policy file to a scored CSV (``apply_policy_file``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calimon.deploy.policies import (
+    ACTIONS,
+    PolicyDesign,
+    PolicyStats,
+    design_policy,
+    evaluate_policy,
+)
+from calimon.deploy.policy_file import (
+    Policy,
+    apply_policy,
+    load_policy,
+    policy_from_design,
+    save_policy,
+)
+from calimon.errors import InputError
+
+
+@dataclass(frozen=True)
+class EscalationReport:
+    """A policy designed on a run's calibration split and its figures on the test split."""
+
+    policy: Policy
+    path: str
+    design: PolicyDesign
+    test: PolicyStats
+    split: str
+    n_dropped: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "policy": self.policy.model_dump(),
+                "design": self.design.to_dict(), "test": self.test.to_dict(),
+                "split": self.split, "n_dropped": self.n_dropped}
+
+
+def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
+                 budget: float | None = None, cost_miss: float = 1.0,
+                 cost_false_block: float = 1.0, cost_review: float = 0.0,
+                 far_alpha: float | None = None, mr_alpha: float | None = None,
+                 delta: float = 0.05, score: str = "p_cal", seed: int = 0,
+                 model: str | None = None, readout: str | None = None,
+                 calibration: str | None = None) -> EscalationReport:
+    """Design a policy on a run's calibration split, check it on its test split, save it.
+
+    ``path``: run directory or scored CSV (split as in ``thresholds_run``). Needs ``budget``
+    or a positive ``cost_review``: without either, reviewing everything is trivially optimal.
+    ``model`` / ``readout`` / ``calibration`` default to the run's metadata
+    (``run_metadata``), else ``"unknown"`` (``calibration`` is ``"none"`` for ``p_raw``).
+    """
+    from calimon import __version__
+    from calimon.deploy.io import (
+        calib_test_split,
+        file_sha256,
+        read_scored_csv,
+        resolve_run,
+        run_metadata,
+    )
+
+    if budget is None and not cost_review:
+        raise InputError("give a review budget or a positive review cost; without either, "
+                         "sending everything to review is trivially optimal", field="budget")
+    csv_path = resolve_run(path)
+    split = calib_test_split(read_scored_csv(csv_path, score=score), seed=seed)
+    design = design_policy(split.calib, budget=budget, cost_miss=cost_miss,
+                           cost_false_block=cost_false_block, cost_review=cost_review,
+                           far_alpha=far_alpha, mr_alpha=mr_alpha, delta=delta)
+    test = evaluate_policy(split.test, design.t_low, design.t_high)
+    meta = run_metadata(csv_path)
+    if score == "p_raw":
+        calibration = "none"
+    provenance = {
+        "source": str(csv_path), "source_sha256": file_sha256(csv_path), "split": split.method,
+        "n_calib": len(split.calib), "n_test": len(split.test),
+        "n_dropped_unscored": split.calib.n_dropped,
+        "objective": {"budget": budget, "cost_miss": float(cost_miss),
+                      "cost_false_block": float(cost_false_block),
+                      "cost_review": float(cost_review), "far_alpha": far_alpha,
+                      "mr_alpha": mr_alpha, "delta": delta},
+        "calib": design.stats.to_dict(), "test": test.to_dict(),
+        "reviewers_assumed_correct": True, "calimon_version": __version__,
+    }
+    policy = policy_from_design(
+        design, name=name or Path(out).stem, readout=readout or meta.get("readout", "unknown"),
+        model=model or meta.get("model", "unknown"),
+        calibration=calibration or meta.get("calibration", "unknown"), score=score,
+        provenance=provenance)
+    saved = save_policy(policy, out)
+    return EscalationReport(policy=policy, path=str(saved), design=design, test=test,
+                            split=split.method, n_dropped=split.calib.n_dropped)
+
+
+@dataclass(frozen=True)
+class ApplySummary:
+    """What ``apply_policy_file`` decided: rows per action, and how many had no score."""
+
+    policy: str
+    source: str
+    out: str
+    counts: dict[str, int]
+    n_unscored: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
+                      out: str | Path) -> ApplySummary:
+    """Decide an action for every row of a scored CSV, reading only it and the policy file.
+
+    Writes ``out`` (CSV: ``id,status,score,action``): scored rows first, in file order, then the
+    rows without a score (status not ok/truncated), which get ``actions.unscored``.
+    Labels are not needed.
+    """
+    import csv
+
+    from calimon.deploy.io import read_scored_csv
+
+    policy = load_policy(policy_path)
+    scored = read_scored_csv(scored_path, score=policy.score, require_labels=False)
+    actions = apply_policy(policy, scored.scores)
+    unscored = policy.actions.unscored
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "status", "score", "action"])
+        for rid, status, s, a in zip(scored.ids, scored.statuses, scored.scores, actions,
+                                     strict=True):
+            w.writerow([rid, status, repr(float(s)), a])
+        for rid, status in zip(scored.dropped_ids, scored.dropped_statuses, strict=True):
+            w.writerow([rid, status, "", unscored])
+    counts = {a: int(np.sum(actions == a)) for a in ACTIONS}
+    counts[unscored] += scored.n_dropped
+    return ApplySummary(policy=str(policy_path), source=str(scored_path), out=str(target),
+                        counts=counts, n_unscored=scored.n_dropped)

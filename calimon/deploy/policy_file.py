@@ -1,0 +1,137 @@
+"""The escalation policy file (``configs/policies/NAME.yaml``): the ``Policy`` model, reading
+and writing it, building one from an optimizer result, and applying it to scores.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from calimon.deploy.policies import Action, PolicyDesign, decide
+from calimon.errors import ConfigError
+
+
+class PolicyActions(BaseModel):
+    """Action per region; ``unscored``: a transcript whose monitor gave no score."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    below: Action = "auto_pass"
+    band: Action = "human_review"
+    above: Action = "auto_block"
+    unscored: Action = "human_review"
+
+
+class Guarantee(BaseModel):
+    """A certificate as stored in a policy file (see ``CertifiedThreshold``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rate: Literal["far", "mr"]
+    action: Action
+    alpha: float = Field(gt=0, lt=1)
+    delta: float = Field(gt=0, lt=1)
+    certified: bool
+    threshold: float
+    bound: float = Field(ge=0, le=1)
+    empirical: float = Field(ge=0, le=1)
+    n: int = Field(ge=1)
+    k: int = Field(ge=0)
+    method: str
+
+
+class Policy(BaseModel):
+    """A deployable escalation policy (``configs/policies/NAME.yaml``).
+
+    ``score``: which column of a scored CSV it reads (``p_cal`` or ``p_raw``);
+    ``calibration``: the calibration method behind that score, ``none`` for ``p_raw``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    version: Literal[1]
+    name: str = Field(min_length=1)
+    readout: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    calibration: str = Field(min_length=1)
+    score: Literal["p_cal", "p_raw"]
+    t_low: float
+    t_high: float
+    actions: PolicyActions = PolicyActions()
+    guarantees: list[Guarantee] = []
+    provenance: dict[str, Any] = {}
+
+    @field_validator("t_low", "t_high")
+    @classmethod
+    def _not_nan(cls, v: float) -> float:
+        if math.isnan(v):
+            raise ValueError("must be a number, not NaN")
+        return v
+
+    @field_validator("t_high")
+    @classmethod
+    def _ordered(cls, v: float, info: ValidationInfo) -> float:
+        low = info.data.get("t_low")
+        if low is not None and v < low:
+            raise ValueError(f"t_high ({v}) must be >= t_low ({low})")
+        return v
+
+    @field_validator("score")
+    @classmethod
+    def _score_matches_calibration(cls, v: str, info: ValidationInfo) -> str:
+        cal = info.data.get("calibration")
+        if cal is not None and (v == "p_raw") != (cal == "none"):
+            raise ValueError(f"score {v!r} does not match calibration {cal!r} (p_raw goes with "
+                             f"calibration 'none', p_cal with a calibration method)")
+        return v
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a policy YAML; errors name the file, the line where known, and the field."""
+    from calimon.config import load_yaml_model
+
+    if not Path(path).is_file():
+        raise ConfigError("no such file", path=str(path))
+    return load_yaml_model(Path(path), Policy)
+
+
+def save_policy(policy: Policy, path: str | Path) -> Path:
+    """Write ``policy`` as YAML (floats round-trip exactly; +-inf as .inf)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(policy.model_dump(), sort_keys=False, allow_unicode=True)
+    out.write_text(f"# calimon escalation policy (docs/deployment.md)\n{text}", encoding="utf-8")
+    return out
+
+
+def policy_from_design(design: PolicyDesign, *, name: str, readout: str, model: str,
+                       calibration: str, score: str = "p_cal",
+                       provenance: dict[str, Any] | None = None) -> Policy:
+    """A Policy from an optimizer result; ``provenance`` must hold plain YAML types."""
+    guarantees = [Guarantee(**{k: v for k, v in g.to_dict().items() if k != "p_value"},
+                            action="auto_block" if g.rate == "far" else "auto_pass")
+                  for g in design.guarantees]
+    try:
+        return Policy(version=1, name=name, readout=readout, model=model,
+                      calibration=calibration, score=score, t_low=design.t_low,
+                      t_high=design.t_high, guarantees=guarantees,
+                      provenance=dict(provenance or {}))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(err["msg"], field=".".join(map(str, err["loc"]))) from None
+
+
+def apply_policy(policy: Policy, scores: Any) -> np.ndarray:
+    """Action per score under ``policy``; NaN (no score) gets ``policy.actions.unscored``."""
+    a = policy.actions
+    return decide(scores, policy.t_low, policy.t_high, below=a.below, band=a.band,
+                  above=a.above, unscored=a.unscored)
