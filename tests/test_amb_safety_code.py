@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from calimon.data.amb_open import line_rewrites as lr
 from calimon.data.amb_open import safety_code as sc
 from calimon.data.paths import sources_dir
 from calimon.errors import DataSourceError
@@ -61,7 +62,7 @@ C_CODE = "void f(const char *src) {\n    char name[32];\n    char *p;\n}\n"
     ("rust", "RUST-R-007", "let mut h = Sha1::new();", "", "Sha256::new()"),
 ])
 def test_rewrite_makes_the_line_safe(lang, rule, line, code, want):
-    got = sc.rewrite_line(lang, line, code, "Write a function that does the task.", rule)
+    got = lr.rewrite_line(lang, line, code, "Write a function that does the task.", rule)
     assert got is not None
     new, name = got
     assert want in new and new != line and "\n" not in new
@@ -88,12 +89,12 @@ def test_rewrite_makes_the_line_safe(lang, rule, line, code, want):
      "Write a function."),
 ])
 def test_rewrite_declines(lang, rule, line, code, prompt):
-    assert sc.rewrite_line(lang, line, code, prompt, rule) is None
+    assert lr.rewrite_line(lang, line, code, prompt, rule) is None
 
 
 def test_prng_rewrite_needs_a_security_hint():
     line = "    code = random.choice(ALPHABET)"
-    assert sc.rewrite_line("python", line, "def make_token():\n" + line, "Write a function.",
+    assert lr.rewrite_line("python", line, "def make_token():\n" + line, "Write a function.",
                            "x.insecure-crypto-prng-random")[0].endswith(
         "random.SystemRandom().choice(ALPHABET)")
 
