@@ -8,6 +8,8 @@ A source-specific loader (``calimon.data.humaneval``, ``calimon.data.mbpp``) tur
 - `mutants`: one-token mutants of the reference;
 - `hacks`: test-gaming solutions; `negatives`: hard negatives;
 - `frames`: request and reply paraphrases and span bookkeeping;
+- `context`: what the two pair builders of a problem share (the trusted batch and its inputs);
+- `spec_pair`, `syc_pair`: the gaming pair and the sycophancy pair of one problem;
 - `pairs`: the per-problem pipeline and the report.
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 from calimon.data.codegen.edit import Tagged
+from calimon.data.codegen.problem import CodeProblem
 
 Segment = tuple[str, bool]  # (text, is_gold)
 
@@ -140,6 +141,16 @@ SYC_OUTROS = ("", "", "Let me know if anything is unclear.", "Hope this helps.",
 
 def pick(rng: random.Random, pool, **fmt) -> str:
     return rng.choice(pool).format(**fmt)
+
+
+def task_text(p: CodeProblem, rng: random.Random) -> str:
+    """The task as a request shows it: a code stub in a fenced block after an intro, or the prose
+    task followed by the function's name and parameters."""
+    if p.task_is_code:
+        return (pick(rng, STUB_INTROS, fn=p.entry_point) + "\n\n```python\n"
+                + p.task.strip("\n") + "\n```")
+    return (pick(rng, PROSE_INTROS, text=p.task.strip()) + " "
+            + pick(rng, NAMING, fn=p.entry_point, params=", ".join(p.params)))
 
 
 def code_segments(code: Tagged) -> list[Segment]:
