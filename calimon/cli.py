@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -20,45 +18,12 @@ from calimon.cli_backends import (
     ServedModelOpt,
     TopLogprobsOpt,
 )
-from calimon.errors import CalimonError
+from calimon.cli_common import cli_errors, progress_factory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Calibrated, span-level LLM misbehavior monitors.")
 models_app = typer.Typer(no_args_is_help=True, help="Model configs and their availability.")
 app.add_typer(models_app, name="models")
-
-
-def cli_errors(fn):
-    """Library errors become one line on stderr and the error's exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except CalimonError as exc:
-            typer.echo(f"calimon: error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
-
-    return wrapper
-
-
-def progress_factory(quiet: bool):
-    """Progress bars with rate and ETA on stderr; silent with --quiet."""
-    if quiet:
-        return None
-    from tqdm import tqdm
-
-    def make(label: str, total: int):
-        bar = tqdm(total=total, desc=label, unit="sample", file=sys.stderr, dynamic_ncols=True)
-
-        def tick(n: int) -> None:
-            bar.update(n)
-            if bar.n >= bar.total:
-                bar.close()
-
-        return tick
-
-    return make
 
 
 @app.command()

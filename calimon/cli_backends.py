@@ -4,29 +4,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from calimon.errors import CalimonError
-
-
-def _progress(quiet: bool, total: int):
-    if quiet or not total:
-        return None
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, desc="scoring", unit="sample", file=sys.stderr, dynamic_ncols=True)
-
-    def tick(n: int) -> None:
-        bar.update(n)
-        if bar.n >= bar.total:
-            bar.close()
-
-    return tick
-
+from calimon.cli_common import cli_errors, progress_factory
 
 # The backend flags of `calimon score` and `calimon curve` (-> calimon.engines.backend_options).
 BackendOpt = Annotated[str, typer.Option(help="transformers, vllm or http (or a plugin name).")]
@@ -64,14 +47,10 @@ def score_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ):
     """Score a benchmark with one monitor into the run store (any backend, local or Ray)."""
-    try:
-        summary = _score(model, benchmark, prompt, readout, backend, engine, ray_address,
-                         workers, base_url, served_model, top_logprobs, concurrency,
-                         kv_cache_gib, device, batch_tokens, limit, seed, chunk_size, store,
-                         export, quiet or as_json)
-    except CalimonError as exc:
-        typer.echo(f"calimon: error: {exc}", err=True)
-        raise typer.Exit(exc.exit_code) from None
+    summary = cli_errors(_score)(model, benchmark, prompt, readout, backend, engine, ray_address,
+                                 workers, base_url, served_model, top_logprobs, concurrency,
+                                 kv_cache_gib, device, batch_tokens, limit, seed, chunk_size,
+                                 store, export, quiet or as_json)
     if as_json:
         typer.echo(json.dumps(summary, indent=1))
         return
@@ -114,3 +93,8 @@ def _score(model, benchmark, prompt, readout, backend, engine, ray_address, work
 
 def register(app: typer.Typer) -> None:
     app.command("score")(score_cmd)
+
+
+def _progress(quiet: bool, total: int):
+    make = progress_factory(quiet)
+    return make("scoring", total) if make and total else None

@@ -6,7 +6,6 @@ commands. A library error becomes one line on stderr and the error's exit code.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import math
@@ -14,21 +13,10 @@ from pathlib import Path
 
 import typer
 
+from calimon.cli_common import cli_errors
 from calimon.data import registry
 from calimon.data.paths import benchmark_dir
-from calimon.errors import CalimonError
 from calimon.samples import CATEGORIES, TASKS
-
-
-def _one_line_errors(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except CalimonError as exc:
-            typer.echo(f"calimon: error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
-    return wrapper
 
 
 def data_build(
@@ -46,7 +34,7 @@ def data_build(
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
     """Build a benchmark from its sources and print its pair counts per cell and split."""
-    from calimon.cli import progress_factory
+    from calimon.cli_common import progress_factory
 
     build = registry.builder(name)
     target = Path(out) if out is not None else benchmark_dir(name)
@@ -171,9 +159,9 @@ def _table(head: list[str], rows: list[list]) -> str:
 
 
 app = typer.Typer(help="Build, list and audit benchmarks.", no_args_is_help=True)
-app.command("build")(_one_line_errors(data_build))
-app.command("list")(_one_line_errors(data_list))
-app.command("audit")(_one_line_errors(data_audit))
+app.command("build")(cli_errors(data_build))
+app.command("list")(cli_errors(data_list))
+app.command("audit")(cli_errors(data_audit))
 
 if __name__ == "__main__":
     app()

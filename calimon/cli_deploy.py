@@ -9,35 +9,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from calimon.errors import CalimonError
+from calimon.cli_common import cli_errors, json_ready
 
 deploy_app = typer.Typer(help="Deployment thresholds with guarantees and escalation policies.",
                          no_args_is_help=True, add_completion=False)
-
-
-def _guard(fn: Callable[[], None]) -> None:
-    try:
-        fn()
-    except CalimonError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(getattr(exc, "exit_code", 1)) from None
-
-
-def _clean(x: Any) -> Any:
-    """JSON-ready: NaN and +-inf become null (a certificate's ``certified`` says which)."""
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def _num(x: float, digits: int = 4) -> str:
@@ -84,7 +65,7 @@ def thresholds_cmd(
         rep = thresholds_run(run_dir, far=fars, mr=list(mr or []), delta=delta, score=score,
                              seed=seed)
         if json_out:
-            typer.echo(json.dumps(_clean(rep.to_dict()), indent=2))
+            typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
             return
         typer.echo(f"{rep.source}  score={rep.score}  split: {rep.split}")
         typer.echo(f"calib rows {rep.n_calib}, test rows {rep.n_test}, dropped without a "
@@ -102,7 +83,7 @@ def thresholds_cmd(
             typer.echo("not certified: too few calibration samples of that class (see "
                        "calimon.deploy.guarantees.samples_needed)")
 
-    _guard(run)
+    cli_errors(run)()
 
 
 @deploy_app.command("escalate")
@@ -140,7 +121,7 @@ def escalate_cmd(
                            far_alpha=far_alpha, mr_alpha=mr_alpha, delta=delta, score=score,
                            seed=seed, model=model, readout=readout, calibration=calibration)
         if json_out:
-            typer.echo(json.dumps(_clean(rep.to_dict()), indent=2))
+            typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
             return
         d = rep.design
         typer.echo(f"policy {rep.policy.name!r} written to {rep.path}  split: {rep.split}")
@@ -159,7 +140,7 @@ def escalate_cmd(
         if rep.n_dropped:
             typer.echo(f"{rep.n_dropped} row(s) without a score were left out")
 
-    _guard(run)
+    cli_errors(run)()
 
 
 @deploy_app.command("apply-policy")
@@ -176,7 +157,7 @@ def apply_policy_cmd(
     def run() -> None:
         rep = apply_policy_file(policy, scored, out)
         if json_out:
-            typer.echo(json.dumps(_clean(rep.to_dict()), indent=2))
+            typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
             return
         total = sum(rep.counts.values())
         typer.echo(f"{total} decision(s) written to {rep.out}")
@@ -187,7 +168,7 @@ def apply_policy_cmd(
             typer.echo(f"{rep.n_unscored} row(s) had no score and got the policy's 'unscored' "
                        f"action")
 
-    _guard(run)
+    cli_errors(run)()
 
 
 if __name__ == "__main__":

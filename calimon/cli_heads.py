@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from calimon.cli import cli_errors, progress_factory
+from calimon.cli_common import cli_errors, progress_factory
 
 heads_app = typer.Typer(no_args_is_help=True,
                         help="Probe heads on hidden states (train, list).")

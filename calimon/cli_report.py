@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from calimon.errors import CalimonError
+from calimon.cli_common import cli_errors
 
 
-def _guard(fn):
-    """Library errors become one line on stderr and the error's exit code."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except CalimonError as exc:
-            typer.echo(f"calimon: error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
-    return wrapper
-
-
-@_guard
+@cli_errors
 def report_cmd(
     run: Annotated[Path, typer.Argument(help="Run folder written by `calimon curve --out DIR`.")],
     out: Annotated[Path | None, typer.Option(help="HTML file to write (default RUN/report.html); the PNGs go next to it.")] = None,
@@ -44,7 +31,7 @@ def report_cmd(
 
     progress = None
     if not (quiet or as_json):
-        from calimon.cli import progress_factory
+        from calimon.cli_common import progress_factory
         progress = progress_factory(False)
     rep = build_report(run, out, policies=list(policy) if policy else None, spans=spans,
                        token_scores=token_scores, benchmark=benchmark, store=store,

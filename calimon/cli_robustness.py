@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from calimon.cli import cli_errors, progress_factory
+from calimon.cli_common import cli_errors, progress_factory
 
 
 def _none(value: str | None) -> str | None:

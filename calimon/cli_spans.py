@@ -6,43 +6,19 @@
 
 from __future__ import annotations
 
-import functools
 import html
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from calimon.errors import CalimonError, InputError
+from calimon.cli_common import cli_errors, json_ready
+from calimon.errors import InputError
 
 spans_app = typer.Typer(add_completion=False,
                         help="Evidence spans: occlusion spans and grounded quotes vs gold spans.")
 SOURCES = ("all", "occlusion", "quote")
-
-
-def _guard(fn):
-    """Library errors become one line on stderr and the error's exit code."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except CalimonError as exc:
-            typer.echo(f"calimon: error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
-    return wrapper
-
-
-def _clean(x: Any) -> Any:
-    """JSON-ready: NaN and infinities become null."""
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def _command(**o: Any) -> str:
@@ -64,7 +40,7 @@ def _command(**o: Any) -> str:
 
 
 @spans_app.callback(invoke_without_command=True)
-@_guard
+@cli_errors
 def spans_cmd(
     ctx: typer.Context,
     model: Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")] = "smollm2-135m",
@@ -96,7 +72,7 @@ def spans_cmd(
     out = out or Path("runs") / f"spans-{Path(benchmark).stem}-{split}"
     progress = None
     if not (quiet or as_json):
-        from calimon.cli import progress_factory
+        from calimon.cli_common import progress_factory
         progress = progress_factory(False)
     study = run_span_study(
         model, benchmark, None if split == "all" else split, limit, prompt=prompt,
@@ -107,9 +83,9 @@ def spans_cmd(
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "spans.jsonl", "w", encoding="utf-8") as fh:
         for rec in study.records():
-            fh.write(json.dumps(_clean(rec), ensure_ascii=False, allow_nan=False) + "\n")
+            fh.write(json.dumps(json_ready(rec), ensure_ascii=False, allow_nan=False) + "\n")
     (out / "summary.json").write_text(
-        json.dumps(_clean(study.summary), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        json.dumps(json_ready(study.summary), indent=1, allow_nan=False) + "\n", encoding="utf-8")
     command = _command(model=model, benchmark=benchmark, split=split, limit=limit,
                        prompt=prompt, readout=readout, direction=direction, top_k=top_k,
                        max_segments=max_segments, seed=seed, threads=threads,
@@ -118,7 +94,7 @@ def spans_cmd(
     markdown = study.to_markdown(command)
     (out / "spans.md").write_text(markdown, encoding="utf-8")
     if as_json:
-        typer.echo(json.dumps(_clean(study.summary), indent=1, allow_nan=False))
+        typer.echo(json.dumps(json_ready(study.summary), indent=1, allow_nan=False))
         return
     typer.echo(markdown)
     typer.echo(f"wrote {out}/spans.jsonl, summary.json, spans.md")
@@ -151,7 +127,7 @@ def _pick(records: list[dict[str, Any]], sample_id: str) -> dict[str, Any]:
 
 
 @spans_app.command("show")
-@_guard
+@cli_errors
 def show_cmd(
     sample_id: Annotated[str, typer.Argument(help="Sample id (as in spans.jsonl).")],
     run: Annotated[Path, typer.Option(help="A spans run folder (or its spans.jsonl).")],
@@ -183,7 +159,7 @@ def show_cmd(
                  else dict(s) for s in chosen]
         doc = {**rec, "spans": shown, "source": source,
                "html": str(html_out) if html_out is not None else None}
-        typer.echo(json.dumps(_clean(doc), indent=1, ensure_ascii=False, allow_nan=False))
+        typer.echo(json.dumps(json_ready(doc), indent=1, ensure_ascii=False, allow_nan=False))
         return
     p_raw = rec.get("p_raw")
     typer.echo(f"{rec['id']}  category={rec.get('category')}  task={rec.get('task')}  "
