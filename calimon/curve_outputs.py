@@ -36,8 +36,9 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     groups = np.array([x.pair_id for x in kept])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        fit_rows: dict[str, float] = {}
         if fit:
-            after_by_method, calib = _fit_apply(s, fit, readings, p_raw, y, out)
+            after_by_method, calib, fit_rows = _fit_apply(s, fit, readings, p_raw, y, out)
         else:
             result = calibrate(p_raw, y, groups, methods=s.methods, seed=s.seed)
             after_by_method = {m: np.asarray(result.oof[m]) for m in s.methods}
@@ -91,8 +92,10 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
         "groups": group_rows(curves, p_raw, y, keys, s.fars),
     }
     dump_json(summary, out / "curve.json")
-    _write_csv(out / "curve.csv", evaluate, readings, {x.id: v for x, v in zip(kept, p_cal,
-                                                                               strict=True)})
+    # the calib rows too (p_cal = the deployed map, fitted on them), so that the deployment
+    # tools can certify on calib and report on the evaluated split from one file
+    p_cal_by_id = {x.id: v for x, v in zip(kept, p_cal, strict=True)} | fit_rows
+    _write_csv(out / "curve.csv", [*evaluate, *fit], readings, p_cal_by_id)
     write_token_scores(out / "token_scores.jsonl", evaluate, readings)
     _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
     return summary
@@ -147,9 +150,12 @@ def _fit_apply(s, fit, readings, p_raw, y, out):
     fkept, fp, fy = usable(fit, readings)
     (out / "calibration").mkdir(exist_ok=True)
     fhash = fit_set_hash(fp, fy, [x.id for x in fkept])
-    after, maps, applied = {}, {}, {}
+    after, maps, applied, fit_rows = {}, {}, {}, {}
     for m in s.methods:
         cal, applied[m] = fit_on_split(m, fp, fy, p_raw)
+        if m == s.calibration:
+            fit_rows = {x.id: float(v) for x, v in zip(
+                fkept, np.clip(cal.predict(fp), 0.0, 1.0), strict=True)}
         after[m] = calibration_report(applied[m], y)
         maps[m] = cal.to_dict()
         save_map(cal, out / "calibration" / f"{m}.json", fit_hash=fhash, metrics=after[m],
@@ -159,7 +165,8 @@ def _fit_apply(s, fit, readings, p_raw, y, out):
     return applied, {"mode": f"fitted on split 'calib' ({len(fkept)} samples), "
                                 f"applied to split {s.split!r}",
                                 "metrics_before": calibration_report(p_raw, y),
-                                "metrics_after": clean, "maps": maps, "methods": list(s.methods)}
+                                "metrics_after": clean, "maps": maps, "methods": list(s.methods)
+                                }, fit_rows
 
 
 def _write_csv(path: Path, samples: list[Sample], readings: dict[str, Verdict],

@@ -124,3 +124,37 @@ def test_curve_backend_errors_are_one_line_before_any_work(smol, recording, tmp_
     assert res.exit_code == 2 and "unknown backend 'nope'" in res.output
     assert len(res.output.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists() and recording == []
+
+
+def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_tools(
+        smol, recording, tmp_path, monkeypatch):
+    import csv
+    import dataclasses
+
+    from calimon.calibration import load_map
+    from calimon.cli import app
+
+    monkeypatch.setitem(BACKENDS, "stand-in", "test_pipeline:RecordingBackend")
+    samples = [dataclasses.replace(x, split="calib" if int(x.pair_id[1:]) < 12 else "test")
+               for x in toy_samples(24)]
+    bench = write_samples(samples, tmp_path / "toy.jsonl")
+    settings = CurveSettings(model=str(smol.path), benchmark=str(bench), backend="stand-in",
+                             split="test", fit_on="calib", binary_prompts=(), n_boot=10,
+                             store=tmp_path / "s.sqlite", out=tmp_path / "run")
+    run = run_curve(settings)
+    with open(run.out / "curve.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted(r["split"] for r in rows) == ["calib"] * 24 + ["test"] * 24
+    assert run.summary["counts"]["evaluated"] == 24  # the curve itself is on test only
+    platt = load_map(run.out / "calibration" / "platt.json")
+    for r in rows:  # both splits carry the one deployed map's output
+        assert float(r["p_cal"]) == pytest.approx(float(platt.predict([float(r["p_raw"])])[0]),
+                                                  rel=1e-5)
+    res = CliRunner().invoke(app, ["thresholds", str(run.out), "--far", "0.5", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "calib" in json.loads(res.stdout)["split"]
+    from calimon.report.data import gather
+
+    data = gather(run.out, benchmark=str(bench), store=tmp_path / "s.sqlite")
+    assert {r.split for r in data.rows} == {"test"} and len(data.rows) == 24
+    assert not any("dataset" in n and "differ" in n for n in data.notes)

@@ -154,7 +154,7 @@ def _check_dataset(summary: dict, samples: dict[str, Sample], rows: tuple[Row, .
 
     expected = summary.get("provenance", {}).get("dataset_hash")
     if not expected or not samples or summary.get("settings", {}).get("split"):
-        return  # with --split the hash also covers the calib samples, not listed in curve.csv
+        return  # with --split the hash covers the evaluated and the calib samples together
     got = dataset_hash([samples[r.id] for r in rows if r.id in samples])
     if got != expected:
         notes.append(f"transcripts: the benchmark's samples hash to {got}, the run read "
@@ -219,6 +219,8 @@ def gather(run: str | Path, *, policies: list[str | Path] | None = None,
     rows = read_rows(run_dir / "curve.csv")
     notes: list[str] = []
     prov, settings = summary.get("provenance", {}), summary.get("settings", {})
+    if settings.get("split"):  # curve.csv also holds the calib rows the maps were fitted on
+        rows = tuple(r for r in rows if r.split == settings["split"])
     bench = benchmark or prov.get("benchmark")
     samples = _load_samples(bench, {r.id for r in rows}, notes)
     _check_dataset(summary, samples, rows, notes)
