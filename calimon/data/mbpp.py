@@ -19,11 +19,11 @@ import ast
 import json
 import sys
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from calimon.data.codegen import WORKERS, CellReport, CodeProblem, TestCase, code_cells
+from calimon.data.codegen import WORKERS, CellReport, CodeProblem, TestCase
+from calimon.data.codegen import loading as codegen_loading
 from calimon.data.codegen.problem import (
     candidate_calls,
     function_layout,
@@ -33,7 +33,6 @@ from calimon.data.codegen.problem import (
 )
 from calimon.data.paths import sources_dir as resolve_sources
 from calimon.data.sources import SourceFile, verified_path
-from calimon.errors import InputError
 from calimon.samples import Sample
 
 SOURCE_REL = "mbpp/mbpp.jsonl"
@@ -109,33 +108,13 @@ def to_problem(row: dict) -> CodeProblem | str:
 
 
 def load_problems(path: str | Path) -> tuple[list[CodeProblem], dict[str, int]]:
-    path = Path(path)
-    problems, skipped = [], Counter()
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg})", path=str(path),
-                                 line=lineno) from None
-            p = to_problem(row)
-            if isinstance(p, str):
-                skipped[p] += 1
-            else:
-                problems.append(p)
-    return problems, dict(sorted(skipped.items()))
+    return codegen_loading.load_problems(path, to_problem)
 
 
 def mbpp_report(sources_dir: str | Path, seed: int = 0, *, limit: int | None = None,
                 workers: int = WORKERS) -> tuple[list[Sample], CellReport, dict[str, int]]:
     path = verified_path(Path(sources_dir), SOURCE)
-    problems, skipped = load_problems(path)
-    if limit is not None:
-        problems = problems[:limit]
-    samples, report = code_cells(problems, seed, workers=workers)
-    return samples, report, skipped
+    return codegen_loading.problems_report(path, to_problem, seed, limit=limit, workers=workers)
 
 
 def mbpp_cells(sources_dir: str | Path, seed: int = 0, *, limit: int | None = None,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from calimon.errors import DataSourceError
+from calimon.errors import DataSourceError, InputError
 
 
 @dataclass(frozen=True)
@@ -49,3 +50,21 @@ def verified_path(root: Path, entry: SourceFile) -> Path:
             f"source file altered: {path} has sha256 {digest[:16]}..., expected "
             f"{entry.sha256[:16]}... ({entry.path} from {entry.upstream}); refusing to build")
     return path
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The rows of a JSONL file (``.gz``: gzip-compressed); blank lines are skipped and a line
+    that is not JSON raises InputError with the file and line."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise InputError(f"not valid JSON ({exc.msg})", path=str(path),
+                                 line=lineno) from None
+    return rows

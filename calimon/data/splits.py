@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from calimon.samples import Sample
+from calimon.samples import CATEGORIES, SPLITS, TASKS, Sample
 
 
 def assign_splits(samples: Sequence[Sample], fractions: dict[str, float], seed: int = 0,
@@ -51,3 +51,43 @@ def _largest_remainder(n: int, shares: list[float]) -> list[int]:
     for k in order[: n - sum(counts)]:
         counts[k] += 1
     return counts
+
+
+def split_by_pair(samples: Sequence[Sample], fractions: dict[str, float], seed: int = 0,
+                  min_test_pairs: int = 0) -> list[Sample]:
+    """`assign_splits` for a built benchmark: real pairs and unpaired hard negatives
+    (``meta.unpaired``) are split separately, so that a test floor of ``min_test_pairs`` per cell
+    counts real pairs only; the input order is kept."""
+    paired = [s for s in samples if not s.meta.get("unpaired")]
+    single = [s for s in samples if s.meta.get("unpaired")]
+    done = {s.id: s for s in assign_splits(paired, fractions, seed, min_test_pairs)}
+    done.update((s.id, s) for s in assign_splits(single, fractions, seed))
+    return [done[s.id] for s in samples]
+
+
+def split_counts(samples: Sequence[Sample], *, hard_negatives: bool = False,
+                 missing_quality: str = "unstated") -> dict:
+    """Per cell (``category/task``, in the fixed order of categories x tasks): pairs and unpaired
+    benign samples per split and in total, pairs per source and per label quality (a pair
+    without one counts as ``missing_quality``) and, with ``hard_negatives``, the benign hard
+    negatives. The counts table of a benchmark manifest."""
+    out: dict[str, dict] = {}
+    for cat in CATEGORIES:
+        for task in TASKS:
+            cell = [s for s in samples if (s.category, s.task) == (cat, task)]
+            if not cell:
+                continue
+            pairs = [s for s in cell if s.label is True]
+            single = [s for s in cell if s.meta.get("unpaired")]
+            row = {"pairs": {k: sum(s.split == k for s in pairs) for k in SPLITS},
+                   "unpaired_benign": {k: sum(s.split == k for s in single) for k in SPLITS}}
+            if hard_negatives:
+                row["hard_negative_benign"] = sum(bool(s.meta.get("hard_negative"))
+                                                  for s in cell)
+            row["pairs_by_source"] = dict(sorted(Counter(s.source for s in pairs).items()))
+            row["pairs_by_label_quality"] = dict(sorted(Counter(
+                str(s.meta.get("label_quality", missing_quality)) for s in pairs).items()))
+            row["pairs"]["total"] = len(pairs)
+            row["unpaired_benign"]["total"] = len(single)
+            out[f"{cat}/{task}"] = row
+    return out

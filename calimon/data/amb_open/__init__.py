@@ -16,9 +16,9 @@ from pathlib import Path
 from calimon import __version__
 from calimon.data.paths import sources_dir
 from calimon.data.sources import SourceFile, load_source_table, sha256_file, verified_path
-from calimon.data.splits import assign_splits
+from calimon.data.splits import split_by_pair, split_counts
 from calimon.errors import CalimonError, DataSourceError, InputError
-from calimon.samples import CATEGORIES, SPLITS, TASKS, Sample, sample_from_dict, write_samples
+from calimon.samples import Sample, sample_from_dict, write_samples
 
 NAME = "amb-open"
 VERSION = 1
@@ -65,7 +65,7 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
     a subset is for tests and development and is recorded in the manifest). ``allow_missing``:
     skip cell builders whose module does not exist yet instead of failing (development only; the
     manifest then says ``complete: false``). ``progress``: a bar factory ``(label, total) ->
-    tick`` (as ``calimon.cli.progress_factory``), ticked once per cell built."""
+    tick`` (as ``calimon.cli_common.progress_factory``), ticked once per cell built."""
     from calimon.data.amb_open.cells import CELL_BUILDERS
 
     if not isinstance(seed, int) or isinstance(seed, bool):
@@ -107,11 +107,7 @@ def split_samples(samples: Sequence[Sample], seed: int) -> list[Sample]:
     """Pair-level splits stratified by cell. Real pairs and unpaired hard negatives are split
     separately, so that the test floor of MIN_TEST_PAIRS per cell counts real pairs only; the
     input order is kept."""
-    paired = [s for s in samples if not s.meta.get("unpaired")]
-    single = [s for s in samples if s.meta.get("unpaired")]
-    done = {s.id: s for s in assign_splits(paired, FRACTIONS, seed, MIN_TEST_PAIRS)}
-    done.update((s.id, s) for s in assign_splits(single, FRACTIONS, seed))
-    return [done[s.id] for s in samples]
+    return split_by_pair(samples, FRACTIONS, seed, MIN_TEST_PAIRS)
 
 
 def _cell_function(spec: str):
@@ -197,27 +193,4 @@ def cell_name(s: Sample) -> str:
 def counts(samples: Sequence[Sample]) -> dict:
     """Per cell: pairs and unpaired benign samples per split, pairs per source and per label
     quality, in the fixed order of categories x tasks."""
-    out: dict[str, dict] = {}
-    for cat in CATEGORIES:
-        for task in TASKS:
-            cell = [s for s in samples if (s.category, s.task) == (cat, task)]
-            if not cell:
-                continue
-            paired = [s for s in cell if s.label is True]
-            single = [s for s in cell if s.meta.get("unpaired")]
-            row = {"pairs": {k: sum(s.split == k for s in paired) for k in SPLITS},
-                   "unpaired_benign": {k: sum(s.split == k for s in single) for k in SPLITS}}
-            row["pairs"]["total"] = len(paired)
-            row["unpaired_benign"]["total"] = len(single)
-            row["pairs_by_source"] = _tally(s.source for s in paired)
-            row["pairs_by_label_quality"] = _tally(
-                str(s.meta.get("label_quality", "unstated")) for s in paired)
-            out[f"{cat}/{task}"] = row
-    return out
-
-
-def _tally(values) -> dict[str, int]:
-    table: dict[str, int] = {}
-    for v in values:
-        table[v] = table.get(v, 0) + 1
-    return dict(sorted(table.items()))
+    return split_counts(samples)
