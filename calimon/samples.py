@@ -140,7 +140,9 @@ def iter_samples(path: str | Path) -> Iterator[Sample]:
     if not path.is_file():
         raise InputError("no such file", path=str(path))
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8", errors="surrogateescape") as fh:
+    # newline="\n": a JSONL line ends at \n only (a lone \r is not a line break), so line
+    # numbers agree with `wc -l`, `sed -n Np` and editors; a \r\n line keeps a \r JSON ignores
+    with path.open(encoding="utf-8", errors="surrogateescape", newline="\n") as fh:
         for lineno, text in enumerate(fh, start=1):
             if not text.strip():
                 continue

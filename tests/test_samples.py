@@ -84,3 +84,18 @@ def test_round_trip_is_byte_deterministic(tmp_path):
     assert back == samples and back[0].meta == {"k": 1}
     assert write_samples(back, tmp_path / "b.jsonl").read_bytes() == a
     assert back[0].response[19:27] == "return 0"
+
+
+def test_line_numbers_count_newlines_only_and_crlf_files_load(tmp_path):
+    from calimon.samples import load_samples
+
+    good = json.dumps({"id": "a", "request": "q", "response": "r", "label": True,
+                       "category": "safety", "task": "qa", "pair_id": "p"})
+    crlf = tmp_path / "crlf.jsonl"
+    crlf.write_bytes((good + "\r\n").encode())
+    assert [x.id for x in load_samples(crlf)] == ["a"]
+    lone_cr = tmp_path / "cr.jsonl"
+    lone_cr.write_bytes(b"\r" + good.encode() + b"\n{bad\n")
+    with pytest.raises(InputError) as err:
+        load_samples(lone_cr)
+    assert err.value.line == 2  # the \r does not start a new line
