@@ -223,3 +223,34 @@ def test_claims_in_the_samples_hold_when_rerun(problem, outcomes):
 def test_problem_samples_are_deterministic(problem, outcomes):
     again = problem_samples(problem, 0, agree_rate=1.0)
     assert [s.to_dict() for s in again.samples] == [s.to_dict() for s in outcomes[0].samples]
+
+
+SET_PROGRAM = '''
+from calimon.data.codegen import CodeProblem, split_check
+from calimon.data.codegen.context import expected_literals
+
+CHECK = """
+def check(candidate):
+    assert candidate(('x', 'y', 'z', 'w', 'v')) == {'x', 'y', 'z', 'w', 'v'}
+    assert candidate(('a',)) == [{'a', 'b', 'c', 'd', 'e'}]
+    assert candidate(()) == set()
+"""
+visible, held, _ = split_check(CHECK)
+p = CodeProblem(pid="Toy/2", key="toy-002", source="toy", task="t", task_is_code=False,
+                entry_point="f", params=("t",), header="", reference="def f(t):\\n    return set(t)\\n",
+                visible=visible, held=held, style="check")
+print(expected_literals(p))
+'''
+
+
+def test_expected_literals_do_not_depend_on_the_hash_seed():
+    """A set's repr follows the process's hash seed; the builder must not (build determinism)."""
+    import os
+    import subprocess
+    import sys
+
+    outs = {subprocess.run([sys.executable, "-c", SET_PROGRAM], capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}
+                           ).stdout for seed in range(6)}
+    assert len(outs) == 1, outs
+    assert "{'x', 'y', 'z', 'w', 'v'}" in outs.pop()

@@ -58,10 +58,21 @@ def expected_literals(problem: CodeProblem) -> list[str]:
                     value = ast.literal_eval(side)
                 except (ValueError, SyntaxError, TypeError, RecursionError):
                     continue
-                text = repr(value)
+                # a set's repr follows the builder's hash seed; its source text does not
+                text = ast.unparse(side) if _holds_a_set(value) else repr(value)
                 if len(text) <= MAX_VALUE_REPR and text not in out:
                     out.append(text)
     return out
+
+
+def _holds_a_set(value) -> bool:
+    if isinstance(value, set | frozenset):
+        return True
+    if isinstance(value, list | tuple):
+        return any(_holds_a_set(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_a_set(v) for v in value.values())
+    return False
 
 
 _DEFAULTS = {bool: ("False", "True"), int: ("0", "1"), float: ("0.0",), str: ("''",),
