@@ -38,7 +38,8 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
         warnings.simplefilter("always")
         fit_rows: dict[str, float] = {}
         if fit:
-            after_by_method, calib, fit_rows = _fit_apply(s, fit, readings, p_raw, y, out)
+            after_by_method, calib, fit_rows = _fit_apply(s, fit, readings, p_raw, y, out,
+                                                           provenance)
         else:
             result = calibrate(p_raw, y, groups, methods=s.methods, seed=s.seed)
             after_by_method = {m: np.asarray(result.oof[m]) for m in s.methods}
@@ -144,7 +145,7 @@ def _map_extra(provenance: dict) -> dict:
                                        "readout", "benchmark", "dataset_hash")}
 
 
-def _fit_apply(s, fit, readings, p_raw, y, out):
+def _fit_apply(s, fit, readings, p_raw, y, out, provenance):
     from calimon.pipeline import usable
 
     fkept, fp, fy = usable(fit, readings)
@@ -159,7 +160,8 @@ def _fit_apply(s, fit, readings, p_raw, y, out):
         after[m] = calibration_report(applied[m], y)
         maps[m] = cal.to_dict()
         save_map(cal, out / "calibration" / f"{m}.json", fit_hash=fhash, metrics=after[m],
-                 extra={"fit_split": "calib", "eval_split": s.split})
+                 extra={**_map_extra(provenance), "fit_split": "calib",
+                        "eval_split": s.split})
     clean = {m: {k: (None if isinstance(v, float) and math.isnan(v) else v)
                  for k, v in d.items()} for m, d in after.items()}
     return applied, {"mode": f"fitted on split 'calib' ({len(fkept)} samples), "

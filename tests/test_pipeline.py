@@ -147,6 +147,8 @@ def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_to
     assert sorted(r["split"] for r in rows) == ["calib"] * 24 + ["test"] * 24
     assert run.summary["counts"]["evaluated"] == 24  # the curve itself is on test only
     platt = load_map(run.out / "calibration" / "platt.json")
+    assert platt.extra["fit_split"] == "calib" and platt.extra["benchmark"] == str(bench)
+    assert platt.extra["model_revision"] == run.summary["provenance"]["model_revision"]
     for r in rows:  # both splits carry the one deployed map's output
         assert float(r["p_cal"]) == pytest.approx(float(platt.predict([float(r["p_raw"])])[0]),
                                                   rel=1e-5)
