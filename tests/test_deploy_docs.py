@@ -47,7 +47,7 @@ def test_doc_commands_and_examples_reproduce(tmp_path, monkeypatch):
         code, output = _run(command)
         got = [line.rstrip() for line in output.splitlines()]
         assert got == [line.rstrip() for line in expected], command
-        assert (code != 0) == any(line.startswith("error:") for line in got), command
+        assert (code != 0) == any(line.startswith("calimon: error:") for line in got), command
     # code fences end an example's expected output, as a blank line would
     unfenced = re.sub(r"^```.*$", "", text, flags=re.M)
     test = doctest.DocTestParser().get_doctest(unfenced, {}, DOC.name, str(DOC), 0)
