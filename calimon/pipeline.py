@@ -111,7 +111,8 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
         with RunStore(s.store) as store:
             main = spec.build(backend)
             readings = _score(main, evaluate + fit, store, progress, f"{s.prompt}/{s.readout}")
-            binary_set = select_pairs(evaluate, s.binary_limit, s.seed)
+            binary_set = (select_pairs(evaluate, s.binary_limit, s.seed)
+                          if s.binary_prompts else [])
             binary_readings = {}
             for name in s.binary_prompts:
                 mon = Monitor(backend, load_prompt(name), "binary")

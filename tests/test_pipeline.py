@@ -146,6 +146,7 @@ def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_to
         rows = list(csv.DictReader(fh))
     assert sorted(r["split"] for r in rows) == ["calib"] * 24 + ["test"] * 24
     assert run.summary["counts"]["evaluated"] == 24  # the curve itself is on test only
+    assert run.summary["binary_sample_count"] == 0 and run.summary["binary_points"] == []
     platt = load_map(run.out / "calibration" / "platt.json")
     assert platt.extra["fit_split"] == "calib" and platt.extra["benchmark"] == str(bench)
     assert platt.extra["model_revision"] == run.summary["provenance"]["model_revision"]
