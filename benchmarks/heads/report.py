@@ -86,6 +86,36 @@ def transfer_tables(tr: dict) -> list[str]:
     return out
 
 
+def auroc_half_width(n_pos: int, n_neg: int) -> float:
+    """95% half-width of an AUROC near 0.5 (Hanley-McNeil): the sampling error to expect."""
+    return 1.96 * ((n_pos + n_neg + 1) / (12 * n_pos * n_neg)) ** 0.5
+
+
+def reading(heads: dict, lora: dict | None) -> list[str]:
+    """Caveats and the transfer question, computed from the JSON (no figure typed by hand)."""
+    te = heads["counts"]["test"]
+    hw = auroc_half_width(te["n_pos"], te["n"] - te["n_pos"])
+    out = ["## Reading", "",
+           f"- Sampling error: with {te['n']} test samples ({te['n_pos']} misbehaving) an AUROC "
+           f"near 0.5 carries about +-{hw:.2f} (95%), more within one category; MR at FAR<=5% "
+           "rests on the few benign samples above the threshold."]
+    get = {(c["train"], c["test"]): c["auroc"] for c in heads["transfer"]["cells"]}
+    if ("safety", "spec_gaming") in get and ("spec_gaming", "spec_gaming") in get:
+        out.append(
+            "- Transfer (the paper's question: does training on explicit misbehavior reach "
+            "specification gaming?): a probe trained on safety only scores AUROC "
+            f"{f(get[('safety', 'spec_gaming')])} on spec_gaming, one trained on spec_gaming "
+            f"{f(get[('spec_gaming', 'spec_gaming')])}, one trained on all "
+            f"{f(get[('all', 'spec_gaming')])}.")
+    if lora:
+        out.append("- The LoRA baseline is a plumbing-scale run (the sizes above), far from a "
+                   "real fine-tune; its row says the code works end to end, not how well "
+                   "fine-tuning does.")
+    out.append("- The probes read the same forward pass as the verdict, so their cost on top "
+               "of the verdict is only the head itself.")
+    return out + [""]
+
+
 def render(heads: dict, lora: dict | None, commands: list[str]) -> str:
     c = heads["counts"]
     L = ["# Probe heads on hidden states — results", "",
@@ -167,23 +197,14 @@ def render(heads: dict, lora: dict | None, commands: list[str]) -> str:
     L.append(f"| layer sweep ({len(heads['sweep']['cv_auroc'])} poolings x all layers x "
              f"{heads['sweep']['folds']} folds) | {heads['sweep']['cost']['seconds']} | "
              f"{heads['sweep']['cost']['peak_traced_mb']} |")
-    L += ["", "Seconds are wall-clock on 2 CPU cores shared with other jobs (load above 10 "
-          "during these runs): compare them with each other, not with other machines. "
+    L += ["", "Seconds are wall-clock on this machine's 2 CPU cores (other jobs may have shared "
+          "them): compare them with each other, not with other machines. "
           "Peak traced memory is what Python and numpy allocated during the fit (tracemalloc);"
           f" the whole benchmark process peaked at {heads['peak_rss_mb']} MB RSS (model "
-          "included). Feature extraction is the dominant cost (one pass per sample); the logistic "
-          "heads train in seconds to tens of seconds from the cache. The MLP time is inflated "
-          "by tracemalloc, which traces every small allocation of its torch optimizer loop.", "",
-          "## Caveats", "",
-          "- The samples are small (see Setup): a full extraction of the benchmark did not fit in "
-          "this run on 2 shared cores, so the splits were subsampled by whole pairs. With about "
-          "40 test samples an AUROC carries roughly +-0.15 of sampling error and MR at "
-          "FAR<=5% rests on one or two benign samples; read the tables as a working pipeline "
-          "and a direction, not as settled figures.",
-          "- The LoRA baseline is a plumbing-scale run (the sizes above), far from a real "
-          "fine-tune; its row says the code works end to end, not how well fine-tuning does.",
-          "- The verdict readout of this small model is near chance here; the probes read the "
-          "same forward pass, so their cost on top of the verdict is only the head itself.", ""]
+          "included). Feature extraction (one capture pass per sample, "
+          f"{heads['extract_seconds_this_run']} s in this run) is the dominant cost; the heads "
+          "train from the cached features. tracemalloc slows the MLP's torch loop.", ""]
+    L += reading(heads, lora)
     return "\n".join(L) + "\n"
 
 
