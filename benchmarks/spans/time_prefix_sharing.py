@@ -1,0 +1,79 @@
+"""Time the masked variants of a few misbehaving samples: plain vs per-sample prefix sharing.
+
+Same samples, same process, template-prefix cache warm for both; prints a markdown table with
+seconds and tokens as multiples of one scoring pass over the originals, and the largest
+difference between the two paths' answer log-probabilities.
+
+    python benchmarks/spans/time_prefix_sharing.py --benchmark amb-open --n 6 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from calimon.backends.transformers_backend import TransformersBackend
+from calimon.data.registry import load_benchmark
+from calimon.models import resolve_model
+from calimon.prompts import PromptEncoder, load_prompt
+from calimon.selection import select_pairs
+from calimon.spans.occlusion import PrefixSharingBackend, masked_sample, occlusion_units
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--benchmark", default="amb-open")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--limit", type=int, default=48, help="study selection (whole pairs)")
+    ap.add_argument("--n", type=int, default=6, help="misbehaving samples timed")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+
+    samples = [s for s in load_benchmark(a.benchmark) if s.label is not None
+               and s.split == a.split]
+    bad = [s for s in select_pairs(samples, a.limit, a.seed) if s.label][:a.n]
+    backend = TransformersBackend(resolve_model(a.model), device="cpu", threads=a.threads)
+    enc = PromptEncoder(backend.tokenizer, load_prompt("direct"), "verdict",
+                        backend.model_ref.config.max_input_tokens)
+    prefix = enc.prefix_len
+    originals = [enc.encode(s.request, s.response).ids for s in bad]
+    variants = [[enc.encode(v.request, v.response).ids
+                 for v in (masked_sample(s, u) for u in occlusion_units(s.response, task=s.task))]
+                for s in bad]
+    backend.next_token_logprobs([originals[0]], prefix)  # load, warm the template cache
+
+    t = time.perf_counter()
+    backend.next_token_logprobs(originals, prefix)
+    t_one = time.perf_counter() - t
+    flat = [p for group in variants for p in group]
+    t = time.perf_counter()
+    plain = backend.next_token_logprobs(flat, prefix)
+    t_plain = time.perf_counter() - t
+    shared_backend = PrefixSharingBackend(backend)
+    shared_backend._prefix_layers(tuple(originals[0][:prefix]))  # warm, like the plain path
+    t = time.perf_counter()
+    shared = np.concatenate([shared_backend.next_token_logprobs(g, prefix) for g in variants])
+    t_shared = time.perf_counter() - t
+
+    tokens_one = sum(len(p) - prefix for p in originals)
+    print(f"{len(bad)} misbehaving samples of {a.benchmark}/{a.split} (limit {a.limit}, seed "
+          f"{a.seed}), {len(flat)} masked variants, threads {a.threads}\n")
+    print("| path | seconds | x one pass (s) | tokens | x one pass (tokens) |")
+    print("|---|---|---|---|---|")
+    print(f"| one scoring pass (originals) | {t_one:.1f} | 1.00 | {tokens_one} | 1.00 |")
+    print(f"| variants, plain | {t_plain:.1f} | {t_plain / t_one:.2f} | "
+          f"{shared_backend.tokens_plain} | {shared_backend.tokens_plain / tokens_one:.2f} |")
+    print(f"| variants, prefix sharing | {t_shared:.1f} | {t_shared / t_one:.2f} | "
+          f"{shared_backend.tokens_computed} | "
+          f"{shared_backend.tokens_computed / tokens_one:.2f} |")
+    pos = np.isfinite(plain) & np.isfinite(shared)
+    print(f"\nmax |log p(plain) - log p(shared)| over the vocabulary: "
+          f"{np.abs(plain[pos] - shared[pos]).max():.2e}")
+
+
+if __name__ == "__main__":
+    main()
