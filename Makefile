@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_MARKS ?= not slow and not vllm and not chromium
+# The demo's size: 240 of the 656 humaneval-pairs samples (whole pairs, balanced over cells),
+# the binary protocol on 24 of them; under 10 minutes on 2 cores (benchmarks/results/demo.md).
+DEMO_SIZE ?= --limit 240 --binary-limit 24
 
 .PHONY: setup demo test test-all lint clean
 
@@ -17,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon curve --model smollm2-135m --binary-limit 60 --out runs/demo
+	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon curve --model smollm2-135m $(DEMO_SIZE) --out runs/demo
 
 test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "$(PYTEST_MARKS)"

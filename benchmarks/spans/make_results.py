@@ -21,10 +21,10 @@ the amb-open test split (issue 4). Everything below the first rule is generated:
 section is the run's `spans.md`, the drop statistics are computed from its `spans.jsonl`, the
 timing table is the output of `benchmarks/spans/time_prefix_sharing.py`.
 
-Commands (amb-open built with
-`python -c "from calimon.data.amb_open import build; from calimon.data.paths import benchmark_dir; build(benchmark_dir('amb-open'))"`):
+Commands:
 
 ```
+calimon data build amb-open --sources ../shared/sources
 calimon spans --model smollm2-135m --benchmark amb-open --split test --limit 48 --threads 1 \\
     --store runs/spans-final-store.sqlite --out runs/spans-amb-open
 python benchmarks/spans/time_prefix_sharing.py --benchmark amb-open --n 6 --threads 1 > runs/spans-timing.md
