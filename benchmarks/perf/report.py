@@ -43,21 +43,33 @@ MAIN = [("a-direct", "(a) binary, direct prompt: batched greedy JSON"),
         ("d-http", "(d') HTTP backend -> vllm serve, verdict")]
 
 
+def _load_sentence(results: list[dict]) -> str:
+    """What the 1-minute load average was while the cases ran (recorded per case)."""
+    loads = [x for r in results for x in (r.get("loadavg_start"), r.get("loadavg_end"))
+             if x is not None]
+    if not loads:
+        return "The machine's load was not recorded."
+    lo, hi = min(loads), max(loads)
+    busy = "shared with other jobs, so wall-clock rates are noisy" if hi > 2.5 else \
+        "otherwise quiet (2 cores; the benchmark itself accounts for a load of about 2)"
+    return (f"The 1-minute load average ranged {lo:.1f}-{hi:.1f} at the start and end of the "
+            f"cases: the CPU was {busy}.")
+
+
 def render(meta: dict, results: list[dict]) -> str:
     res = _by_name(results)
     peak = res.get("matmul")
     peak = peak if peak and "error" not in peak else None
     spent = sum(r.get("case_seconds") or r.get("seconds") or 0 for r in results)
     lines = ["# Throughput benchmark: monitor readouts on CPU", "",
-             f"Regenerate (this run's cases took {spent / 60:.0f} min in all on the shared "
-             "machine; a `vllm serve` start-up comes on top with --http):", "",
+             f"Regenerate (this run's cases took {spent / 60:.0f} min in all; a `vllm serve` "
+             "start-up comes on top with --http):", "",
              f"    {meta['command']}", *[f"    {c}" for c in meta.get("resumed", [])], "",
              f"Run {meta['date']} on {meta['cpu']} ({meta['cores']} cores), Python "
              f"{meta['python']}, " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
              + ". Model: the embedded SmolLM2-135M-Instruct, fp32. Samples: the same "
              "humaneval-pairs samples (whole pairs, `select_pairs` seed 0) in every case.", "",
-             "The CPU was shared with other engineers' jobs while this ran (load average per "
-             "case in the raw JSON), so wall-clock rates are noisy. Each case also reports "
+             _load_sentence(results) + " Each case also reports "
              "rates per CPU-second of its own process, which other processes disturb much "
              "less; the ratios and the fraction of the matmul peak are given both ways.", ""]
     if peak:
