@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_MARKS ?= not slow and not vllm and not chromium
-# The demo's size: 240 of the 656 humaneval-pairs samples (whole pairs, balanced over cells),
-# the binary protocol on 24 of them; under 10 minutes on 2 cores (benchmarks/results/demo.md).
-DEMO_SIZE ?= --limit 240 --binary-limit 24
+# The demo's size: 160 of the 656 humaneval-pairs samples (whole pairs, balanced over cells),
+# the binary protocol on 16 of them; under 10 minutes on 2 cores (benchmarks/results/demo.md).
+DEMO_SIZE ?= --limit 160 --binary-limit 16
 
 .PHONY: setup demo test test-all lint clean
 
