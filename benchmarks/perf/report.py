@@ -97,9 +97,9 @@ def render(meta: dict, results: list[dict]) -> str:
         lines.append(f"| {label} | {r['samples']} | {q['sps_wall']:.3f} | {_fmt(q['sps_cpu'], 3)} | "
                      f"{q['tok_s']:.0f} | {r['generated_tokens']} | {_fmt(q['gflops_wall'], 1)} "
                      f"| {_fmt(q['gflops_cpu'], 1)} | {pct} | {r['peak_rss_tree_mb']:.0f} |")
-    lines += ["", "The fraction of the peak is given per CPU-second only: the wall-clock peak "
-              "and each case were measured at different loads of the shared machine. Peak "
-              "RSS of the 8k-token case: see the length table.", "",
+    lines += ["", "The fraction of the peak in this table is per CPU-second, which other jobs on "
+              "the machine disturb least (the targets table also gives it wall-clock). Peak "
+              "RSS of the 8k-token case: see the length table (when run).", "",
               "Peak RSS includes loading the model. For vLLM it is the sum over its "
               "processes (client, engine core, worker), which counts shared pages once per "
               "process, and it includes the KV cache it preallocates (VLLM_CPU_KVCACHE_SPACE, "
