@@ -137,7 +137,8 @@ def _points(data: RunData, figs: Figures) -> str:
              'replies.</p>')
     grows = [(k, c.n_pos, c.n_neg, c.auroc, "" if c.defined else c.undefined_reason)
              for k, c in figs.curves.items()]
-    body += "<h3>per group</h3>" + table(["group", "n+", "n-", "AUROC", "note"], grows)
+    body += "<h3>per group</h3>" + table(["group", "n+", "n-", "AUROC (calibrated)", "note"],
+                                         grows)
     return _section("points", "Operating points", body)
 
 
