@@ -61,9 +61,12 @@ def test_head_and_verdict_from_one_forward_pass(smol_backend, heads):
     samples = toy_samples(4)
     calls = smol_backend.forward_calls
     verdicts, readings = mon.score_with_verdict(samples)
-    assert smol_backend.forward_calls == calls + 1  # 8 short prompts: one batch, one pass
+    head_passes = smol_backend.forward_calls - calls
+    calls = smol_backend.forward_calls
     plain = Monitor(smol_backend, load_prompt("direct"), "verdict",
                     max_input_tokens=1024).score(samples)
+    # head and verdict together cost exactly the passes of the verdict alone
+    assert head_passes == smol_backend.forward_calls - calls == len(samples)  # batch 1 on CPU
     assert [v.p_raw for v in verdicts] == pytest.approx([v.p_raw for v in plain], abs=1e-6)
     expected = seq.predict_proba(fs.X(LAYER, "mean"))
     assert [r.p_raw for r in readings] == pytest.approx(expected.tolist(), abs=1e-5)

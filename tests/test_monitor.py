@@ -30,6 +30,23 @@ def test_prefix_reuse_matches_a_plain_forward_pass(smol_backend):
     assert np.abs(np.exp(fast) - np.exp(ref)).max() < 1e-4
 
 
+def test_padded_batches_match_single_prompts_and_cpu_defaults_to_one(smol, smol_backend):
+    from calimon.backends.transformers_backend import TransformersBackend
+
+    assert smol_backend.max_batch_size == 1  # the CPU default
+    batched = TransformersBackend.from_loaded(smol, smol_backend.model, smol_backend.tokenizer,
+                                              max_batch_size=8)
+    assert batched.max_batch_size == 8
+    mon = Monitor(smol_backend, load_prompt("direct"), "verdict")
+    prompts = [mon.encoder.encode(s.request, s.response).ids for s in toy_samples(3)]
+    assert len({len(p) for p in prompts}) > 1  # different lengths: the batch is padded
+    calls = batched.forward_calls
+    padded = batched.next_token_logprobs(prompts, mon.encoder.prefix_len)
+    assert batched.forward_calls == calls + 1
+    single = smol_backend.next_token_logprobs(prompts, mon.encoder.prefix_len)
+    assert np.abs(np.exp(padded) - np.exp(single)).max() < 1e-4
+
+
 def test_second_run_makes_no_model_calls(smol_backend, tmp_path):
     samples = toy_samples(3)
     mon = Monitor(smol_backend, load_prompt("direct"), "json")

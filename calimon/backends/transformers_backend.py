@@ -26,11 +26,11 @@ class TransformersBackend(LazyTokenizer):
     name = "transformers"
 
     def __init__(self, model: ResolvedModel, device: str = "auto", batch_tokens: int = 8192,
-                 max_batch_size: int = 32, threads: int | None = None):
+                 max_batch_size: int | None = None, threads: int | None = None):
         self.model_ref = model
         self.device = device
         self.batch_tokens = batch_tokens
-        self.max_batch_size = max_batch_size
+        self._max_batch_size = max_batch_size
         self.threads = threads
         self.forward_calls = 0  # batches run through the model; the resumability test reads it
         self._model = None
@@ -57,9 +57,7 @@ class TransformersBackend(LazyTokenizer):
 
             if self.threads:
                 torch.set_num_threads(self.threads)
-            dev = self.device
-            if dev == "auto":
-                dev = "cuda" if torch.cuda.is_available() else "cpu"
+            dev = self._resolved_device()
             dtype = self.model_ref.config.dtype
             if dtype == "auto":
                 dtype = "bfloat16" if dev.startswith("cuda") else "float32"
@@ -67,6 +65,29 @@ class TransformersBackend(LazyTokenizer):
                 str(self.model_ref.path), dtype=getattr(torch, dtype)).to(dev).eval()
             self._device = dev
         return self._model
+
+    @property
+    def max_batch_size(self) -> int:
+        """Prompts per forward pass; default 1 on CPU, 32 elsewhere. On CPU one prefill of a
+        few hundred tokens already keeps the cores busy, and batching only adds padding and an
+        explicit attention mask: every batch size above 1 measured slower
+        (benchmarks/results/perf-quiet.md, batch table)."""
+        if self._max_batch_size is not None:
+            return self._max_batch_size
+        return 1 if self._resolved_device() == "cpu" else 32
+
+    @max_batch_size.setter
+    def max_batch_size(self, value: int | None) -> None:
+        self._max_batch_size = value
+
+    def _resolved_device(self) -> str:
+        if self._model is not None:
+            return self._device
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
 
     @property
     def vocab_size(self) -> int:
