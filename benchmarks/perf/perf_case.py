@@ -104,13 +104,16 @@ def matmul_case(case: dict) -> dict:
         a, b = torch.randn(m, k), torch.randn(k, n)
         for _ in range(3):
             torch.mm(a, b)
-        reps = max(3, int(2e10 // (2 * m * k * n)))
-        with Clock() as c:
-            for _ in range(reps):
-                torch.mm(a, b)
+        reps = max(3, int(1e11 // (2 * m * k * n)))  # about a second per round
         flops = 2.0 * m * k * n * reps
-        out.append({"shape": [m, k, n], "gflops_wall": flops / c.wall / 1e9,
-                    "gflops_per_cpu_s": flops / c.cpu / 1e9})
+        rounds = []
+        for _ in range(case.get("rounds", 3)):  # best round: the peak, not a dip
+            with Clock() as c:
+                for _ in range(reps):
+                    torch.mm(a, b)
+            rounds.append((flops / c.wall / 1e9, flops / c.cpu / 1e9))
+        out.append({"shape": [m, k, n], "gflops_wall": max(r[0] for r in rounds),
+                    "gflops_per_cpu_s": max(r[1] for r in rounds)})
     best = max(out, key=lambda r: r["gflops_wall"])
     return {"shapes": out, "gflops_wall": best["gflops_wall"],
             "gflops_per_cpu_s": max(r["gflops_per_cpu_s"] for r in out),
