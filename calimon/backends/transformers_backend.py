@@ -149,12 +149,13 @@ class TransformersBackend(LazyTokenizer):
     def _batches(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
         """Group prompts of similar length so padding stays small."""
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        max_rows = self.max_batch_size  # resolves the device: once per call, not per prompt
         batches, cur, cur_max = [], [], 0
         for i in order:
             n = len(prompts[i])
             new_max = max(cur_max, n)
             if cur and (new_max * (len(cur) + 1) > self.batch_tokens
-                        or len(cur) >= self.max_batch_size):
+                        or len(cur) >= max_rows):
                 batches.append(cur)
                 cur, new_max = [], n
             cur.append(i)
