@@ -94,10 +94,20 @@ def test_a_tampered_map_loads_sanely_or_names_the_field(data):
     if isinstance(got, CalimonError):
         _assert_named(got, path)
         assert got.field is not None
-        assert got.field.split(".")[0] in (key, "params", "method", "calibration map")
+        # the field is the tampered key itself (which may contain dots) or starts with it
+        assert got.field == key or got.field.split(".")[0] in (key, "params", "method",
+                                                                 "calibration map")
     else:  # whatever got through still maps probabilities to probabilities
         out = got.predict(GRID)
         assert np.isfinite(out).all() and (out >= 0).all() and (out <= 1).all()
+
+
+@pytest.mark.parametrize("key", [".", "x.y"])
+def test_an_unexpected_key_with_dots_is_named_whole(key):
+    doc = json.loads(json.dumps(DOCS["beta"]))
+    doc[key] = None
+    path = _write(doc)
+    _assert_named(_load(path), path, key)
 
 
 @pytest.mark.parametrize("method, key, value, field", [
