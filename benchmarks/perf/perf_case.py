@@ -4,7 +4,8 @@
 
 Prints one JSON line. `run_perf.py` runs every case and writes the results table.
 Kinds: matmul (fp32 peak), monitor (a readout on a backend), probe (capture pass + a head),
-store (second run over a scored set), profile (torch profiler of the verdict readout).
+store (second run over a scored set), profile (torch profiler of the verdict readout),
+forward (a plain batch-1 forward loop over one prompt, eager or torch.compile'd: the ceiling).
 """
 
 from __future__ import annotations
@@ -246,7 +247,58 @@ def monitor_case(case: dict) -> dict:
             "generated_tokens": sum(timed.generated), "prefix_len": mon.encoder.prefix_len,
             "flops": flops, "statuses": _statuses(verdicts),
             "p_raw": [v.p_raw for v in verdicts], "ids": [s.id for s in samples],
-            **rss.result()}
+            "max_batch_size": getattr(backend, "max_batch_size", None), **rss.result()}
+
+
+def forward_case(case: dict) -> dict:
+    """A plain loop: one prompt (the benchmark's median-length verdict prompt, no prefix
+    reuse) through the model, logits at its last position, `reps` times. `compile` runs the
+    decoder under torch.compile (static shape; its compile time is reported, not counted)."""
+    import statistics
+
+    import torch
+
+    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.models import resolve_model
+    from calimon.prompts import PromptEncoder, load_prompt
+
+    model = resolve_model(case.get("model", "smollm2-135m"))
+    shape = Shape.from_config(model.path)
+    backend = TransformersBackend(model, device="cpu")
+    net = backend.model
+    enc = PromptEncoder(backend.tokenizer, load_prompt(case["prompt"]), "verdict",
+                        model.config.max_input_tokens)
+    lengths = sorted((len(enc.encode(s.request, s.response).ids), s.id)
+                     for s in load_samples(case))
+    n, sample_id = lengths[len(lengths) // 2]
+    prompt = next(enc.encode(s.request, s.response).ids for s in load_samples(case)
+                  if s.id == sample_id)
+    ids = torch.tensor([prompt])
+
+    def once(decoder):
+        with torch.inference_mode():
+            hidden = decoder(input_ids=ids).last_hidden_state
+            return torch.log_softmax(net.lm_head(hidden[:, -1]).float(), dim=-1)
+
+    eager = once(net.model)
+    decoder = torch.compile(net.model) if case.get("compile") else net.model
+    with Clock() as first:
+        once(decoder)  # warm-up; under compile, the compilation
+    times = []
+    for _ in range(case.get("reps", 5)):
+        with Clock() as c:
+            got = once(decoder)
+        times.append((c.wall, c.cpu))
+    flops = shape.tokens(0, n) + shape.logits(1)
+    wall = statistics.median(t[0] for t in times)
+    cpu = statistics.median(t[1] for t in times)
+    return {"samples": len(times), "prompt_tokens": n, "flops_per_pass": flops,
+            "first_pass_seconds": first.wall, "median_seconds": wall,
+            "median_cpu_seconds": cpu, "best_seconds": min(t[0] for t in times),
+            "gflops_wall": flops / wall / 1e9, "gflops_per_cpu_s": flops / cpu / 1e9,
+            "gflops_best": flops / min(t[0] for t in times) / 1e9,
+            "max_abs_logprob_diff_vs_eager": float((got - eager).abs().max()),
+            "compiled": bool(case.get("compile"))}
 
 
 def _statuses(verdicts) -> dict:
@@ -370,7 +422,7 @@ def op_kind(name: str) -> str:
 
 
 KINDS = {"matmul": matmul_case, "monitor": monitor_case, "probe": probe_case,
-         "store": store_case, "profile": profile_case}
+         "store": store_case, "profile": profile_case, "forward": forward_case}
 
 
 def main() -> None:

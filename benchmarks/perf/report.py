@@ -4,7 +4,55 @@ from __future__ import annotations
 
 
 def _by_name(results: list[dict]) -> dict[str, dict]:
+    """One result per case name (with --rounds, the last round's)."""
     return {r["case"]["name"]: r for r in results}
+
+
+def _rounds(results: list[dict]) -> dict[str, dict[int, dict]]:
+    """Results by case name and round (1 for a run without --rounds)."""
+    out: dict[str, dict[int, dict]] = {}
+    for r in results:
+        out.setdefault(r["case"]["name"], {})[r["case"].get("round", 1)] = r
+    return out
+
+
+def _median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+def _ok(rounds: dict[int, dict]) -> dict[int, dict]:
+    return {k: v for k, v in rounds.items() if "error" not in v}
+
+
+def _peak_of(rounds: dict[str, dict[int, dict]], name: str, rnd: int) -> dict | None:
+    """The matmul peak of the same round, else the first one measured."""
+    ok = _ok(rounds.get(name, {}))
+    if not ok:
+        return None
+    return ok.get(rnd) or ok[min(ok)]
+
+
+def round_rates(rounds, name: str, peak_name: str = "matmul") -> dict[int, dict]:
+    """`rates` of each round of a case, each against the peak of its own round."""
+    return {k: rates(r, _peak_of(rounds, peak_name, k))
+            for k, r in _ok(rounds.get(name, {})).items()}
+
+
+def median_rates(per_round: dict[int, dict]) -> dict:
+    keys = {k for q in per_round.values() for k in q}
+    return {k: _median([q.get(k) for q in per_round.values()]) for k in keys}
+
+
+def _spread(values, digits: int = 1) -> str:
+    """Each round's value, in round order, when there was more than one round."""
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2:
+        return ""
+    return f" (rounds: {', '.join(f'{v:.{digits}f}' for v in vals)})"
 
 
 def _fmt(x, digits=2):
@@ -58,8 +106,14 @@ def _load_sentence(results: list[dict]) -> str:
 
 def render(meta: dict, results: list[dict]) -> str:
     res = _by_name(results)
-    peak = res.get("matmul")
-    peak = peak if peak and "error" not in peak else None
+    rounds = _rounds(results)
+    n_rounds = max((len(v) for k, v in rounds.items() if k in ("matmul", "b-verdict")),
+                   default=1)
+    peaks = _ok(rounds.get("matmul", {}))
+    peak = None
+    if peaks:  # the median round's peak: what the table's fractions are centred on
+        walls = sorted(peaks.values(), key=lambda r: r["gflops_wall"])
+        peak = walls[(len(walls) - 1) // 2]
     spent = sum(r.get("case_seconds") or r.get("seconds") or 0 for r in results)
     lines = ["# Throughput benchmark: monitor readouts on CPU", "",
              f"Regenerate (this run's cases took {spent / 60:.0f} min in all; a `vllm serve` "
@@ -72,28 +126,39 @@ def render(meta: dict, results: list[dict]) -> str:
              _load_sentence(results) + " Each case also reports "
              "rates per CPU-second of its own process, which other processes disturb much "
              "less; the ratios and the fraction of the matmul peak are given both ways.", ""]
+    if n_rounds > 1:
+        lines += [f"The peak, the readouts and the forward loop ran in {n_rounds} interleaved "
+                  "rounds (`--rounds`), one process per case and round: the tables give the "
+                  "median over rounds, each fraction of the peak is taken against the peak of "
+                  "its own round, and each ratio between cases is taken within a round before "
+                  "the median.", ""]
     if peak:
+        ordered = [peaks[k] for k in sorted(peaks)]
         lines += [f"fp32 matmul peak measured in the same run ({peak['threads']} threads): "
                   f"{peak['gflops_wall']:.1f} GFLOP/s wall, {peak['gflops_per_cpu_s']:.1f} "
-                  "GFLOP per CPU-second (best of 3 rounds of about 1e11 FLOP on each of the "
+                  "GFLOP per CPU-second (best of 3 repeats of about 1e11 FLOP on each of the "
                   "shapes " + ", ".join("x".join(map(str, s["shape"])) for s in peak["shapes"])
-                  + ").", ""]
+                  + ")" + (f"; median round of {len(peaks)}, GFLOP/s wall by round: "
+                           + ", ".join(f"{r['gflops_wall']:.1f}" for r in ordered)
+                           if len(peaks) > 1 else "") + ".", ""]
     lines += ["## Readouts", "",
               "| case | samples | samples/s (wall) | samples per CPU-s | tokens/s (wall) | "
               "generated tokens | GFLOP/s (wall) | GFLOP per CPU-s | % of matmul peak "
               "(per CPU-s) | "
               "peak RSS MB (process tree) |",
               "|---|---|---|---|---|---|---|---|---|---|"]
-    computed = {}
+    computed, by_round = {}, {}
     for name, label in MAIN:
         r = res.get(name)
         if not r:
             continue
-        if "error" in r:
+        per_round = round_rates(rounds, name)
+        if not per_round:
             lines.append(f"| {label} | failed: see raw JSON | | | | | | | | |")
             continue
-        q = rates(r, peak)
-        computed[name] = q
+        r = max(_ok(rounds[name]).values(), key=lambda x: x["peak_rss_tree_mb"])
+        by_round[name] = per_round
+        q = computed[name] = median_rates(per_round)
         pct = f"{100 * q['peak_cpu']:.0f}%" if q.get("peak_cpu") else "-"
         lines.append(f"| {label} | {r['samples']} | {q['sps_wall']:.3f} | {_fmt(q['sps_cpu'], 3)} | "
                      f"{q['tok_s']:.0f} | {r['generated_tokens']} | {_fmt(q['gflops_wall'], 1)} "
@@ -111,8 +176,9 @@ def render(meta: dict, results: list[dict]) -> str:
               "the real context, the output layer only where logits are computed; no padding; "
               "a cached prefix counted once, where it was computed) over the time spent inside "
               "the backend. The vLLM case counts the same FLOPs as the verdict case.", ""]
-    lines += _single_thread(res)
-    lines += _targets(res, computed)
+    lines += _forward(rounds, peak)
+    lines += _single_thread(rounds)
+    lines += _targets(res, computed, by_round)
     lines += _agreement(res)
     lines += _sweep(res, "len-", "Cost against transcript length (verdict readout)",
                     "prompt tokens (target)")
@@ -127,19 +193,31 @@ def _ratio(a, b):
     return a / b if a and b else None
 
 
-def _targets(res, q) -> list[str]:
+def _within_rounds(by_round, name, base, key) -> list[float]:
+    """The ratio name/base of `key`, taken within each round both ran in."""
+    a, b = by_round.get(base, {}), by_round.get(name, {})
+    return [_ratio(b[k][key], a[k][key]) for k in sorted(set(a) & set(b))
+            if _ratio(b[k][key], a[k][key]) is not None]
+
+
+def _targets(res, q, by_round) -> list[str]:
     out = ["## Targets", "", "| target | measured (wall) | measured (per CPU-s) | met |",
            "|---|---|---|---|"]
     b = q.get("b-verdict")
     for base, need in (("a-direct", 3.0), ("a-evidence", 10.0)):
-        a = q.get(base)
-        if b and a:
-            w, c = _ratio(b["sps_wall"], a["sps_wall"]), _ratio(b["sps_cpu"], a["sps_cpu"])
-            out.append(f"| (b) >= {need:g}x samples/s of {base} | {w:.1f}x | {c:.1f}x | "
-                       f"{'yes' if min(w, c) >= need else 'no'} |")
-    if b and "peak_wall" in b:
-        out.append(f"| (b) >= 80% of the fp32 matmul peak | {100 * b['peak_wall']:.0f}% | "
-                   f"{100 * b['peak_cpu']:.0f}% | "
+        if b and q.get(base):
+            ws = _within_rounds(by_round, "b-verdict", base, "sps_wall")
+            cs = _within_rounds(by_round, "b-verdict", base, "sps_cpu")
+            w, c = _median(ws), _median(cs)
+            out.append(f"| (b) >= {need:g}x samples/s of {base} | {w:.1f}x{_spread(ws)} | "
+                       f"{c:.1f}x{_spread(cs)} | {'yes' if min(w, c) >= need else 'no'} |")
+    if b and b.get("peak_wall"):
+        ws = [x["peak_wall"] * 100 for _, x in sorted(by_round["b-verdict"].items())]
+        cs = [x["peak_cpu"] * 100 for _, x in sorted(by_round["b-verdict"].items())
+              if x.get("peak_cpu")]
+        out.append(f"| (b) >= 80% of the fp32 matmul peak | {100 * b['peak_wall']:.0f}%"
+                   f"{_spread(ws, 0)} | {100 * b['peak_cpu']:.0f}%"
+                   f"{_spread(cs, 0)} | "
                    f"{'yes' if min(b['peak_wall'], b['peak_cpu']) >= 0.8 else 'no'} |")
     rb = res.get("b-verdict")
     notes = []
@@ -255,24 +333,69 @@ def _tests(r) -> list[str]:
     return out
 
 
-def _single_thread(res) -> list[str]:
-    peak = res.get("matmul-1t")
-    if not peak or "error" in peak:
+def _single_thread(rounds) -> list[str]:
+    peaks = _ok(rounds.get("matmul-1t", {}))
+    if not peaks:
         return []
+    wall = _median([r["gflops_wall"] for r in peaks.values()])
+    cpu = _median([r["gflops_per_cpu_s"] for r in peaks.values()])
     out = ["## One thread (less disturbed by other jobs on the machine)", "",
-           f"fp32 matmul peak, 1 thread: {peak['gflops_wall']:.1f} GFLOP/s wall, "
-           f"{peak['gflops_per_cpu_s']:.1f} GFLOP per CPU-second.", "",
+           f"fp32 matmul peak, 1 thread: {wall:.1f} GFLOP/s wall, "
+           f"{cpu:.1f} GFLOP per CPU-second" + (" (medians over rounds)" if len(peaks) > 1
+                                                 else "") + ".", "",
            "| case | samples per CPU-s | GFLOP per CPU-s | % of the 1-thread matmul peak "
            "(per CPU-s) | peak RSS MB |", "|---|---|---|---|---|"]
     got = {}
     for name in ("a-direct-1t", "b-verdict-1t"):
-        r = res.get(name)
-        if not r or "error" in r:
+        per_round = round_rates(rounds, name, "matmul-1t")
+        if not per_round:
             continue
-        q = got[name] = rates(r, peak)
+        got[name] = per_round
+        q = median_rates(per_round)
+        rss = max(r["peak_rss_tree_mb"] for r in _ok(rounds[name]).values())
         out.append(f"| {name} | {q['sps_cpu']:.3f} | {q['gflops_cpu']:.1f} | "
-                   f"{100 * q['peak_cpu']:.0f}% | {r['peak_rss_tree_mb']:.0f} |")
+                   f"{100 * q['peak_cpu']:.0f}% | {rss:.0f} |")
     if len(got) == 2:
-        ratio = got["b-verdict-1t"]["sps_cpu"] / got["a-direct-1t"]["sps_cpu"]
-        out += ["", f"(b) / (a)-direct samples per CPU-second, one thread: {ratio:.1f}x."]
+        ratios = _within_rounds(got, "b-verdict-1t", "a-direct-1t", "sps_cpu")
+        out += ["", f"(b) / (a)-direct samples per CPU-second, one thread: "
+                f"{_median(ratios):.1f}x{_spread(ratios)}."]
     return out + [""]
+
+
+def _forward(rounds, peak) -> list[str]:
+    """The plain batch-1 forward loop, eager and compiled: where (b) stands against it."""
+    rows = []
+    for name, label in (("forward-eager", "plain forward loop, eager"),
+                        ("forward-compiled", "plain forward loop, torch.compile")):
+        ok = _ok(rounds.get(name, {}))
+        if not ok:
+            continue
+        fracs = [r["gflops_wall"] / p["gflops_wall"] for k, r in sorted(ok.items())
+                 if (p := _peak_of(rounds, "matmul", k))]
+        cpu_fracs = [r["gflops_per_cpu_s"] / p["gflops_per_cpu_s"]
+                     for k, r in sorted(ok.items()) if (p := _peak_of(rounds, "matmul", k))]
+        r = ok[min(ok)]
+        wall = _median([x["gflops_wall"] for x in ok.values()])
+        first = _median([x["first_pass_seconds"] for x in ok.values()])
+        frac = _median(fracs)
+        rows.append(f"| {label} | {r['prompt_tokens']} | {wall:.1f} | "
+                    f"{_fmt(100 * frac if frac else None, 0)}%"
+                    f"{_spread([100 * f for f in fracs], 0)} | "
+                    f"{_fmt(100 * _median(cpu_fracs) if cpu_fracs else None, 0)}% | "
+                    f"{first:.1f} | {r['max_abs_logprob_diff_vs_eager']:.1e} |")
+    if not rows:
+        return []
+    by_round = {n: {k: {"gflops": r["gflops_wall"]} for k, r in _ok(rounds.get(n, {})).items()}
+                for n in ("forward-eager", "forward-compiled")}
+    gain = _within_rounds(by_round, "forward-compiled", "forward-eager", "gflops")
+    after = ([f"torch.compile / eager, within a round: {_median(gain):.2f}x"
+              f"{_spread(gain, 2)}.", ""] if gain else [])
+    return ["## Ceiling: a plain forward loop", "",
+            "One verdict prompt (the samples' median length, no prefix reuse), batch 1, "
+            "logits at its last position, 5 passes per round (median pass); with "
+            "torch.compile the decoder is compiled for that one shape, and the first pass "
+            "(the compilation) is not counted. This is what a forward pass of this model "
+            "reaches on this CPU, outside the monitor.", "",
+            "| loop | prompt tokens | GFLOP/s (wall) | % of matmul peak (wall) | % of peak "
+            "(per CPU-s) | first pass s | max abs diff of log p vs eager |",
+            "|---|---|---|---|---|---|---|", *rows, "", *after]

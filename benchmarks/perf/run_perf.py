@@ -3,7 +3,7 @@ evidence prompts), verdict (one prefill, shared-prefix KV reuse, logits at the r
 a probe head's capture pass, and the vLLM / HTTP backends; plus cost against transcript length
 and batch size, the second-run check and a profile of the verdict readout.
 
-    python benchmarks/perf/run_perf.py --out benchmarks/results/perf.md \\
+    python benchmarks/perf/run_perf.py --out benchmarks/results/perf.md --rounds 3 \\
         --vllm-python /tmp/venv-vllm/bin/python --http
 
 Every case runs in its own process (`perf_case.py`), one after the other, on the same samples
@@ -32,7 +32,7 @@ from report import render  # noqa: E402
 
 def run_case(case: dict, python: str, log) -> dict:
     cmd = [python, str(HERE / "perf_case.py"), json.dumps(case)]
-    log(f"-> {case['name']}")
+    log(f"-> {case['name']}" + (f" (round {case['round']})" if "round" in case else ""))
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent.parent)
     for line in proc.stdout.splitlines():
@@ -100,10 +100,27 @@ def cases(args) -> list[dict]:
     for bs in args.batch_sizes:
         out.append({**base, "name": f"batch-{bs}", "kind": "monitor", "readout": "verdict",
                     "max_batch_size": bs})
+    out += [{**base, "name": "forward-eager", "kind": "forward"},
+            {**base, "name": "forward-compiled", "kind": "forward", "compile": True}]
     if args.vllm_tests:
         out.append({"name": "vllm-tests", "kind": "pytest", "python": args.vllm_python})
     only = set(args.only or [])
     return [c for c in out if not only or c["name"] in only]
+
+
+# Cases run once per round with --rounds: the readouts, the peak they are compared with and
+# the plain forward loop. Rounds interleave them, so a slow spell of the shared machine hits
+# every case of a round alike, and ratios are taken within a round.
+ROUND_CASES = ("matmul", "a-direct", "a-evidence", "b-verdict", "c-probe", "c-probe-truncated",
+               "d-vllm", "forward-eager", "forward-compiled", "matmul-1t", "a-direct-1t",
+               "b-verdict-1t")
+
+
+def schedule(todo: list[dict], rounds: int) -> list[dict]:
+    """The round cases `rounds` times in turn (each tagged with its round), then the rest."""
+    repeat = [c for c in todo if c["name"] in ROUND_CASES]
+    once = [c for c in todo if c["name"] not in ROUND_CASES]
+    return [{**c, "round": r} for r in range(1, rounds + 1) for c in repeat] + once
 
 
 class Server:
@@ -166,6 +183,9 @@ def main() -> None:
                     "--vllm-python) and score through the HTTP backend")
     ap.add_argument("--vllm-tests", action="store_true", help="also run the vllm-marked "
                     "tests with --vllm-python and record their outcome")
+    ap.add_argument("--rounds", type=int, default=1, help="run the readout cases, the "
+                    "matmul peak and the forward loop this many times, interleaved; the table "
+                    "gives medians over rounds and ratios taken within each round")
     ap.add_argument("--only", nargs="*", help="run only these case names")
     ap.add_argument("--raw", type=Path, default=Path("runs/perf/results.json"))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/perf.md"))
@@ -200,7 +220,7 @@ def main() -> None:
             results.append(result)
             args.raw.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
 
-        todo = [c for c in cases(args) if c["name"] not in done]
+        todo = schedule([c for c in cases(args) if c["name"] not in done], args.rounds)
         http_cases = [c for c in todo if c.get("backend") == "http"]
         for case in [c for c in todo if c not in http_cases]:
             if case["kind"] == "pytest":
