@@ -30,6 +30,19 @@ def test_prefix_reuse_matches_a_plain_forward_pass(smol_backend):
     assert np.abs(np.exp(fast) - np.exp(ref)).max() < 1e-4
 
 
+def test_the_stored_prefix_cache_is_only_read(smol_backend):
+    mon = Monitor(smol_backend, load_prompt("direct"), "verdict")
+    prompts = [mon.encoder.encode(s.request, s.response).ids for s in toy_samples(2)]
+    first = smol_backend.next_token_logprobs(prompts, mon.encoder.prefix_len)
+    (cache,) = smol_backend._prefix_cache.values()
+    assert {layer.keys.shape[-2] for layer in cache.layers} == {mon.encoder.prefix_len}
+    stored = [layer.keys.clone() for layer in cache.layers]
+    again = smol_backend.next_token_logprobs(prompts[::-1], mon.encoder.prefix_len)[::-1]
+    assert np.array_equal(first, again)
+    assert all(torch.equal(a, layer.keys) for a, layer in zip(stored, cache.layers, strict=True))
+    assert {layer.keys.shape[-2] for layer in cache.layers} == {mon.encoder.prefix_len}
+
+
 def test_padded_batches_match_single_prompts_and_cpu_defaults_to_one(smol, smol_backend):
     from calimon.backends.transformers_backend import TransformersBackend
 

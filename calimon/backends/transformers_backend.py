@@ -12,6 +12,7 @@ returns more than `next_token_logprobs` does (one return type per function).
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Sequence
 
@@ -71,7 +72,7 @@ class TransformersBackend(LazyTokenizer):
         """Prompts per forward pass; default 1 on CPU, 32 elsewhere. On CPU one prefill of a
         few hundred tokens already keeps the cores busy, and batching only adds padding and an
         explicit attention mask: every batch size above 1 measured slower
-        (benchmarks/results/perf-quiet.md, batch table)."""
+        (benchmarks/results/perf.md, batch table)."""
         if self._max_batch_size is not None:
             return self._max_batch_size
         return 1 if self._resolved_device() == "cpu" else 32
@@ -199,9 +200,7 @@ class TransformersBackend(LazyTokenizer):
         positions = (torch.arange(width) + prefix_len).unsqueeze(0).expand(len(batch), -1)
         kwargs = {}
         if prefix:
-            cache = copy.deepcopy(self._prefix_kv(prefix))
-            cache.batch_repeat_interleave(len(batch))
-            kwargs["past_key_values"] = cache
+            kwargs["past_key_values"] = _read_only_prefix(self._prefix_kv(prefix), len(batch))
         dev = self._device
         hooks, got = [], None
         if capture is not None:
@@ -264,6 +263,39 @@ class TransformersBackend(LazyTokenizer):
                 cut = next((k for k, t in enumerate(new) if t in stops), len(new))
                 results[i] = new[:cut]
         return results
+
+
+def _read_only_prefix(prefix_cache, rows: int):
+    """A view of the shared prefix's KV cache for one forward pass of `rows` prompts: each
+    layer hands attention the prefix followed by the new tokens' keys and values, but stores
+    nothing. The prefix is never copied (rows are broadcast views) and the tails' keys and
+    values are freed layer by layer instead of held for the whole pass: only the logits at
+    one position are read, so nothing needs them afterwards (at 8k tokens that is ~0.4 GB)."""
+    read_only = _read_only_layer_class()
+    view = copy.copy(prefix_cache)
+    view.layers = [read_only(layer.keys.expand(rows, -1, -1, -1),
+                             layer.values.expand(rows, -1, -1, -1))
+                   for layer in prefix_cache.layers]
+    return view
+
+
+@functools.cache
+def _read_only_layer_class():
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    class ReadOnlyLayer(DynamicLayer):
+        def __init__(self, keys, values):
+            super().__init__()
+            self.keys, self.values = keys, values
+            self.dtype, self.device = keys.dtype, keys.device
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            return (torch.cat([self.keys, key_states], dim=-2),
+                    torch.cat([self.values, value_states], dim=-2))
+
+    return ReadOnlyLayer
 
 
 def timed(fn, *args, **kwargs):
