@@ -298,6 +298,7 @@ def forward_case(case: dict) -> dict:
             "gflops_wall": flops / wall / 1e9, "gflops_per_cpu_s": flops / cpu / 1e9,
             "gflops_best": flops / min(t[0] for t in times) / 1e9,
             "max_abs_logprob_diff_vs_eager": float((got - eager).abs().max()),
+            "pass_seconds": [t[0] for t in times],
             "compiled": bool(case.get("compile"))}
 
 

