@@ -43,6 +43,23 @@ def test_the_stored_prefix_cache_is_only_read(smol_backend):
     assert {layer.keys.shape[-2] for layer in cache.layers} == {mon.encoder.prefix_len}
 
 
+def test_a_prefix_cache_layer_the_prefix_never_reached_stays_empty():
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    from calimon.backends.transformers_backend import _read_only_prefix
+
+    cache = DynamicCache()
+    k = torch.randn(1, 2, 5, 4)
+    cache.update(k, k + 1, 0)
+    cache.layers.append(DynamicLayer())  # configured deeper than the pass that ran
+    view = _read_only_prefix(cache, rows=3)
+    new = torch.randn(3, 2, 2, 4)
+    keys, values = view.layers[0].update(new, new)
+    assert keys.shape == (3, 2, 7, 4) and torch.equal(keys[:, :, :5], k.expand(3, -1, -1, -1))
+    assert cache.layers[0].keys.shape == (1, 2, 5, 4)  # the stored prefix is untouched
+    assert view.layers[1].get_seq_length() == 0 and view.layers[1] is not cache.layers[1]
+
+
 def test_padded_batches_match_single_prompts_and_cpu_defaults_to_one(smol, smol_backend):
     from calimon.backends.transformers_backend import TransformersBackend
 

@@ -273,8 +273,11 @@ def _read_only_prefix(prefix_cache, rows: int):
     one position are read, so nothing needs them afterwards (at 8k tokens that is ~0.4 GB)."""
     read_only = _read_only_layer_class()
     view = copy.copy(prefix_cache)
+    # a layer the prefix pass never reached (a model cut short of its configured depth) holds
+    # no prefix: it gets an empty layer of its own, as a fresh cache would have
     view.layers = [read_only(layer.keys.expand(rows, -1, -1, -1),
                              layer.values.expand(rows, -1, -1, -1))
+                   if getattr(layer, "keys", None) is not None else type(layer)()
                    for layer in prefix_cache.layers]
     return view
 
