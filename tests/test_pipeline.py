@@ -161,3 +161,26 @@ def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_to
     data = gather(run.out, benchmark=str(bench), store=tmp_path / "s.sqlite")
     assert {r.split for r in data.rows} == {"test"} and len(data.rows) == 24
     assert not any("dataset" in n and "differ" in n for n in data.notes)
+
+
+def test_curve_reads_a_set_scored_by_calimon_score_without_model_calls(smol, recording,
+                                                                        tmp_path, monkeypatch):
+    # how a cluster-scored set is drawn: `calimon score --engine ray` lands the same rows as a
+    # local run (test_engine_ray), then `calimon curve` on the same store finds all of them
+    from calimon.cli import app
+
+    monkeypatch.setitem(BACKENDS, "stand-in", "test_pipeline:RecordingBackend")
+    bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
+    store = tmp_path / "s.sqlite"
+    res = CliRunner().invoke(app, ["score", "--model", str(smol.path), "--benchmark", str(bench),
+                                   "--backend", "stand-in", "--engine", "local",
+                                   "--store", str(store)])
+    assert res.exit_code == 0, res.output
+    scored_by = recording[-1]
+    assert scored_by.forward_calls > 0
+    run = run_curve(CurveSettings(model=str(smol.path), benchmark=str(bench),
+                                  backend="stand-in", binary_prompts=(), n_boot=10,
+                                  store=store, out=tmp_path / "run"))
+    assert run.model_calls == 0
+    doc = json.loads((run.out / "curve.json").read_text())
+    assert doc["counts"]["scored"] == 8
