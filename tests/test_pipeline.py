@@ -172,15 +172,15 @@ def test_curve_reads_a_set_scored_by_calimon_score_without_model_calls(smol, rec
     monkeypatch.setitem(BACKENDS, "stand-in", "test_pipeline:RecordingBackend")
     bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
     store = tmp_path / "s.sqlite"
-    res = CliRunner().invoke(app, ["score", "--model", str(smol.path), "--benchmark", str(bench),
-                                   "--backend", "stand-in", "--engine", "local",
-                                   "--store", str(store)])
-    assert res.exit_code == 0, res.output
-    scored_by = recording[-1]
-    assert scored_by.forward_calls > 0
+    for readout in ("verdict", "binary"):
+        res = CliRunner().invoke(app, ["score", "--model", str(smol.path), "--benchmark",
+                                       str(bench), "--backend", "stand-in", "--engine", "local",
+                                       "--readout", readout, "--store", str(store)])
+        assert res.exit_code == 0, res.output
+        assert recording[-1].forward_calls > 0
     run = run_curve(CurveSettings(model=str(smol.path), benchmark=str(bench),
-                                  backend="stand-in", binary_prompts=(), n_boot=10,
-                                  store=store, out=tmp_path / "run"))
+                                  backend="stand-in", binary_prompts=("direct",),
+                                  binary_limit=4, n_boot=10, store=store, out=tmp_path / "run"))
     assert run.model_calls == 0
     doc = json.loads((run.out / "curve.json").read_text())
-    assert doc["counts"]["scored"] == 8
+    assert doc["counts"]["scored"] == 8 and doc["binary_points"][0]["name"] == "binary/direct"
