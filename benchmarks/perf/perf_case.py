@@ -268,12 +268,10 @@ def forward_case(case: dict) -> dict:
     net = backend.model
     enc = PromptEncoder(backend.tokenizer, load_prompt(case["prompt"]), "verdict",
                         model.config.max_input_tokens)
-    lengths = sorted((len(enc.encode(s.request, s.response).ids), s.id)
-                     for s in load_samples(case))
-    n, sample_id = lengths[len(lengths) // 2]
-    prompt = next(enc.encode(s.request, s.response).ids for s in load_samples(case)
-                  if s.id == sample_id)
-    ids = torch.tensor([prompt])
+    prompts = sorted((enc.encode(s.request, s.response).ids for s in load_samples(case)),
+                     key=len)
+    prompt = prompts[len(prompts) // 2]
+    n, ids = len(prompt), torch.tensor([prompt])
 
     def once(decoder):
         with torch.inference_mode():
@@ -292,7 +290,7 @@ def forward_case(case: dict) -> dict:
     flops = shape.tokens(0, n) + shape.logits(1)
     wall = statistics.median(t[0] for t in times)
     cpu = statistics.median(t[1] for t in times)
-    return {"samples": len(times), "prompt_tokens": n, "flops_per_pass": flops,
+    return {"passes": len(times), "prompt_tokens": n, "flops_per_pass": flops,
             "first_pass_seconds": first.wall, "median_seconds": wall,
             "median_cpu_seconds": cpu, "best_seconds": min(t[0] for t in times),
             "gflops_wall": flops / wall / 1e9, "gflops_per_cpu_s": flops / cpu / 1e9,

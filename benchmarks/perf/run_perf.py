@@ -3,8 +3,9 @@ evidence prompts), verdict (one prefill, shared-prefix KV reuse, logits at the r
 a probe head's capture pass, and the vLLM / HTTP backends; plus cost against transcript length
 and batch size, the second-run check and a profile of the verdict readout.
 
+    bash .ci/install-extras.sh vllm     # .venv-vllm, for the vLLM and HTTP cases
     python benchmarks/perf/run_perf.py --out benchmarks/results/perf.md --rounds 3 \\
-        --vllm-python /tmp/venv-vllm/bin/python --http
+        --vllm-python .venv-vllm/bin/python --http --vllm-tests
 
 Every case runs in its own process (`perf_case.py`), one after the other, on the same samples
 and model; the raw results go to runs/perf/results.json and the table to --out.
