@@ -176,7 +176,7 @@ def render(meta: dict, results: list[dict]) -> str:
               "the real context, the output layer only where logits are computed; no padding; "
               "a cached prefix counted once, where it was computed) over the time spent inside "
               "the backend. The vLLM case counts the same FLOPs as the verdict case.", ""]
-    lines += _forward(rounds, peak)
+    lines += _forward(rounds)
     lines += _single_thread(rounds)
     lines += _targets(res, computed, by_round)
     lines += _agreement(res)
@@ -196,8 +196,8 @@ def _ratio(a, b):
 def _within_rounds(by_round, name, base, key) -> list[float]:
     """The ratio name/base of `key`, taken within each round both ran in."""
     a, b = by_round.get(base, {}), by_round.get(name, {})
-    return [_ratio(b[k][key], a[k][key]) for k in sorted(set(a) & set(b))
-            if _ratio(b[k][key], a[k][key]) is not None]
+    ratios = [_ratio(b[k][key], a[k][key]) for k in sorted(set(a) & set(b))]
+    return [x for x in ratios if x is not None]
 
 
 def _targets(res, q, by_round) -> list[str]:
@@ -361,7 +361,7 @@ def _single_thread(rounds) -> list[str]:
     return out + [""]
 
 
-def _forward(rounds, peak) -> list[str]:
+def _forward(rounds) -> list[str]:
     """The plain batch-1 forward loop, eager and compiled: where (b) stands against it."""
     rows = []
     for name, label in (("forward-eager", "plain forward loop, eager"),
