@@ -5,6 +5,20 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# CI sets CALIMON_STRICT_SKIPS=1: every suite it runs is required, so a test that skips there
+# (a missing extra, browser or source file) fails instead of passing silently.
+STRICT_SKIPS = os.environ.get("CALIMON_STRICT_SKIPS") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if STRICT_SKIPS and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"CALIMON_STRICT_SKIPS=1: a required test skipped: {reason}"
+
 
 @pytest.fixture(scope="session")
 def smol():

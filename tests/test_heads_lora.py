@@ -1,0 +1,52 @@
+"""The LoRA verdict baseline (calimon.heads.lora) on the real embedded model; needs peft (the
+``lora`` extra: CI runs it in .venv-lora)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+from conftest import toy_samples
+
+from calimon.errors import MissingExtraError
+
+HAS_PEFT = importlib.util.find_spec("peft") is not None
+
+
+@pytest.mark.skipif(HAS_PEFT, reason="peft is installed here")
+def test_missing_peft_names_the_install_line():
+    from calimon.heads.lora import _peft
+
+    with pytest.raises(MissingExtraError, match=r"calimon\[lora\]"):
+        _peft()
+
+
+@pytest.mark.lora
+@pytest.mark.model
+def test_lora_training_moves_the_verdict_and_leaves_the_judge_intact(smol_backend):
+    import torch
+
+    from calimon.heads.lora import LoraSettings, train_lora_verdict
+    from calimon.monitor import Monitor
+    from calimon.prompts import load_prompt
+
+    samples = toy_samples(2)
+    prompt = load_prompt("direct")
+    before = {n: p.detach().clone() for n, p in smol_backend.model.named_parameters()}
+    settings = LoraSettings(r=2, alpha=4, lr=5e-3, epochs=1, batch_size=2,
+                            max_input_tokens=512, seed=0)
+    run = train_lora_verdict(smol_backend, prompt, samples, settings)
+    assert run.n_train == 4 and len(run.losses) == 2 and np.isfinite(run.losses).all()
+    assert len(run.adapter_sha256) == 64
+    assert run.backend.model_ref.revision.endswith(run.adapter_sha256[:12])
+    # the judge the adapters were trained on is unchanged (peft works on a copy)
+    for name, p in smol_backend.model.named_parameters():
+        assert torch.equal(p, before[name]), name
+    base = Monitor(smol_backend, prompt, "verdict", max_input_tokens=512).score(samples)
+    tuned = Monitor(run.backend, prompt, "verdict", max_input_tokens=512).score(samples)
+    assert all(v.status == "ok" for v in base + tuned)
+    assert max(abs(a.p_raw - b.p_raw) for a, b in zip(base, tuned, strict=True)) > 1e-3
+    # deterministic given the seed
+    again = train_lora_verdict(smol_backend, prompt, samples, settings)
+    assert again.adapter_sha256 == run.adapter_sha256
