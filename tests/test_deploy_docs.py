@@ -47,6 +47,8 @@ def test_doc_commands_and_examples_reproduce(tmp_path, monkeypatch):
     assert len(blocks) >= 6
     for command, expected in blocks:
         code, output = _run(command)
+        # compared as printed, i.e. at the precision a user reads: a library upgrade breaks this
+        # only if it changes a printed figure
         got = [line.rstrip() for line in output.splitlines()]
         assert got == [line.rstrip() for line in expected], command
         assert (code != 0) == any(line.startswith("calimon: error:") for line in got), command
