@@ -59,8 +59,9 @@ test-latest: $(UV)
 	$(UV) pip freeze --python .venv-latest/bin/python > .venv-latest/versions.txt
 	@echo "test-latest: versions that differ from the locks (requirements/default.txt, model.txt):"
 	@awk -F'==' 'NR==FNR || FILENAME ~ /model/ { if ($$0 ~ /^[A-Za-z0-9_.-]+==/) { split($$2, v, " "); \
-	    lock[tolower($$1)] = v[1] }; next } /==/ { n = tolower($$1); if (lock[n] != $$2) \
-	    print "  " n ": lock " (lock[n] ? lock[n] : "-") " -> latest " $$2 }' \
+	    lock[tolower($$1)] = v[1] }; next } /==/ { n = tolower($$1); if (lock[n] != $$2) { \
+	    d = 1; print "  " n ": lock " (lock[n] ? lock[n] : "-") " -> latest " $$2 } } \
+	    END { if (!d) print "  (none)" }' \
 	    requirements/default.txt requirements/model.txt .venv-latest/versions.txt
 	HF_HUB_OFFLINE=1 .venv-latest/bin/python -m pytest -q -m "$(PYTEST_MARKS)"
 
