@@ -62,6 +62,8 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
                          field="max_transcripts")
     data = gather(run, policies=policies, spans=spans, token_scores=token_scores,
                   benchmark=benchmark, store=store)
+    if (data.summary.get("support") or {}).get("curve") is False:  # below the class-size rule
+        return _limited(data, out)
     point = default_point(data.summary["operating_points"], operating_point)
     threshold = None if point is None else point["threshold"]
     rows = choose_rows(data.rows, threshold, max_transcripts)
@@ -80,6 +82,16 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
     tmp.replace(target)
     return Report(html=target, pngs=tuple(pngs), n_rows=len(data.rows), n_transcripts=len(rows),
                   operating_point=None if point is None else point["name"], notes=data.notes)
+
+
+def _limited(data: RunData, out: str | Path | None) -> Report:
+    from calimon.report.limited import render_limited_page
+
+    target = Path(out) if out is not None else data.run_dir / "report.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_limited_page(data), encoding="utf-8")
+    return Report(html=target, pngs=(), n_rows=len(data.rows), n_transcripts=0,
+                  operating_point=None, notes=data.notes)
 
 
 __all__ = ["DEFAULT_MAX_TRANSCRIPTS", "Report", "RunData", "build_report", "gather"]
