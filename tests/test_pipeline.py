@@ -135,8 +135,9 @@ def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_to
     from calimon.cli import app
 
     monkeypatch.setitem(BACKENDS, "stand-in", "test_pipeline:RecordingBackend")
-    samples = [dataclasses.replace(x, split="calib" if int(x.pair_id[1:]) < 12 else "test")
-               for x in toy_samples(24)]
+    # 20 pairs per split: the class-size rule's minimum for fitting a map (class_support)
+    samples = [dataclasses.replace(x, split="calib" if int(x.pair_id[1:]) < 20 else "test")
+               for x in toy_samples(40)]
     bench = write_samples(samples, tmp_path / "toy.jsonl")
     settings = CurveSettings(model=str(smol.path), benchmark=str(bench), backend="stand-in",
                              split="test", fit_on="calib", binary_prompts=(), n_boot=10,
@@ -144,8 +145,8 @@ def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_to
     run = run_curve(settings)
     with open(run.out / "curve.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert sorted(r["split"] for r in rows) == ["calib"] * 24 + ["test"] * 24
-    assert run.summary["counts"]["evaluated"] == 24  # the curve itself is on test only
+    assert sorted(r["split"] for r in rows) == ["calib"] * 40 + ["test"] * 40
+    assert run.summary["counts"]["evaluated"] == 40  # the curve itself is on test only
     assert run.summary["binary_sample_count"] == 0 and run.summary["binary_points"] == []
     platt = load_map(run.out / "calibration" / "platt.json")
     assert platt.extra["fit_split"] == "calib" and platt.extra["benchmark"] == str(bench)
@@ -159,7 +160,7 @@ def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_to
     from calimon.report.data import gather
 
     data = gather(run.out, benchmark=str(bench), store=tmp_path / "s.sqlite")
-    assert {r.split for r in data.rows} == {"test"} and len(data.rows) == 24
+    assert {r.split for r in data.rows} == {"test"} and len(data.rows) == 40
     assert not any("dataset" in n and "differ" in n for n in data.notes)
 
 
