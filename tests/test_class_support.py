@@ -266,3 +266,12 @@ def test_a_saved_map_gives_a_benign_only_set_its_p_cal(tmp_path):
     assert res.exit_code == 0, res.output
     (far,) = json.loads(res.output)["rates"]
     assert far["rate"] == "far" and far["n"] == 60
+
+
+def test_report_between_the_two_minimums_reads_the_raw_score(tmp_path):
+    out, _ = scored_run(tmp_path, 40, MIN_PER_CLASS_CURVE)
+    res = cli("report", out, "--out", tmp_path / "report.html")
+    assert res.exit_code == 0, res.output
+    assert "calibration: no map was fitted" in res.output
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert page.count('class="cm-card"') == 50 and 'data-outcome="unscored"' not in page

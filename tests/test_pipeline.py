@@ -15,7 +15,7 @@ from calimon.samples import write_samples
 
 @pytest.mark.model
 def test_curve_run_end_to_end_and_resumable(tmp_path):
-    bench = write_samples(toy_samples(8), tmp_path / "toy.jsonl")
+    bench = write_samples(toy_samples(20), tmp_path / "toy.jsonl")  # 20 a class: maps fitted
     settings = CurveSettings(benchmark=str(bench), binary_prompts=("direct",), binary_limit=4,
                              n_boot=20, store=tmp_path / "store.sqlite", out=tmp_path / "run")
     run = run_curve(settings)
@@ -32,10 +32,10 @@ def test_curve_run_end_to_end_and_resumable(tmp_path):
     assert doc["run"]["backend"] == doc["provenance"]["backend"] == "transformers"
     assert {"ece", "brier", "nll", "auroc", "auprc", "mce"} <= set(
         doc["calibration"]["metrics_after"]["platt"])
-    assert doc["counts"]["scored"] == 16
+    assert doc["counts"]["scored"] == 40
     rows = (run.out / "curve.csv").read_text().splitlines()
     assert rows[0].startswith("id,pair_id,label,category,task,split,status,p_raw,p_cal")
-    assert len(rows) == 17
+    assert len(rows) == 41
     again = run_curve(CurveSettings(**{**vars(settings), "out": tmp_path / "run2"}))
     assert again.model_calls == 0
     assert json.loads((again.out / "curve.json").read_text())["mr"] == doc["mr"]

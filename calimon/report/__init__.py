@@ -64,6 +64,8 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
                   benchmark=benchmark, store=store)
     if (data.summary.get("support") or {}).get("curve") is False:  # below the class-size rule
         return _limited(data, out)
+    if data.summary.get("score") == "p_raw":  # no map fitted: the curve is on the raw score
+        data = _raw_scored(data)
     point = default_point(data.summary["operating_points"], operating_point)
     threshold = None if point is None else point["threshold"]
     rows = choose_rows(data.rows, threshold, max_transcripts)
@@ -82,6 +84,18 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
     tmp.replace(target)
     return Report(html=target, pngs=tuple(pngs), n_rows=len(data.rows), n_transcripts=len(rows),
                   operating_point=None if point is None else point["name"], notes=data.notes)
+
+
+def _raw_scored(data: RunData) -> RunData:
+    """A run that fitted no calibration map (too few of a class, calimon.class_support) drew
+    its curve and operating points on p_raw: the viewer, histogram and reliability read that."""
+    from dataclasses import replace
+
+    note = ("calibration: no map was fitted ("
+            + str((data.summary.get("support") or {}).get("reason") or "too few of a class")
+            + "); every figure and card reads the raw score, shown as both p_raw and p_cal")
+    return replace(data, rows=tuple(replace(r, p_cal=r.p_raw) for r in data.rows),
+                   notes=(*data.notes, note))
 
 
 def _limited(data: RunData, out: str | Path | None) -> Report:
