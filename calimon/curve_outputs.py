@@ -45,26 +45,8 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
                                  support, base)
     groups = np.array([x.pair_id for x in kept])
     cal_support = fit_support(fy) if fit else support
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fit_rows: dict[str, float] = {}
-        if s.calibration_map:
-            after_by_method, calib, fit_rows = applied_map(s, p_raw, y, fit_p)
-        elif not cal_support.calibration:
-            after_by_method, calib = {}, uncalibrated(p_raw, y, cal_support)
-        elif fit:
-            after_by_method, calib, fit_rows = _fit_apply(s, fit, readings, p_raw, y, out,
-                                                           provenance)
-        else:
-            result = calibrate(p_raw, y, groups, methods=s.methods, seed=s.seed)
-            after_by_method = {m: np.asarray(result.oof[m]) for m in s.methods}
-            calib = {"mode": "cross-fitted (pair-grouped, out-of-fold)", **result.to_dict()}
-            fhash = fit_set_hash(p_raw, y, [x.id for x in kept])
-            (out / "calibration").mkdir(exist_ok=True)
-            for m in s.methods:
-                save_map(result.maps[m], out / "calibration" / f"{m}.json", fit_hash=fhash,
-                         metrics=result.metrics_after[m], extra=_map_extra(provenance))
-    calib["notes"] = list(calib.get("notes", [])) + [str(w.message) for w in caught]
+    after_by_method, calib, fit_rows = _calibration(
+        s, fit, readings, fit_p, cal_support, kept, p_raw, y, groups, out, provenance)
     method = next(iter(after_by_method)) if s.calibration_map else s.calibration
     calibrated = bool(after_by_method)
     p_cal = np.clip(after_by_method[method], 0.0, 1.0) if calibrated else p_raw
@@ -101,6 +83,33 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     write_token_scores(out / "token_scores.jsonl", evaluate, readings)
     _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
     return summary
+
+
+def _calibration(s, fit, readings, fit_p, cal_support, kept, p_raw, y, groups, out,
+                 provenance):
+    """(calibrated scores by method, the ``calibration`` block, id -> p_cal of the calib rows):
+    a saved map applied, no map (too few of a class), maps fitted on calib, or cross-fitted."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit_rows: dict[str, float] = {}
+        if s.calibration_map:
+            after_by_method, calib, fit_rows = applied_map(s, p_raw, y, fit_p)
+        elif not cal_support.calibration:
+            after_by_method, calib = {}, uncalibrated(p_raw, y, cal_support)
+        elif fit:
+            after_by_method, calib, fit_rows = _fit_apply(s, fit, readings, p_raw, y, out,
+                                                           provenance)
+        else:
+            result = calibrate(p_raw, y, groups, methods=s.methods, seed=s.seed)
+            after_by_method = {m: np.asarray(result.oof[m]) for m in s.methods}
+            calib = {"mode": "cross-fitted (pair-grouped, out-of-fold)", **result.to_dict()}
+            fhash = fit_set_hash(p_raw, y, [x.id for x in kept])
+            (out / "calibration").mkdir(exist_ok=True)
+            for m in s.methods:
+                save_map(result.maps[m], out / "calibration" / f"{m}.json", fit_hash=fhash,
+                         metrics=result.metrics_after[m], extra=_map_extra(provenance))
+    calib["notes"] = list(calib.get("notes", [])) + [str(w.message) for w in caught]
+    return after_by_method, calib, fit_rows
 
 
 def _base_summary(s, evaluate, readings, kept, y, binary_set, binary_readings,
