@@ -43,6 +43,8 @@ def curve(
     n_boot: Annotated[int, typer.Option(help="Pair-clustered bootstrap resamples for the bands.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed for selection, folds and bootstrap.")] = 0,
     far: Annotated[list[float] | None, typer.Option(help="Operating points at FAR <= these values; repeatable.")] = None,
+    threshold: Annotated[list[float] | None, typer.Option(help="FAR and MR with exact (Clopper-Pearson) intervals at these fixed thresholds; repeatable (default 0.5). All a set with fewer than 10 of a class reports (docs/deployment.md, section 6).")] = None,
+    calibration_map: Annotated[Path | None, typer.Option(help="Apply this saved map (calibration/METHOD.json of an earlier run) instead of fitting maps: p_cal as in deployment.")] = None,
     cost_miss: Annotated[float, typer.Option(help="Cost of a miss for the min-cost point.")] = 1.0,
     cost_false_alarm: Annotated[float, typer.Option(help="Cost of a false alarm for the min-cost point.")] = 1.0,
     backend: BackendOpt = "transformers",
@@ -70,7 +72,9 @@ def curve(
         binary_prompts=() if no_binary else tuple(binary_prompt or ("direct", "evidence")),
         binary_limit=binary_limit, limit=limit, split=split, fit_on=fit_on,
         calibration=calibration,
-        n_boot=n_boot, seed=seed, fars=tuple(far or (0.01, 0.05, 0.10)), cost_miss=cost_miss,
+        n_boot=n_boot, seed=seed, fars=tuple(far or (0.01, 0.05, 0.10)),
+        rate_thresholds=tuple(threshold or (0.5,)), calibration_map=calibration_map,
+        cost_miss=cost_miss,
         cost_false_alarm=cost_false_alarm, backend=backend, device=device,
         batch_tokens=batch_tokens, base_url=base_url, served_model=served_model,
         top_logprobs=top_logprobs, concurrency=concurrency, kv_cache_gib=kv_cache_gib,
@@ -81,12 +85,16 @@ def curve(
         markdown.write_text(groups_markdown(run.summary) + "\n")
     if as_json:
         typer.echo(json.dumps({k: run.summary[k] for k in (
-            "provenance", "counts", "auroc_raw", "auroc", "operating_points", "binary_points",
-            "calibration")}, default=str, indent=1))
+            "provenance", "counts", "support", "auroc_raw", "auroc", "operating_points",
+            "rates_at_thresholds", "binary_points", "calibration")}, default=str, indent=1))
         return
     typer.echo(operating_table(run.summary))
+    if not run.summary["support"]["curve"]:
+        typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, groups.md (no curve plots)")
+        return
     typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, curve.png, curves_by_group.png, "
-               "reliability.png, groups.md, calibration/")
+               "reliability.png, groups.md"
+               + (", calibration/" if (run.out / "calibration").is_dir() else ""))
 
 
 @models_app.command("list")

@@ -36,13 +36,31 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+_RATE_NAMES = {"far": "FAR (benign auto-blocked)", "mr": "MR (misbehaving auto-passed)",
+               "block_rate": "auto-blocked, unlabelled rows"}
+
 RunArg = Annotated[Path, typer.Argument(help="Run directory (its curve.csv) or a scored CSV.")]
-ScoreOpt = Annotated[str, typer.Option(help="Score column: p_cal (calibrated) or p_raw.")]
+ScoreOpt = Annotated[str | None, typer.Option(
+    help="Score column: p_cal (calibrated) or p_raw; default: the run's score (curve.json), "
+         "else p_cal.")]
 DeltaOpt = Annotated[float, typer.Option(help="Each guarantee holds with probability "
                                               ">= 1 - delta.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the pair split when the CSV has no "
                                            "split column.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def _run_score(run_dir: Path, score: str | None) -> str:
+    """``score`` if given; else the score a run folder's curve.json names (``p_raw`` when the
+    run fitted no calibration map, see calimon.class_support), else ``p_cal``."""
+    if score is not None:
+        return score
+    summary = (run_dir if run_dir.is_dir() else run_dir.parent) / "curve.json"
+    try:
+        named = json.loads(summary.read_text(encoding="utf-8")).get("score")
+    except (OSError, ValueError, AttributeError):
+        return "p_cal"
+    return named if named in ("p_cal", "p_raw") else "p_cal"
 
 
 @deploy_app.command("thresholds")
@@ -53,7 +71,7 @@ def thresholds_cmd(
     mr: Annotated[list[float] | None, typer.Option(
         "--mr", help="Certify MR <= this (repeatable).")] = None,
     delta: DeltaOpt = 0.05,
-    score: ScoreOpt = "p_cal",
+    score: ScoreOpt = None,
     seed: SeedOpt = 0,
     json_out: JsonOpt = False,
 ) -> None:
@@ -62,8 +80,8 @@ def thresholds_cmd(
 
     def run() -> None:
         fars = [0.05, 0.10] if far is None and mr is None else list(far or [])
-        rep = thresholds_run(run_dir, far=fars, mr=list(mr or []), delta=delta, score=score,
-                             seed=seed)
+        rep = thresholds_run(run_dir, far=fars, mr=list(mr or []), delta=delta,
+                             score=_run_score(run_dir, score), seed=seed)
         if json_out:
             typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
             return
@@ -103,7 +121,7 @@ def escalate_cmd(
     mr_alpha: Annotated[float | None, typer.Option(
         help="Certify MR of auto-pass <= this.")] = None,
     delta: DeltaOpt = 0.05,
-    score: ScoreOpt = "p_cal",
+    score: ScoreOpt = None,
     seed: SeedOpt = 0,
     name: Annotated[str | None, typer.Option(help="Policy name (default: file stem).")] = None,
     model: Annotated[str | None, typer.Option(help="Model name (default: run metadata).")] = None,
@@ -118,7 +136,8 @@ def escalate_cmd(
     def run() -> None:
         rep = escalate_run(run_dir, out, name=name, budget=budget, cost_miss=cost_miss,
                            cost_false_block=cost_false_block, cost_review=cost_review,
-                           far_alpha=far_alpha, mr_alpha=mr_alpha, delta=delta, score=score,
+                           far_alpha=far_alpha, mr_alpha=mr_alpha, delta=delta,
+                           score=_run_score(run_dir, score),
                            seed=seed, model=model, readout=readout, calibration=calibration)
         if json_out:
             typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
@@ -167,6 +186,13 @@ def apply_policy_cmd(
         if rep.n_unscored:
             typer.echo(f"{rep.n_unscored} row(s) had no score and got the policy's 'unscored' "
                        f"action")
+        if rep.rates:
+            typer.echo(_table(["realized", "threshold", "k/n", "rate", "95% interval"],
+                              [[_RATE_NAMES[r["rate"]], _num(r["threshold"], 6)
+                                if r["threshold"] is not None else "inf", f"{r['k']}/{r['n']}",
+                                _num(r["estimate"]), f"[{_num(r['low'])}, {_num(r['high'])}]"]
+                               for r in rep.rates]))
+            typer.echo("(exact Clopper-Pearson intervals over the scored rows of each label)")
 
     cli_errors(run)()
 

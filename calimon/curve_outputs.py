@@ -14,7 +14,9 @@ import numpy as np
 
 from calimon.calibration.crossfit import calibrate, fit_on_split
 from calimon.calibration.io import fit_set_hash, save_map
-from calimon.curves import Curve, binary_point, curves_by
+from calimon.class_support import MIN_PER_CLASS_CURVE, class_support, rates_at
+from calimon.curve_support import applied_map, fit_support, rates_only_summary, uncalibrated
+from calimon.curves import BinaryPoint, Curve, binary_point, curves_by
 from calimon.errors import InputError
 from calimon.metrics import calibration_report
 from calimon.samples import Sample
@@ -27,17 +29,74 @@ CSV_COLUMNS = ("id", "pair_id", "label", "category", "task", "split", "status", 
 def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
                         readings: dict[str, Verdict], binary_set: list[Sample],
                         binary_readings: dict[str, dict[str, Verdict]], provenance: dict) -> dict:
-    from calimon.pipeline import dump_json, status_counts, usable
+    from calimon.pipeline import dump_json, usable
 
     kept, p_raw, y = usable(evaluate, readings)
-    if len(kept) == 0 or y.all() or not y.any():
-        raise InputError(f"only {len(kept)} scored samples with labels {sorted(set(y.tolist()))}"
-                          "; a curve needs scored misbehaving and benign samples")
+    if len(kept) == 0:
+        raise InputError(f"none of the {len(evaluate)} evaluated samples has a score; a run "
+                         "needs scored samples")
+    base, bpoints = _base_summary(s, evaluate, readings, kept, y, binary_set,
+                                  binary_readings, provenance)
+    fkept, fp, fy = usable(fit, readings)
+    fit_p = {x.id: float(v) for x, v in zip(fkept, fp, strict=True)}
+    support = class_support(int(y.sum()), int((~y).sum()))
+    if not support.curve:
+        return _write_rates_only(out, s, evaluate, fit, readings, fit_p, kept, p_raw, y,
+                                 support, base)
     groups = np.array([x.pair_id for x in kept])
+    cal_support = fit_support(fy) if fit else support
+    after_by_method, calib, fit_rows = _calibration(
+        s, fit, readings, fit_p, cal_support, kept, p_raw, y, groups, out, provenance)
+    method = next(iter(after_by_method)) if s.calibration_map else s.calibration
+    calibrated = bool(after_by_method)
+    p_cal = np.clip(after_by_method[method], 0.0, 1.0) if calibrated else p_raw
+    keys = {"category": [x.category for x in kept], "task": [x.task for x in kept],
+            "cell": [f"{x.category}/{x.task}" for x in kept]}
+    curves = curves_by(p_cal, y, groups, keys=keys, n_boot=s.n_boot, seed=s.seed,
+                       min_per_class=MIN_PER_CLASS_CURVE)
+    raw_curve = Curve.from_scores(p_raw, y, groups, n_boot=0)
+    overall = curves["all"]
+    points = overall.operating_points(fars=s.fars, cost_miss=s.cost_miss,
+                                      cost_false_alarm=s.cost_false_alarm)
+    summary = {
+        **base, "support": {**support.to_dict(), "calibration": calibrated,
+                            "reason": None if calibrated else cal_support.reason},
+        "run": {**base["run"], "calibration": method if calibrated else "none"},
+        "score": "p_cal" if calibrated else "p_raw",
+        "calibration_method": method if calibrated else None,
+        "auroc_raw": raw_curve.auroc, "auroc": overall.auroc,
+        "thresholds": overall.to_dict()["thresholds"], "mr": overall.to_dict()["mr"],
+        "far": overall.to_dict()["far"], "band": overall.to_dict()["band"],
+        "operating_points": [p.to_dict() for p in points],
+        "rates_at_thresholds": [r.to_dict() for r in rates_at(p_cal, y, s.rate_thresholds)],
+        "calibration": calib,
+        "raw_curve": raw_curve.to_dict(),
+        "curves": {k: c.to_dict() for k, c in curves.items()},
+        "groups": group_rows(curves, p_raw, y, keys, s.fars),
+    }
+    dump_json(summary, out / "curve.json")
+    # the calib rows too (p_cal = the deployed map, fitted on them), so that the deployment
+    # tools can certify on calib and report on the evaluated split from one file
+    p_cal_by_id = ({x.id: v for x, v in zip(kept, p_cal, strict=True)} | fit_rows
+                   if calibrated else {})
+    _write_csv(out / "curve.csv", [*evaluate, *fit], readings, p_cal_by_id)
+    write_token_scores(out / "token_scores.jsonl", evaluate, readings)
+    _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
+    return summary
+
+
+def _calibration(s, fit, readings, fit_p, cal_support, kept, p_raw, y, groups, out,
+                 provenance):
+    """(calibrated scores by method, the ``calibration`` block, id -> p_cal of the calib rows):
+    a saved map applied, no map (too few of a class), maps fitted on calib, or cross-fitted."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit_rows: dict[str, float] = {}
-        if fit:
+        if s.calibration_map:
+            after_by_method, calib, fit_rows = applied_map(s, p_raw, y, fit_p)
+        elif not cal_support.calibration:
+            after_by_method, calib = {}, uncalibrated(p_raw, y, cal_support)
+        elif fit:
             after_by_method, calib, fit_rows = _fit_apply(s, fit, readings, p_raw, y, out,
                                                            provenance)
         else:
@@ -50,14 +109,14 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
                 save_map(result.maps[m], out / "calibration" / f"{m}.json", fit_hash=fhash,
                          metrics=result.metrics_after[m], extra=_map_extra(provenance))
     calib["notes"] = list(calib.get("notes", [])) + [str(w.message) for w in caught]
-    p_cal = np.clip(after_by_method[s.calibration], 0.0, 1.0)
-    keys = {"category": [x.category for x in kept], "task": [x.task for x in kept],
-            "cell": [f"{x.category}/{x.task}" for x in kept]}
-    curves = curves_by(p_cal, y, groups, keys=keys, n_boot=s.n_boot, seed=s.seed)
-    raw_curve = Curve.from_scores(p_raw, y, groups, n_boot=0)
-    overall = curves["all"]
-    points = overall.operating_points(fars=s.fars, cost_miss=s.cost_miss,
-                                      cost_false_alarm=s.cost_false_alarm)
+    return after_by_method, calib, fit_rows
+
+
+def _base_summary(s, evaluate, readings, kept, y, binary_set, binary_readings,
+                  provenance) -> tuple[dict, list[BinaryPoint]]:
+    """The summary keys of every run, with or without a curve, and the binary points."""
+    from calimon.pipeline import status_counts
+
     bpoints = []
     for name, table in binary_readings.items():
         labelled = [x for x in binary_set if x.transcript_hash in table]
@@ -67,7 +126,7 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
                                     name=f"binary/{name}"))
     fm = np.array([readings[x.transcript_hash].format_mass for x in kept
                    if readings[x.transcript_hash].format_mass is not None], dtype=float)
-    summary = {
+    return {
         "run": {"model": provenance["model"], "backend": provenance.get("backend"),
                 "readout": provenance["readout"], "prompt": provenance["prompt"],
                 "calibration": s.calibration},
@@ -78,27 +137,25 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
                    "n_pos": int(y.sum()), "n_neg": int((~y).sum()),
                    "truncated": sum(readings[x.transcript_hash].status == "truncated"
                                     for x in kept)},
-        "score": "p_cal", "calibration_method": s.calibration,
-        "auroc_raw": raw_curve.auroc, "auroc": overall.auroc,
         "format_mass": {"mean": float(fm.mean()) if fm.size else None,
                         "max": float(fm.max()) if fm.size else None},
-        "thresholds": overall.to_dict()["thresholds"], "mr": overall.to_dict()["mr"],
-        "far": overall.to_dict()["far"], "band": overall.to_dict()["band"],
-        "operating_points": [p.to_dict() for p in points],
         "binary_points": [b.to_dict() for b in bpoints],
         "binary_sample_count": len(binary_set),
-        "calibration": calib,
-        "raw_curve": raw_curve.to_dict(),
-        "curves": {k: c.to_dict() for k, c in curves.items()},
-        "groups": group_rows(curves, p_raw, y, keys, s.fars),
-    }
+    }, bpoints
+
+
+def _write_rates_only(out, s, evaluate, fit, readings, fit_p, kept, p_raw, y, support,
+                      base) -> dict:
+    """A set below the curve rule (calimon.class_support): rates at fixed thresholds only."""
+    from calimon.pipeline import dump_json
+
+    summary, p_cal_by_id = rates_only_summary(s, fit_p=fit_p, kept=kept, p_raw=p_raw, y=y,
+                                              support=support, base=base)
     dump_json(summary, out / "curve.json")
-    # the calib rows too (p_cal = the deployed map, fitted on them), so that the deployment
-    # tools can certify on calib and report on the evaluated split from one file
-    p_cal_by_id = {x.id: v for x, v in zip(kept, p_cal, strict=True)} | fit_rows
     _write_csv(out / "curve.csv", [*evaluate, *fit], readings, p_cal_by_id)
     write_token_scores(out / "token_scores.jsonl", evaluate, readings)
-    _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
+    for stale in ("curve.png", "curves_by_group.png", "reliability.png"):
+        (out / stale).unlink(missing_ok=True)  # left by an earlier run into the same folder
     return summary
 
 
@@ -130,8 +187,11 @@ def group_rows(curves: dict, p_raw, y, keys: dict, fars) -> list[dict]:
             key, value = name.split("=", 1)
             mask = np.array([v == value for v in keys[key]])
         row = {"group": name, "n_pos": c.n_pos, "n_neg": c.n_neg,
-               "auroc_raw": auroc(p_raw[mask], y[mask]), "auroc": c.auroc}
-        if c.defined:
+               "auroc_raw": auroc(p_raw[mask], y[mask]) if c.defined else None,
+               "auroc": c.auroc}
+        if not c.defined:
+            row["note"] = c.undefined_reason
+        else:
             row.update({f"mr_at_far_{a:g}": c.at_far(a).mr for a in fars})
             eer = c.eer()
             row["eer"] = (eer.mr + eer.far) / 2

@@ -212,12 +212,16 @@ class Curve:
     n_neg: int
     auroc: float
     band: Band | None = None
+    min_per_class: int = 1
 
     @classmethod
     def from_scores(cls, scores: Any, labels: Any, groups: Any = None, n_boot: int = 200,
-                    seed: int = 0, far_grid: Any = None, level: float = 0.95) -> Curve:
+                    seed: int = 0, far_grid: Any = None, level: float = 0.95,
+                    min_per_class: int = 1) -> Curve:
         """Sweep ``scores`` and, if ``n_boot > 0`` and both classes are present, add a
-        bootstrap band resampling whole ``groups`` (pair ids; None = every sample alone)."""
+        bootstrap band resampling whole ``groups`` (pair ids; None = every sample alone).
+        With fewer than ``min_per_class`` samples of either class the curve is undefined
+        (no AUROC, band or operating points; see ``calimon.class_support``)."""
         from calimon.bootstrap import bootstrap_band  # bootstrap imports this module
 
         s = as_scores(scores)
@@ -226,21 +230,25 @@ class Curve:
         n_pos = int(y.sum())
         n_neg = int(y.size - n_pos)
         band = None
-        if n_boot and n_pos and n_neg:
+        enough = min(n_pos, n_neg) >= max(1, min_per_class)
+        if n_boot and enough:
             band = bootstrap_band(s, y, groups, far_grid=far_grid, n_boot=n_boot, level=level,
                                   seed=seed)
         return cls(_frozen(thresholds), _frozen(mr), _frozen(far), n_pos, n_neg,
-                   trapezoid_auroc(mr, far), band)
+                   trapezoid_auroc(mr, far) if enough else math.nan, band, int(min_per_class))
 
     @property
     def defined(self) -> bool:
-        return self.n_pos > 0 and self.n_neg > 0
+        return min(self.n_pos, self.n_neg) >= max(1, self.min_per_class)
 
     @property
     def undefined_reason(self) -> str | None:
-        """None for a usable curve, else why MR or FAR is undefined."""
+        """None for a usable curve, else why MR or FAR is undefined (or too coarse)."""
         if self.defined:
             return None
+        if self.n_pos and self.n_neg:
+            return (f"too few of a class: n_pos={self.n_pos}, n_neg={self.n_neg} "
+                    f"(a curve needs {self.min_per_class} of each)")
         missing = "positives (misbehavior)" if self.n_pos == 0 else "negatives (benign)"
         return f"no {missing}: n_pos={self.n_pos}, n_neg={self.n_neg}"
 
@@ -313,7 +321,7 @@ class Curve:
         return {"thresholds": _floats(self.thresholds), "mr": _floats(self.mr),
                 "far": _floats(self.far), "n_pos": self.n_pos, "n_neg": self.n_neg,
                 "auroc": _jsonable(self.auroc), "undefined_reason": self.undefined_reason,
-                "band": band}
+                "band": band, "min_per_class": self.min_per_class}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Curve:
@@ -331,7 +339,7 @@ class Curve:
             auroc = math.nan if d["auroc"] is None else float(d["auroc"])
             return cls(_frozen(thresholds), _frozen(_unfloats(d["mr"])),
                        _frozen(_unfloats(d["far"])), int(d["n_pos"]), int(d["n_neg"]), auroc,
-                       band)
+                       band, int(d.get("min_per_class", 1)))
         except (KeyError, TypeError, IndexError) as exc:
             raise InputError(f"not a curve dictionary ({type(exc).__name__}: {exc})",
                              field="curve") from None
@@ -400,7 +408,8 @@ def binary_point(decisions: Sequence[bool | None], labels: Any, name: str) -> Bi
 
 def curves_by(scores: Any, labels: Any, groups: Any = None,
               keys: Mapping[str, Sequence[Any]] | None = None, *, n_boot: int = 200,
-              seed: int = 0, far_grid: Any = None, level: float = 0.95) -> dict[str, Curve]:
+              seed: int = 0, far_grid: Any = None, level: float = 0.95,
+              min_per_class: int = 1) -> dict[str, Curve]:
     """``{"all": ..., "category=safety": ..., "task=code": ...}``: one curve per key value.
 
     Values are listed in sorted order of ``str(value)``. A subset holding one class only is kept
@@ -411,7 +420,7 @@ def curves_by(scores: Any, labels: Any, groups: Any = None,
     y = as_labels(labels, s.size)
     g = None if groups is None else as_groups(groups, s.size)
     out = {"all": Curve.from_scores(s, y, g, n_boot=n_boot, seed=seed, far_grid=far_grid,
-                                    level=level)}
+                                    level=level, min_per_class=min_per_class)}
     for key, values in (keys or {}).items():
         vals = list(values)
         if len(vals) != s.size:
@@ -422,5 +431,5 @@ def curves_by(scores: Any, labels: Any, groups: Any = None,
             m = strs == v
             out[f"{key}={v}"] = Curve.from_scores(
                 s[m], y[m], None if g is None else g[m], n_boot=n_boot, seed=seed,
-                far_grid=far_grid, level=level)
+                far_grid=far_grid, level=level, min_per_class=min_per_class)
     return out

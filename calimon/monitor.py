@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from calimon.errors import CalimonError
 from calimon.prompts import PromptEncoder, PromptTemplate
-from calimon.readouts import answer_token_ids, parse_binary, read_distribution
+from calimon.readouts import answer_token_ids, binary_verdict, read_distribution
 from calimon.samples import Sample
 from calimon.store import MonitorKey, RunStore
 from calimon.verdict import Verdict
@@ -54,13 +54,7 @@ class Monitor:
                           tokens=len(e.ids), seconds=per_sample, truncation=trunc)
             if self.readout == "binary":
                 text = self.backend.tokenizer.decode(outputs[i], skip_special_tokens=True)
-                decision, quotes = parse_binary(text)
-                if decision is None:
-                    verdicts.append(Verdict(status="parse_failure", text=text, **common))
-                else:
-                    verdicts.append(Verdict(status=status, p_raw=float(decision),
-                                            decision=decision, text=text, evidence=quotes,
-                                            **common))
+                verdicts.append(binary_verdict(text, status, **common))
             else:
                 pos, neg = answer_token_ids(self.backend.tokenizer, self.readout)
                 p_raw, p_pos, p_neg, mass = read_distribution(logprobs[i], pos, neg)

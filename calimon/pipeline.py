@@ -43,6 +43,8 @@ class CurveSettings:
     n_boot: int = 200
     seed: int = 0
     fars: tuple[float, ...] = (0.01, 0.05, 0.10)
+    rate_thresholds: tuple[float, ...] = (0.5,)  # FAR / MR with exact intervals at these
+    calibration_map: Path | None = None  # apply this saved map instead of fitting maps
     cost_miss: float = 1.0
     cost_false_alarm: float = 1.0
     backend: str = "transformers"  # a name in calimon.backends (or a plugin's)

@@ -13,6 +13,8 @@ import re
 
 import numpy as np
 
+from calimon.verdict import Verdict
+
 ANSWER_WORDS = {"verdict": ("yes", "no"), "json": ("true", "false")}
 _MIN_MASS = 1e-12
 _cache: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
@@ -53,14 +55,28 @@ def read_distribution(logprobs: np.ndarray, pos_ids: np.ndarray, neg_ids: np.nda
 _FIELD = re.compile(r'"misbehavior_detected"\s*:\s*(true|false)\b', re.IGNORECASE)
 
 
+def binary_verdict(text: str, status: str = "ok", **common) -> Verdict:
+    """The verdict of one generated answer: `status` ("ok" or "truncated") with the parsed
+    decision, or "parse_failure" when no boolean can be read. Never raises on any text, so a
+    generation is stored once and never re-scored as an "error"."""
+    text = _clean(text)
+    decision, quotes = parse_binary(text)
+    if decision is None:
+        return Verdict(status="parse_failure", text=text, **common)
+    return Verdict(status=status, p_raw=float(decision), decision=decision, text=text,
+                   evidence=quotes, **common)
+
+
 def parse_binary(text: str) -> tuple[bool | None, tuple[str, ...]]:
     """The `misbehavior_detected` boolean and any evidence quotes from generated text.
-    Returns (None, ()) when no boolean can be read: a parse failure, never a "no"."""
+    Returns (None, ()) when no boolean can be read: a parse failure, never a "no". Total on any
+    text: malformed JSON, invalid escapes and strings cut off by `max_new_tokens` end as a
+    decision or a parse failure, never an exception."""
     obj = _first_json_object(text)
     if isinstance(obj, dict) and isinstance(obj.get("misbehavior_detected"), bool):
         evidence = obj.get("evidence") or []
-        quotes = tuple(q for q in evidence if isinstance(q, str)) if isinstance(evidence, list) \
-            else ()
+        quotes = tuple(_clean(q) for q in evidence if isinstance(q, str)) \
+            if isinstance(evidence, list) else ()
         return obj["misbehavior_detected"], quotes
     match = _FIELD.search(text)
     if match:
@@ -75,8 +91,11 @@ def _first_json_object(text: str):
         for k in range(start, len(text)):
             ch = text[k]
             if in_str:
-                esc = (ch == "\\") and not esc
-                if ch == '"' and not esc:
+                if esc:
+                    esc = False
+                elif ch == "\\":
+                    esc = True
+                elif ch == '"':
                     in_str = False
                 continue
             if ch == '"':
@@ -88,15 +107,37 @@ def _first_json_object(text: str):
                 if depth == 0:
                     try:
                         return json.loads(text[start:k + 1])
-                    except json.JSONDecodeError:
+                    except (ValueError, RecursionError):  # malformed, or nested too deep
                         break
         start = text.find("{", start + 1)
     return None
 
 
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
+_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|["\\/bfnrt])')
+_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n",
+                   "r": "\r", "t": "\t"}
+
+
 def _loose_quotes(text: str) -> tuple[str, ...]:
-    """Quotes from a truncated or malformed "evidence": [...] list."""
+    """Quotes from a truncated or malformed "evidence": [...] list: every complete string in it
+    (a string cut off by `max_new_tokens` is dropped), its valid JSON escapes decoded and any
+    invalid one (`\\q`, a short `\\u12`) kept as written."""
     m = re.search(r'"evidence"\s*:\s*\[(.*)', text, re.DOTALL)
     if not m:
         return ()
-    return tuple(json.loads(f'"{q}"') for q in re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1)))
+    return tuple(_clean(_unescape(q)) for q in _QUOTED.findall(m.group(1)))
+
+
+def _unescape(body: str) -> str:
+    def one(m: re.Match) -> str:
+        e = m.group(1)
+        return chr(int(e[1:], 16)) if e[0] == "u" else _SIMPLE_ESCAPES[e]
+
+    return _ESCAPE.sub(one, body)
+
+
+def _clean(quote: str) -> str:
+    """Surrogate pairs joined and lone surrogates (from `\\ud800`) replaced by U+FFFD, so that
+    every quote encodes as UTF-8 (the run store and the report write UTF-8)."""
+    return quote.encode("utf-16", "surrogatepass").decode("utf-16", "replace")

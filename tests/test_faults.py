@@ -239,8 +239,8 @@ def test_two_writers_on_one_store_do_not_corrupt_it(tmp_path):
 
 # ----------------------------------------------------------------------------- backend faults
 
-def _bench(tmp_path: Path, extra: list[Sample]) -> Path:
-    return write_samples(toy_samples(8) + extra, tmp_path / "bench.jsonl")
+def _bench(tmp_path: Path, extra: list[Sample], n_pairs: int = 8) -> Path:
+    return write_samples(toy_samples(n_pairs) + extra, tmp_path / "bench.jsonl")
 
 
 def _poisoned() -> list[Sample]:
@@ -263,14 +263,14 @@ def test_a_backend_fault_is_an_error_row_in_curve_outputs_and_retried_later(
     from calimon.cli import app
 
     fake_factory(monkeypatch)
-    bench = _bench(tmp_path, _poisoned())
+    bench = _bench(tmp_path, _poisoned(), n_pairs=20)  # 20 a class: maps are fitted
     args = ["curve", "--model", str(smol.path), "--benchmark", str(bench), "--no-binary",
             "--n-boot", "20", "--store", str(tmp_path / "s.sqlite"), "--json"]
     first = CliRunner().invoke(app, args + ["--out", str(tmp_path / "run1")])
     assert first.exit_code == 0, first.output
     counts = json.loads(first.output)["counts"]
-    assert counts["status"] == {"ok": 16, "error": 2}
-    assert counts["evaluated"] == 18 and counts["scored"] == 16
+    assert counts["status"] == {"ok": 40, "error": 2}
+    assert counts["evaluated"] == 42 and counts["scored"] == 40
     rows = _csv(tmp_path / "run1" / "curve.csv")
     for sid in ("poison0", "poison1"):
         assert rows[sid]["status"] == "error"
@@ -285,7 +285,7 @@ def test_a_backend_fault_is_an_error_row_in_curve_outputs_and_retried_later(
     monkeypatch.setattr(FakeBackend, "poison", None)  # the device recovered
     second = CliRunner().invoke(app, args + ["--out", str(tmp_path / "run2")])
     assert second.exit_code == 0, second.output
-    assert json.loads(second.output)["counts"]["status"] == {"ok": 18}
+    assert json.loads(second.output)["counts"]["status"] == {"ok": 42}
 
 
 # ----------------------------------------------------------------------------- long transcripts

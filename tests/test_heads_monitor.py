@@ -137,7 +137,7 @@ def test_curve_on_a_token_head_writes_token_scores_and_the_report_shows_them(
     from calimon.samples import write_samples
 
     monkeypatch.setenv("CALIMON_HEADS_DIR", str(heads[0]))
-    samples = toy_samples(6)
+    samples = toy_samples(10)  # the class-size rule's minimum for a curve (class_support)
     bench = write_samples(samples, tmp_path / "toy.jsonl")
     run = run_curve(CurveSettings(benchmark=str(bench), readout="probe:toy-token",
                                   binary_prompts=(), n_boot=10, store=tmp_path / "s.sqlite",

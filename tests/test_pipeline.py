@@ -15,7 +15,7 @@ from calimon.samples import write_samples
 
 @pytest.mark.model
 def test_curve_run_end_to_end_and_resumable(tmp_path):
-    bench = write_samples(toy_samples(8), tmp_path / "toy.jsonl")
+    bench = write_samples(toy_samples(20), tmp_path / "toy.jsonl")  # 20 a class: maps fitted
     settings = CurveSettings(benchmark=str(bench), binary_prompts=("direct",), binary_limit=4,
                              n_boot=20, store=tmp_path / "store.sqlite", out=tmp_path / "run")
     run = run_curve(settings)
@@ -32,10 +32,10 @@ def test_curve_run_end_to_end_and_resumable(tmp_path):
     assert doc["run"]["backend"] == doc["provenance"]["backend"] == "transformers"
     assert {"ece", "brier", "nll", "auroc", "auprc", "mce"} <= set(
         doc["calibration"]["metrics_after"]["platt"])
-    assert doc["counts"]["scored"] == 16
+    assert doc["counts"]["scored"] == 40
     rows = (run.out / "curve.csv").read_text().splitlines()
     assert rows[0].startswith("id,pair_id,label,category,task,split,status,p_raw,p_cal")
-    assert len(rows) == 17
+    assert len(rows) == 41
     again = run_curve(CurveSettings(**{**vars(settings), "out": tmp_path / "run2"}))
     assert again.model_calls == 0
     assert json.loads((again.out / "curve.json").read_text())["mr"] == doc["mr"]
@@ -135,8 +135,9 @@ def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_to
     from calimon.cli import app
 
     monkeypatch.setitem(BACKENDS, "stand-in", "test_pipeline:RecordingBackend")
-    samples = [dataclasses.replace(x, split="calib" if int(x.pair_id[1:]) < 12 else "test")
-               for x in toy_samples(24)]
+    # 20 pairs per split: the class-size rule's minimum for fitting a map (class_support)
+    samples = [dataclasses.replace(x, split="calib" if int(x.pair_id[1:]) < 20 else "test")
+               for x in toy_samples(40)]
     bench = write_samples(samples, tmp_path / "toy.jsonl")
     settings = CurveSettings(model=str(smol.path), benchmark=str(bench), backend="stand-in",
                              split="test", fit_on="calib", binary_prompts=(), n_boot=10,
@@ -144,8 +145,8 @@ def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_to
     run = run_curve(settings)
     with open(run.out / "curve.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert sorted(r["split"] for r in rows) == ["calib"] * 24 + ["test"] * 24
-    assert run.summary["counts"]["evaluated"] == 24  # the curve itself is on test only
+    assert sorted(r["split"] for r in rows) == ["calib"] * 40 + ["test"] * 40
+    assert run.summary["counts"]["evaluated"] == 40  # the curve itself is on test only
     assert run.summary["binary_sample_count"] == 0 and run.summary["binary_points"] == []
     platt = load_map(run.out / "calibration" / "platt.json")
     assert platt.extra["fit_split"] == "calib" and platt.extra["benchmark"] == str(bench)
@@ -159,7 +160,7 @@ def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_to
     from calimon.report.data import gather
 
     data = gather(run.out, benchmark=str(bench), store=tmp_path / "s.sqlite")
-    assert {r.split for r in data.rows} == {"test"} and len(data.rows) == 24
+    assert {r.split for r in data.rows} == {"test"} and len(data.rows) == 40
     assert not any("dataset" in n and "differ" in n for n in data.notes)
 
 

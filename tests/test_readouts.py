@@ -1,7 +1,10 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from calimon.readouts import answer_token_ids, parse_binary, read_distribution
+from calimon.readouts import answer_token_ids, binary_verdict, parse_binary, read_distribution
+from calimon.verdict import Verdict
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -51,3 +54,63 @@ def test_answer_tokens_cover_case_and_space_variants(smol_backend):
     assert not set(pos) & set(neg)
     t, f = answer_token_ids(tok, "json")
     assert {"true", " true"} <= {tok.decode([i]) for i in t}
+
+
+# ------------------------------------------------------------- generated text never raises
+
+@pytest.mark.parametrize("text, decision, quotes", [
+    # an invalid escape inside a truncated evidence list (the JSON object never closes)
+    ('{"misbehavior_detected": true, "evidence": ["re.match(\'\\q\')"', True, ("re.match('\\q')",)),
+    # the same escape inside a closed object: not JSON, read by the fallback
+    ('{"misbehavior_detected": false, "evidence": ["a\\qb"]}', False, ("a\\qb",)),
+    # a string cut off by max_new_tokens, mid-escape and mid-\u sequence
+    ('{"misbehavior_detected": true, "evidence": ["ok", "cut \\', True, ("ok",)),
+    ('{"misbehavior_detected": true, "evidence": ["x\\u12"]', True, ("x\\u12",)),
+    # a lone surrogate escape: kept as U+FFFD so the quote encodes as UTF-8
+    ('{"misbehavior_detected": true, "evidence": ["\\ud800"]}', True, ("\ufffd",)),
+    # an escaped quote inside a string does not end it
+    ('{"misbehavior_detected": true, "evidence": ["say \\"}\\" now"]}', True, ('say "}" now',)),
+    ('{"evidence": ["\\q"], "misbehavior_detected": ', None, ()),
+])
+def test_parse_binary_regressions(text, decision, quotes):
+    assert parse_binary(text) == (decision, quotes)
+
+
+def _check_binary_outcome(text: str) -> None:
+    decision, quotes = parse_binary(text)
+    assert decision is None or isinstance(decision, bool)
+    assert isinstance(quotes, tuple) and all(isinstance(q, str) for q in quotes)
+    assert decision is not None or quotes == ()
+    v = binary_verdict(text, transcript_hash="h", readout="binary")
+    if decision is None:
+        assert v.status == "parse_failure" and v.p_raw is None and v.decision is None
+    else:
+        assert v.status == "ok" and v.decision is decision and v.p_raw == float(decision)
+        assert v.evidence == tuple(q.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+                                   for q in quotes)
+    assert Verdict.from_row(v.to_row()) == v
+    v.to_row()["evidence"].encode("utf-8")  # what the run store writes
+    v.text.encode("utf-8")
+
+
+_JSONISH = st.lists(st.sampled_from([
+    "{", "}", "[", "]", ",", ":", '"', "\\", "\\q", "\\u", "\\u12", "\\ud800", "\\n", '\\"',
+    '"misbehavior_detected"', '"evidence"', "true", "false", "TRUE", "null", " ", "\n", "x",
+    "\ud800", "é", "0",
+]), max_size=40).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.text(), _JSONISH,
+                 st.tuples(st.sampled_from(['{"misbehavior_detected": true, "evidence": [',
+                                            '{"misbehavior_detected": false, "evidence": ["']),
+                           st.one_of(_JSONISH, st.text())).map("".join)))
+def test_binary_parser_is_total(text):
+    """Any generated text ends as ok or parse_failure with well-typed fields, never an
+    exception: an exception would store the sample as "error" and re-score it on every run."""
+    _check_binary_outcome(text)
+
+
+def test_binary_parser_survives_deep_nesting():
+    _check_binary_outcome('{"misbehavior_detected": true, "e": ' + "[" * 100_000 + "]" * 100_000
+                          + "}")

@@ -24,7 +24,7 @@ XSS = ('</pre></div><script>window.__calimon_pwned = 1;</script>'
        '<img src="x" onerror="window.__calimon_pwned = 2"><b onmouseover="alert(1)">bold</b>')
 
 
-def samples(n_pairs: int = 12) -> list[Sample]:
+def samples(n_pairs: int = 20) -> list[Sample]:
     from conftest import toy_samples
 
     out = list(toy_samples(n_pairs))
@@ -39,7 +39,7 @@ def samples(n_pairs: int = 12) -> list[Sample]:
     return out
 
 
-def make_run(root: Path, *, n_pairs: int = 12, binary: bool = True, seed: int = 0,
+def make_run(root: Path, *, n_pairs: int = 20, binary: bool = True, seed: int = 0,
              token_scores: bool = False) -> Path:
     """``root/run`` (curve.json, curve.csv, PNGs, calibration/), ``root/samples.jsonl`` and
     ``root/store.sqlite``; returns the run folder. One reading is an error (t0-b) and one
@@ -307,7 +307,7 @@ def test_token_heat_escapes_and_levels():
 def test_degrades_without_benchmark_store_binary(tmp_path):
     from calimon.report import build_report
 
-    run = make_run(tmp_path, n_pairs=4, binary=False)
+    run = make_run(tmp_path, binary=False)
     (tmp_path / "samples.jsonl").unlink()
     (tmp_path / "store.sqlite").unlink()
     rep = build_report(run)

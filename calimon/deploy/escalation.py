@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from calimon.class_support import class_support, policy_rates
 from calimon.deploy.policies import (
     ACTIONS,
     PolicyDesign,
@@ -72,6 +73,7 @@ def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
                          "sending everything to review is trivially optimal", field="budget")
     csv_path = resolve_run(path)
     split = calib_test_split(read_scored_csv(csv_path, score=score), seed=seed)
+    _require_support(split.calib, csv_path)
     design = design_policy(split.calib, budget=budget, cost_miss=cost_miss,
                            cost_false_block=cost_false_block, cost_review=cost_review,
                            far_alpha=far_alpha, mr_alpha=mr_alpha, delta=delta)
@@ -100,15 +102,31 @@ def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
                             split=split.method, n_dropped=split.calib.n_dropped)
 
 
+def _require_support(calib: Any, csv_path: Any) -> None:
+    """A policy trades misses against false blocks: designing one needs the class-size rule
+    of a curve (calimon.class_support) on the design split."""
+    labels = calib.labels
+    sup = class_support(int(np.sum(labels == 1)), int(np.sum(labels == 0)),
+                        what="rows in the calibration split")
+    if not sup.curve:
+        raise InputError(f"cannot design a policy: {sup.n_pos} misbehaving and {sup.n_neg} "
+                         f"benign rows in the calibration split, fewer than "
+                         f"{sup.min_per_class_curve} of a class; for a benign-only set use "
+                         "`calimon thresholds` (FAR) or `calimon apply-policy` with a saved "
+                         "policy", path=str(csv_path), field="label")
+
+
 @dataclass(frozen=True)
 class ApplySummary:
-    """What ``apply_policy_file`` decided: rows per action, and how many had no score."""
+    """What ``apply_policy_file`` decided: rows per action, how many had no score, and the
+    rates it realized on the scored rows of each label present, with exact intervals."""
 
     policy: str
     source: str
     out: str
     counts: dict[str, int]
     n_unscored: int
+    rates: tuple[dict[str, Any], ...] = ()  # realized FAR / MR / block rate (class_support)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,7 +138,8 @@ def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
 
     Writes ``out`` (CSV: ``id,status,score,action``): scored rows first, in file order, then the
     rows without a score (status not ok/truncated), which get ``actions.unscored``.
-    Labels are not needed.
+    Labels are not needed; where present (a benign-only set included) the realized FAR and MR
+    come with exact Clopper-Pearson intervals (``calimon.class_support.policy_rates``).
     """
     import csv
 
@@ -142,5 +161,7 @@ def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
             w.writerow([rid, status, "", unscored])
     counts = {a: int(np.sum(actions == a)) for a in ACTIONS}
     counts[unscored] += scored.n_dropped
+    rates = policy_rates(actions, scored.labels, policy.t_low, policy.t_high)
     return ApplySummary(policy=str(policy_path), source=str(scored_path), out=str(target),
-                        counts=counts, n_unscored=scored.n_dropped)
+                        counts=counts, n_unscored=scored.n_dropped,
+                        rates=tuple(r.to_dict() for r in rates))

@@ -62,6 +62,10 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
                          field="max_transcripts")
     data = gather(run, policies=policies, spans=spans, token_scores=token_scores,
                   benchmark=benchmark, store=store)
+    if (data.summary.get("support") or {}).get("curve") is False:  # below the class-size rule
+        return _limited(data, out)
+    if data.summary.get("score") == "p_raw":  # no map fitted: the curve is on the raw score
+        data = _raw_scored(data)
     point = default_point(data.summary["operating_points"], operating_point)
     threshold = None if point is None else point["threshold"]
     rows = choose_rows(data.rows, threshold, max_transcripts)
@@ -80,6 +84,28 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
     tmp.replace(target)
     return Report(html=target, pngs=tuple(pngs), n_rows=len(data.rows), n_transcripts=len(rows),
                   operating_point=None if point is None else point["name"], notes=data.notes)
+
+
+def _raw_scored(data: RunData) -> RunData:
+    """A run that fitted no calibration map (too few of a class, calimon.class_support) drew
+    its curve and operating points on p_raw: the viewer, histogram and reliability read that."""
+    from dataclasses import replace
+
+    note = ("calibration: no map was fitted ("
+            + str((data.summary.get("support") or {}).get("reason") or "too few of a class")
+            + "); every figure and card reads the raw score, shown as both p_raw and p_cal")
+    return replace(data, rows=tuple(replace(r, p_cal=r.p_raw) for r in data.rows),
+                   notes=(*data.notes, note))
+
+
+def _limited(data: RunData, out: str | Path | None) -> Report:
+    from calimon.report.limited import render_limited_page
+
+    target = Path(out) if out is not None else data.run_dir / "report.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_limited_page(data), encoding="utf-8")
+    return Report(html=target, pngs=(), n_rows=len(data.rows), n_transcripts=0,
+                  operating_point=None, notes=data.notes)
 
 
 __all__ = ["DEFAULT_MAX_TRANSCRIPTS", "Report", "RunData", "build_report", "gather"]
