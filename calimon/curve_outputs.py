@@ -27,7 +27,8 @@ CSV_COLUMNS = ("id", "pair_id", "label", "category", "task", "split", "status", 
 def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
                         readings: dict[str, Verdict], binary_set: list[Sample],
                         binary_readings: dict[str, dict[str, Verdict]], provenance: dict) -> dict:
-    from calimon.pipeline import dump_json, status_counts, usable
+    from calimon.jsonio import dump_json
+    from calimon.readings import status_counts, usable
 
     kept, p_raw, y = usable(evaluate, readings)
     if len(kept) == 0 or y.all() or not y.any():
@@ -146,7 +147,7 @@ def _map_extra(provenance: dict) -> dict:
 
 
 def _fit_apply(s, fit, readings, p_raw, y, out, provenance):
-    from calimon.pipeline import usable
+    from calimon.readings import usable
 
     fkept, fp, fy = usable(fit, readings)
     (out / "calibration").mkdir(exist_ok=True)
