@@ -11,7 +11,7 @@ capability calls ``requires(backend, HiddenStates)`` and gets the backend back, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from calimon.errors import InputError
 from calimon.models import ResolvedModel
 
 
-@runtime_checkable
 class Backend(Protocol):
     """What every backend offers: token ids in, log-probs or token ids out.
 
