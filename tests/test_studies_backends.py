@@ -246,7 +246,7 @@ def test_studies_take_backend_flags(fakes, smol, tmp_path, command):
     extra = ["--split", "all", "--fit-split", "all"] if command == "robustness" else []
     res = CliRunner().invoke(_cli(), args + ["--backend", backend, *extra])
     assert res.exit_code == 0, res.output
-    summary = json.loads(res.output)
+    summary = json.loads(res.stdout)
     assert summary.get("model_calls", 1) > 0
 
 

@@ -26,7 +26,7 @@ def run(args):
 
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    return json.loads(res.output)
+    return json.loads(res.stdout)  # stderr carries the weight-loading bars
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_robustness_on_ray_matches_a_local_run(bench, tmp_path):
     base = ["robustness", *CPU, "--benchmark", bench, "--fit-split", "all",
             "--attack", "reviewer_note"]
     local = run([*base, "--store", str(tmp_path / "l.sqlite"), "--out", str(tmp_path / "l")])
-    ray = run([*base, "--engine", "ray", "--workers", "2", "--store",
+    ray = run([*base, "--engine", "ray", "--store",
                str(tmp_path / "r.sqlite"), "--out", str(tmp_path / "r")])
     assert ray["clean"]["scored"] == local["clean"]["scored"] == 6
     assert ray["clean"]["auroc_raw"] == pytest.approx(local["clean"]["auroc_raw"], abs=1e-6)
@@ -53,7 +53,7 @@ def test_spans_on_ray_matches_a_local_run(bench, tmp_path):
     base = ["spans", *CPU, "--benchmark", bench, "--max-segments", "4", "--no-quotes"]
     local = run([*base, "--no-share-prefix", "--store", str(tmp_path / "l.sqlite"),
                  "--out", str(tmp_path / "l")])
-    ray = run([*base, "--engine", "ray", "--workers", "2", "--store",
+    ray = run([*base, "--engine", "ray", "--store",
                str(tmp_path / "r.sqlite"), "--out", str(tmp_path / "r")])
     assert ray["settings"]["share_prefix"] is False and ray["model_calls"] > 0
     assert ray["counts"] == local["counts"]

@@ -20,6 +20,7 @@ from calimon.backends.options import backend_options
 from calimon.engines.service import ENGINES, Engine, Scorer
 from calimon.engines.settings import BackendSettings
 from calimon.engines.spec import MonitorSpec, make_monitor
+from calimon.progress import Progress
 from calimon.samples import Sample
 from calimon.store import RunStore
 from calimon.verdict import Verdict
@@ -55,6 +56,38 @@ def score_samples(spec: MonitorSpec, samples: Sequence[Sample], store: RunStore,
                        model_calls=scorer.model_calls, engine=engine)
 
 
+def score_benchmark(settings: BackendSettings, *, model: str, benchmark: str, prompt: str,
+                    readout: str, limit: int | None = None, seed: int = 0,
+                    chunk_size: int = 32, store: str | Path = "runs/store.sqlite",
+                    export: str | Path | None = None, progress: Progress | None = None
+                    ) -> dict[str, Any]:
+    """`calimon score`: score a benchmark (labelled or not; ``limit`` whole pairs) with one
+    monitor into the run store on the settings' backend and engine, optionally export every
+    reading as JSONL; returns the run's summary."""
+    from calimon.data.registry import load_benchmark
+    from calimon.selection import select
+
+    spec = settings.monitor_spec(model, prompt, readout)
+    monitor = spec.build()  # resolves the model and checks the readout before any work
+    samples = select(load_benchmark(benchmark), limit=limit, seed=seed, labelled=False)
+    with RunStore(store) as st:
+        scorer = Scorer(spec, st, engine=settings.engine_settings(chunk_size),
+                        progress=progress, backend=monitor.backend)
+        hashes = list(dict.fromkeys(s.transcript_hash for s in samples))
+        todo = scorer.todo(samples, monitor)
+        readings = scorer.score(samples, monitor, label="scoring")
+    result = ScoreResult(readings, scored=todo, reused=len(hashes) - todo,
+                         model_calls=scorer.model_calls, engine=settings.engine)
+    if export:
+        export_jsonl(samples, result.readings, export, key=monitor.key)
+    return {"samples": len(samples), "scored": result.scored, "reused": result.reused,
+            "model_calls": result.model_calls, "statuses": result.status_counts(),
+            "engine": settings.engine, "backend": settings.backend, "model": monitor.key.model,
+            "model_revision": monitor.key.model_revision, "prompt": prompt,
+            "template_hash": monitor.key.template_hash, "readout": readout,
+            "store": str(store), "export": str(export) if export else None}
+
+
 EXPORT_SAMPLE_FIELDS = ("id", "pair_id", "label", "category", "task", "split", "source")
 
 
@@ -81,4 +114,4 @@ def export_jsonl(samples: Sequence[Sample], readings: dict[str, Verdict], path: 
 
 
 __all__ = ["ENGINES", "BackendSettings", "Engine", "MonitorSpec", "ScoreResult", "Scorer", "backend_options",
-           "export_jsonl", "make_monitor", "score_samples"]
+           "export_jsonl", "make_monitor", "score_benchmark", "score_samples"]

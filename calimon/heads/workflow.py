@@ -133,28 +133,7 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
     log(f"train split: {len(train)} samples, {int(fs.y.sum())} misbehaving")
     start = time.perf_counter()
     tracemalloc.start()
-    sweep, metrics, params = None, {}, {}
-    if s.kind == "sequence":
-        layer = s.layer
-        if layer is None:
-            sweep = layer_sweep(fs, poolings=(s.pooling,), seed=s.seed)
-            layer = sweep.best(s.pooling).layer
-        fit = fit_sequence_head(fs, layer, s.pooling, estimator=s.estimator, Cs=DEFAULT_CS,
-                                seed=s.seed)
-        head = fit.head
-        metrics["cv_auroc"] = fit.cv_auroc[fit.C]
-        params = {"C": fit.C, "Cs": list(DEFAULT_CS), "cv_folds": 5}
-    else:
-        fits = {layer: fit_token_head(fs, layer, seed=s.seed) for layer in token_layers}
-        layer = max(fits, key=lambda k: (np.nan_to_num(max(fits[k].cv_auroc.values()),
-                                                       nan=-1.0), -k))
-        tf = fits[layer]
-        head = tf.head
-        metrics["cv_auroc"] = tf.cv_auroc[head.aggregate]
-        metrics["cv_span_f1"] = tf.cv_span_f1[head.span_threshold]
-        params = {"C": 0.1, "cv_folds": 3, "n_tokens": tf.n_tokens,
-                  "n_positive_tokens": tf.n_positive_tokens,
-                  "candidate_layers": list(token_layers)}
+    head, sweep, metrics, params = _fit(fs, s, token_layers)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     seconds = time.perf_counter() - start
@@ -186,3 +165,30 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
 
     _, saved = load_head(path)
     return TrainedHead(path, saved, sweep)
+
+
+def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...]):
+    """(head, layer sweep or None, cross-validated metrics, fit parameters) on the train
+    features: a sequence head at ``s.layer`` (or the sweep's best layer), or a token head at
+    the candidate layer with the best CV AUROC."""
+    sweep, metrics, params = None, {}, {}
+    if s.kind == "sequence":
+        layer = s.layer
+        if layer is None:
+            sweep = layer_sweep(fs, poolings=(s.pooling,), seed=s.seed)
+            layer = sweep.best(s.pooling).layer
+        fit = fit_sequence_head(fs, layer, s.pooling, estimator=s.estimator, Cs=DEFAULT_CS,
+                                seed=s.seed)
+        metrics["cv_auroc"] = fit.cv_auroc[fit.C]
+        params = {"C": fit.C, "Cs": list(DEFAULT_CS), "cv_folds": 5}
+        return fit.head, sweep, metrics, params
+    fits = {layer: fit_token_head(fs, layer, seed=s.seed) for layer in token_layers}
+    layer = max(fits, key=lambda k: (np.nan_to_num(max(fits[k].cv_auroc.values()),
+                                                   nan=-1.0), -k))
+    tf = fits[layer]
+    head = tf.head
+    metrics["cv_auroc"] = tf.cv_auroc[head.aggregate]
+    metrics["cv_span_f1"] = tf.cv_span_f1[head.span_threshold]
+    params = {"C": 0.1, "cv_folds": 3, "n_tokens": tf.n_tokens,
+              "n_positive_tokens": tf.n_positive_tokens, "candidate_layers": list(token_layers)}
+    return head, sweep, metrics, params
