@@ -41,7 +41,6 @@ from calimon.spans.metrics import (
     random_baseline,
     span_metrics,
     span_row_from_sample,
-    to_markdown,
 )
 from calimon.spans.occlusion import (
     MAX_SEGMENTS,
@@ -56,12 +55,12 @@ from calimon.spans.occlusion import (
     shared_tokens,
 )
 from calimon.spans.segments import DEFAULT_MASK, segment
+from calimon.spans.study_markdown import study_markdown
 from calimon.store import RunStore
 
 DIRECTIONS = ("raw", "flipped", "auto")
 CONFIDENCE_READOUTS = ("verdict", "json")
 VARIANTS_PER_CALL = 64
-METRICS = ("precision", "recall", "f1", "mean_iou", "hit_at_1", "hit_at_3", "mean_pred_spans")
 
 
 @dataclass(frozen=True)
@@ -210,15 +209,9 @@ def run_span_study(model: str = "smollm2-135m", benchmark: str = DEFAULT_BENCHMA
     reports = _reports(rows, sign, top_k, seed, quotes)
     cost = _cost(monitor, bad, to_mask, mask, scorer_backend, share,
                  (t_orig, n_orig, len(chosen)), var_run)
-    ref = monitor.backend.model_ref
     summary = {
-        "provenance": {"model": ref.name, "model_revision": ref.revision, "prompt": prompt,
-                       "template_hash": monitor.key.template_hash, "readout": readout,
-                       "quote_prompt": quote_prompt if quotes else None,
-                       "benchmark": benchmark, "split": split, "limit": limit, "seed": seed,
-                       "dataset_hash": dataset_hash(chosen), "store": str(store),
-                       "calimon_version": __version__,
-                       "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")},
+        "provenance": _provenance(monitor, prompt, readout, quote_prompt if quotes else None,
+                                  benchmark, split, limit, seed, chosen, store),
         "settings": {"direction": direction, "sign": sign, "top_k": top_k,
                      "max_segments": max_segments, "mask": mask, "share_prefix": share},
         "counts": _counts(chosen, bad, rows, originals, quote_readings),
@@ -228,6 +221,17 @@ def run_span_study(model: str = "smollm2-135m", benchmark: str = DEFAULT_BENCHMA
         "model_calls": model_calls,
     }
     return SpanStudy(rows, reports, sign, top_k, summary)
+
+
+def _provenance(monitor, prompt, readout, quote_prompt, benchmark, split, limit, seed, chosen,
+                store) -> dict[str, Any]:
+    ref = monitor.backend.model_ref
+    return {"model": ref.name, "model_revision": ref.revision, "prompt": prompt,
+            "template_hash": monitor.key.template_hash, "readout": readout,
+            "quote_prompt": quote_prompt, "benchmark": benchmark, "split": split,
+            "limit": limit, "seed": seed, "dataset_hash": dataset_hash(chosen),
+            "store": str(store), "calimon_version": __version__,
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
 
 
 def _mask_plan(bad, quote_readings, max_segments):
@@ -410,72 +414,6 @@ def _cost(monitor, bad, to_mask, mask, scorer_backend, share_prefix, orig_run, v
         # seconds per misbehaving sample for its variants / seconds per original
         out["measured_multiple"] = (t_mask / len(bad)) / (t_orig / n_orig)
     return out
-
-
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:.{digits}f}"
-    return str(x)
-
-
-def study_markdown(study: SpanStudy, command: str | None = None) -> str:
-    """The study as markdown: settings, sample sizes, the tables by category and by task, the
-    ungrounded-quote rate and the cost figures."""
-    s = study.summary
-    p, st, c, cost = s["provenance"], s["settings"], s["counts"], s["cost"]
-    lines = ["# Span localization", ""]
-    if command:
-        lines += ["Command:", "", "```", command, "```", ""]
-    lines += [
-        f"Model `{p['model']}` (revision `{p['model_revision']}`), prompt `{p['prompt']}`, "
-        f"readout `{p['readout']}`; quotes from `{p['quote_prompt']}` (binary readout). "
-        f"Benchmark `{p['benchmark']}`, split `{p['split']}`, limit {p['limit']}, "
-        f"seed {p['seed']}, dataset hash `{p['dataset_hash']}`.",
-        "",
-        f"Samples: {c['samples']} ({c['pairs']} pairs); misbehaving (span rows): "
-        f"{c['misbehaving']}, of which {c['misbehaving_with_gold']} have gold spans; by "
-        f"category {c['by_category']}, by task {c['by_task']}.",
-        "",
-        f"Direction: `{st['direction']}` (span score = {'+' if study.direction > 0 else '-'}"
-        f"(P(original) - P(masked))); raw AUROC of the monitor on these samples "
-        f"{_fmt(s['auroc_raw'])}" + ("" if st["direction"] != "auto" else
-                                     f", on the calib split {_fmt(s['calib_auroc_raw'])}")
-        + f". Occlusion spans: the top {st['top_k']} units with a positive score; units: "
-        f"auto segmentation capped at {st['max_segments']} (mean {_fmt(c['units_per_sample'], 1)}"
-        f" per sample, {c['samples_with_merged_units']} samples merged). Random floors: "
-        "`random (as occlusion)` draws as many units per sample as occlusion predicts from the "
-        "same units; `random (as quotes)` as many auto segments as there are grounded quotes.",
-        "",
-        "## By category", "", to_markdown(study.reports, by="category", metrics=METRICS),
-        "## By task", "", to_markdown(study.reports, by="task", metrics=METRICS),
-    ]
-    q = study.reports.get("quotes")
-    if q is not None:
-        o = q.overall
-        lines += ["## Quotes", "",
-                  f"Quote readings: {c['quote_status']}; quotes taken from the evidence list "
-                  f"of verdicts whose boolean did not parse: "
-                  f"{c['quotes_from_unparsed_verdicts']}. Quotes: {o.n_quotes}, ungrounded: "
-                  f"{o.n_ungrounded}, **ungrounded-quote rate {_fmt(o.ungrounded_rate)}**; "
-                  f"grounding statuses {c['grounding']}.", ""]
-    lines += ["## Cost", "",
-              "Tokens after the shared template prefix. One scoring pass = the misbehaving "
-              "originals once.", "",
-              "| quantity | value |", "|---|---|",
-              f"| masked variants | {cost['variants']} |",
-              f"| tokens, one scoring pass | {cost['tokens_one_pass']} |",
-              f"| tokens, variants run plainly | {cost['tokens_variants_plain']} "
-              f"({_fmt(cost['multiple_plain'], 2)}x) |",
-              f"| tokens, variants with per-sample prefix sharing | "
-              f"{cost['tokens_variants_shared']} ({_fmt(cost['multiple_shared'], 2)}x) |",
-              f"| seconds, originals scored in this run | {_fmt(cost['seconds_originals'], 1)} "
-              f"({cost['originals_scored']} samples) |",
-              f"| seconds, variants in this run | {_fmt(cost['seconds_variants'], 1)} |",
-              f"| measured multiple (seconds per misbehaving sample, variants / one pass) | "
-              f"{_fmt(cost.get('measured_multiple'), 2)} |", ""]
-    return "\n".join(lines) + "\n"
 
 
 __all__ = ["DIRECTIONS", "SpanStudy", "StudyRow", "evidence_list", "judge_quotes",
