@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from calimon.curves import TOL, as_groups, as_labels, as_scores
 from calimon.errors import InputError
+from calimon.validation import TOL, as_groups, as_labels, as_scores
 
 # Cap on the elements of one (resamples x samples) block, to bound memory on large inputs.
 _BLOCK = 4_000_000

@@ -34,7 +34,7 @@ def curve(
     prompt: Annotated[str, typer.Option(help="Prompt template for the confidence readout.")] = "direct",
     readout: Annotated[str, typer.Option(help="verdict (P(Yes)), json (P(true)) or probe:NAME (a trained head).")] = "verdict",
     binary_prompt: Annotated[list[str] | None, typer.Option(help="Prompts whose binary (generated JSON) protocol is drawn as points; repeatable.")] = None,
-    no_binary: Annotated[bool, typer.Option(help="Skip the binary-protocol points.")] = False,
+    no_binary: Annotated[bool, typer.Option("--no-binary", help="Skip the binary-protocol points.")] = False,
     binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).")] = None,
     split: Annotated[str | None, typer.Option(help="Evaluate on this split with maps fitted on 'calib'; default: all samples, cross-fitted.")] = None,

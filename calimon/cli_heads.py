@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from calimon.cli_backends import BaseUrlOpt, DeviceOpt, ServedModelOpt, ThreadsOpt
 from calimon.cli_common import cli_errors, progress_factory
 
 heads_app = typer.Typer(no_args_is_help=True,
@@ -32,7 +33,12 @@ def heads_train(
     category: Annotated[list[str] | None, typer.Option(help="Train on these categories only; repeatable.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for folds, subsampling and the MLP.")] = 0,
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the calib/test figures on the card.")] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    backend: Annotated[str, typer.Option(help="A backend with hidden states (transformers; vllm and http expose none).")] = "transformers",
+    engine: Annotated[str, typer.Option(help="local (features are read in this process).")] = "local",
+    base_url: BaseUrlOpt = None,
+    served_model: ServedModelOpt = None,
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = None,
     out: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON.")] = False,
@@ -47,7 +53,8 @@ def heads_train(
         name=name, model=model, benchmark=benchmark, kind=kind, layer=layer, pooling=pooling,
         estimator=estimator, prompt=prompt, max_input_tokens=max_input_tokens, limit=limit, eval_limit=eval_limit,
         categories=tuple(category) if category else None, seed=seed, evaluate=not no_eval,
-        device=device, out=out)
+        out=out, backend=backend, engine=engine, base_url=base_url, served_model=served_model,
+        device=device, threads=threads)
     done = train_head(settings, progress=progress_factory(quiet or as_json))
     if as_json:
         typer.echo(done.card.model_dump_json(indent=1))

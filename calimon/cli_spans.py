@@ -13,6 +13,20 @@ from typing import Annotated, Any
 
 import typer
 
+from calimon.cli_backends import (
+    BackendOpt,
+    BaseUrlOpt,
+    BatchTokensOpt,
+    ConcurrencyOpt,
+    DeviceOpt,
+    EngineOpt,
+    KvCacheGibOpt,
+    RayAddressOpt,
+    ServedModelOpt,
+    ThreadsOpt,
+    TopLogprobsOpt,
+    WorkersOpt,
+)
 from calimon.cli_common import cli_errors, json_ready
 from calimon.errors import InputError
 
@@ -29,6 +43,10 @@ def _command(**o: Any) -> str:
     parts += [f"--prompt {o['prompt']}", f"--readout {o['readout']}",
               f"--direction {o['direction']}", f"--top-k {o['top_k']}",
               f"--max-segments {o['max_segments']}", f"--seed {o['seed']}"]
+    if o["backend"] != "transformers":
+        parts.append(f"--backend {o['backend']}")
+    if o["engine"] != "local":
+        parts.append(f"--engine {o['engine']}")
     if o["threads"]:
         parts.append(f"--threads {o['threads']}")
     if o["no_quotes"]:
@@ -50,15 +68,24 @@ def spans_cmd(
     prompt: Annotated[str, typer.Option(help="Prompt template of the monitor whose confidence is occluded.")] = "direct",
     readout: Annotated[str, typer.Option(help="Confidence readout: verdict (P(Yes)) or json (P(true)).")] = "verdict",
     quote_prompt: Annotated[str, typer.Option(help="Prompt whose generated JSON gives the evidence quotes.")] = "evidence",
-    no_quotes: Annotated[bool, typer.Option(help="Skip quote generation (occlusion only).")] = False,
+    no_quotes: Annotated[bool, typer.Option("--no-quotes", help="Skip quote generation (occlusion only).")] = False,
     direction: Annotated[str, typer.Option(help="Span score = drop in P(misbehavior) (raw), its negative (flipped), or the sign from the raw AUROC on the calib split (auto).")] = "raw",
     top_k: Annotated[int, typer.Option(help="Occlusion spans per sample: the top-k units with a positive score.")] = 3,
     max_segments: Annotated[int, typer.Option(help="Cap on occlusion units per sample (adjacent small segments merged).")] = 24,
     seed: Annotated[int, typer.Option(help="Seed for selection and the random baseline.")] = 0,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    batch_tokens: Annotated[int, typer.Option(help="Padded tokens per forward batch.")] = 8192,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads (on a busy shared CPU, 1 can be much faster).")] = None,
-    no_share_prefix: Annotated[bool, typer.Option(help="Run masked variants plainly (no per-sample prefix reuse).")] = False,
+    backend: BackendOpt = "transformers",
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = None,
+    base_url: BaseUrlOpt = None,
+    served_model: ServedModelOpt = None,
+    top_logprobs: TopLogprobsOpt = None,
+    concurrency: ConcurrencyOpt = 8,
+    kv_cache_gib: KvCacheGibOpt = None,
+    device: DeviceOpt = "auto",
+    batch_tokens: BatchTokensOpt = 8192,
+    threads: ThreadsOpt = None,
+    no_share_prefix: Annotated[bool, typer.Option("--no-share-prefix", help="Run masked variants plainly (no per-sample prefix reuse).")] = False,
     store: Annotated[Path, typer.Option(help="SQLite run store (readings are reused across runs).")] = Path("runs/store.sqlite"),
     out: Annotated[Path | None, typer.Option(help="Output folder (default runs/spans-<benchmark>-<split>).")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
@@ -67,19 +94,25 @@ def spans_cmd(
     """Score occlusion spans and grounded quotes on a benchmark split against gold spans."""
     if ctx.invoked_subcommand is not None:
         return
+    from calimon.engines import BackendSettings
+    from calimon.selection import split_arg
     from calimon.spans.study import run_span_study
 
+    settings = BackendSettings(
+        backend=backend, engine=engine, ray_address=ray_address, workers=workers,
+        base_url=base_url, served_model=served_model, top_logprobs=top_logprobs,
+        concurrency=concurrency, kv_cache_gib=kv_cache_gib, device=device,
+        batch_tokens=batch_tokens, threads=threads)
     out = out or Path("runs") / f"spans-{Path(benchmark).stem}-{split}"
     progress = None
     if not (quiet or as_json):
         from calimon.cli_common import progress_factory
         progress = progress_factory(False)
     study = run_span_study(
-        model, benchmark, None if split == "all" else split, limit, prompt=prompt,
-        readout=readout, quotes=not no_quotes, quote_prompt=quote_prompt, direction=direction,
-        top_k=top_k, max_segments=max_segments, seed=seed, device=device,
-        batch_tokens=batch_tokens, threads=threads, store=store, share_prefix=not no_share_prefix,
-        progress=progress)
+        model, benchmark, split_arg(split), limit, prompt=prompt, readout=readout,
+        quotes=not no_quotes, quote_prompt=quote_prompt, direction=direction, top_k=top_k,
+        max_segments=max_segments, seed=seed, store=store, share_prefix=not no_share_prefix,
+        settings=settings, progress=progress)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "spans.jsonl", "w", encoding="utf-8") as fh:
         for rec in study.records():
@@ -89,6 +122,7 @@ def spans_cmd(
     command = _command(model=model, benchmark=benchmark, split=split, limit=limit,
                        prompt=prompt, readout=readout, direction=direction, top_k=top_k,
                        max_segments=max_segments, seed=seed, threads=threads,
+                       backend=backend, engine=engine,
                        no_quotes=no_quotes,
                        no_share_prefix=no_share_prefix, store=store, out=out)
     markdown = study.to_markdown(command)

@@ -29,7 +29,8 @@ CSV_COLUMNS = ("id", "pair_id", "label", "category", "task", "split", "status", 
 def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
                         readings: dict[str, Verdict], binary_set: list[Sample],
                         binary_readings: dict[str, dict[str, Verdict]], provenance: dict) -> dict:
-    from calimon.pipeline import dump_json, usable
+    from calimon.jsonio import dump_json
+    from calimon.readings import usable
 
     kept, p_raw, y = usable(evaluate, readings)
     if len(kept) == 0:
@@ -115,7 +116,7 @@ def _calibration(s, fit, readings, fit_p, cal_support, kept, p_raw, y, groups, o
 def _base_summary(s, evaluate, readings, kept, y, binary_set, binary_readings,
                   provenance) -> tuple[dict, list[BinaryPoint]]:
     """The summary keys of every run, with or without a curve, and the binary points."""
-    from calimon.pipeline import status_counts
+    from calimon.readings import status_counts
 
     bpoints = []
     for name, table in binary_readings.items():
@@ -147,7 +148,7 @@ def _base_summary(s, evaluate, readings, kept, y, binary_set, binary_readings,
 def _write_rates_only(out, s, evaluate, fit, readings, fit_p, kept, p_raw, y, support,
                       base) -> dict:
     """A set below the curve rule (calimon.class_support): rates at fixed thresholds only."""
-    from calimon.pipeline import dump_json
+    from calimon.jsonio import dump_json
 
     summary, p_cal_by_id = rates_only_summary(s, fit_p=fit_p, kept=kept, p_raw=p_raw, y=y,
                                               support=support, base=base)
@@ -206,7 +207,7 @@ def _map_extra(provenance: dict) -> dict:
 
 
 def _fit_apply(s, fit, readings, p_raw, y, out, provenance):
-    from calimon.pipeline import usable
+    from calimon.readings import usable
 
     fkept, fp, fy = usable(fit, readings)
     (out / "calibration").mkdir(exist_ok=True)

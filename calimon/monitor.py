@@ -1,4 +1,8 @@
-"""A monitor = backend + prompt template + readout. `score(samples) -> list[Verdict]`."""
+"""A monitor = backend + prompt template + readout. `score(samples) -> list[Verdict]`.
+
+`calimon.engines.make_monitor` builds the monitor of any readout name (probe heads included);
+`calimon.engines.Scorer` is the service that scores through the run store.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,9 @@ from calimon.verdict import Verdict
 
 
 class Monitor:
+    """Reads a backend's verdict on transcripts through a prompt template: ``verdict`` (P(Yes)
+    of the next token), ``json`` (P(true)) or ``binary`` (a generated JSON decision)."""
+
     def __init__(self, backend, prompt: PromptTemplate, readout: str,
                  max_input_tokens: int | None = None):
         self.backend = backend
@@ -37,6 +44,7 @@ class Monitor:
         return self._encoder
 
     def score(self, samples: Sequence[Sample]) -> list[Verdict]:
+        """One verdict per sample, in order, from one backend call (no store)."""
         encoded = [self.encoder.encode(s.request, s.response) for s in samples]
         start = time.perf_counter()
         if self.readout == "binary":
@@ -99,12 +107,3 @@ def score_chunk(monitor: Monitor, chunk: Sequence[Sample]) -> list[Verdict]:
                 out.append(Verdict(transcript_hash=s.transcript_hash, readout=monitor.readout,
                                    status="error", error=f"{type(exc).__name__}: {exc}"[:500]))
         return out
-
-
-def make_monitor(backend, prompt: PromptTemplate, readout: str, **kwargs):
-    """A monitor for any readout name: verdict, json, binary, or probe:<head name>."""
-    if readout.startswith("probe:"):
-        from calimon.heads.monitor import ProbeMonitor
-
-        return ProbeMonitor(backend, prompt, head=readout.split(":", 1)[1], **kwargs)
-    return Monitor(backend, prompt, readout, **kwargs)

@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from calimon import __version__
 from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
-from calimon.engines import MonitorSpec, backend_options
+from calimon.engines import MonitorSpec, Scorer, backend_options
 from calimon.errors import InputError
+from calimon.jsonio import dump_json, json_default
 from calimon.models import resolve_model
-from calimon.monitor import Monitor, score_with_store
-from calimon.prompts import load_prompt
+from calimon.progress import Progress
+from calimon.readings import status_counts, usable
 from calimon.samples import Sample
-from calimon.selection import dataset_hash, select_pairs
+from calimon.selection import dataset_hash, select, select_pairs
 from calimon.store import RunStore
-from calimon.verdict import Verdict
 
-Progress = Callable[[str, int], Callable[[int], None]]
 ALL_METHODS = ("temperature", "platt", "isotonic", "histogram", "beta")
 
 
@@ -72,21 +67,20 @@ def default_out(settings: CurveSettings) -> Path:
 
 
 def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, list]:
-    labelled = [x for x in samples if x.label is not None]
     if s.split is None:
-        return select_pairs(labelled, s.limit, s.seed), []
-    evaluate = [x for x in labelled if x.split == s.split]
+        return select(samples, limit=s.limit, seed=s.seed), []
     if s.fit_on not in ("calib", "crossfit"):
         raise InputError(f"expected 'calib' or 'crossfit', got {s.fit_on!r}", field="fit_on")
     use_calib = s.fit_on == "calib" and s.split != "calib"
-    fit = [x for x in labelled if x.split == "calib"] if use_calib else []
+    evaluate = select(samples, s.split, limit=s.limit, seed=s.seed)
+    fit = select(samples, "calib", limit=s.limit, seed=s.seed) if use_calib else []
     if not evaluate:
         raise InputError(f"benchmark {s.benchmark!r} has no labelled samples in split "
                          f"{s.split!r}", field="split")
     if use_calib and not fit:
         raise InputError(f"benchmark {s.benchmark!r} has no 'calib' split to fit calibration "
                          "maps on; use --fit-on crossfit", field="split")
-    return select_pairs(evaluate, s.limit, s.seed), select_pairs(fit, s.limit, s.seed)
+    return evaluate, fit
 
 
 def monitor_spec(s: CurveSettings) -> MonitorSpec:
@@ -111,19 +105,17 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     out.mkdir(parents=True, exist_ok=True)
     try:
         with RunStore(s.store) as store:
-            main = spec.build(backend)
-            readings = _score(main, evaluate + fit, store, progress, f"{s.prompt}/{s.readout}")
+            scorer = Scorer(spec, store, progress=progress, backend=backend)
+            main = scorer.monitor()
+            readings = scorer.score(evaluate + fit, main, label=f"{s.prompt}/{s.readout}")
             binary_set = (select_pairs(evaluate, s.binary_limit, s.seed)
                           if s.binary_prompts else [])
             binary_readings = {}
             for name in s.binary_prompts:
-                mon = Monitor(backend, load_prompt(name), "binary")
-                binary_readings[name] = _score(mon, binary_set, store, progress,
-                                               f"{name}/binary")
+                binary_readings[name] = scorer.score(binary_set, scorer.monitor(name, "binary"),
+                                                     label=f"{name}/binary")
     finally:
-        close = getattr(backend, "close", None)  # e.g. vLLM's engine processes
-        if callable(close):
-            close()
+        backend.close()  # e.g. vLLM's engine processes
     from calimon.curve_outputs import write_curve_outputs
 
     summary = write_curve_outputs(
@@ -139,37 +131,5 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     return CurveRun(out=out, summary=summary, model_calls=backend.forward_calls)
 
 
-def _score(monitor: Monitor, samples: list[Sample], store: RunStore, progress: Progress | None,
-           label: str) -> dict[str, Verdict]:
-    unique = {x.transcript_hash for x in samples}
-    todo = len(store.missing(monitor.key, list(unique)))
-    tick = progress(label, todo) if (progress and todo) else None
-    return score_with_store(monitor, samples, store, progress=tick)
-
-
-def status_counts(samples: list[Sample], readings: dict[str, Verdict]) -> dict[str, int]:
-    return dict(Counter(readings[x.transcript_hash].status if x.transcript_hash in readings
-                        else "missing" for x in samples))
-
-
-def usable(samples: list[Sample], readings: dict[str, Verdict]):
-    """Samples with a score, as arrays; the rest are reported, never scored as 0."""
-    kept = [x for x in samples if x.transcript_hash in readings
-            and readings[x.transcript_hash].scored]
-    p = np.array([readings[x.transcript_hash].p_raw for x in kept], dtype=float)
-    y = np.array([bool(x.label) for x in kept])
-    return kept, p, y
-
-
-def json_default(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
-
-
-def dump_json(obj, path: Path) -> None:
-    path.write_text(json.dumps(obj, indent=1, default=json_default, allow_nan=False) + "\n")
+__all__ = ["ALL_METHODS", "CurveRun", "CurveSettings", "Progress", "default_out", "dump_json",
+           "json_default", "monitor_spec", "run_curve", "status_counts", "usable"]

@@ -9,6 +9,26 @@ from collections.abc import Sequence
 
 from calimon.samples import Sample
 
+ALL = "all"  # the command line's spelling of "every split" (None in the library)
+
+
+def split_arg(value: str | None) -> str | None:
+    """A split named on the command line: ``all`` (or the older ``none``) means every split,
+    None in the library; any other name is kept."""
+    return None if value is None or value.lower() in (ALL, "none") else value
+
+
+def select(samples: Sequence[Sample], split: str | None = None, *, limit: int | None = None,
+           seed: int = 0, labelled: bool = True,
+           categories: Sequence[str] | None = None) -> list[Sample]:
+    """The samples a run reads: those of ``split`` (None: every split), labelled ones only
+    unless ``labelled=False``, of ``categories`` when given; then at most ``limit`` of them as
+    whole pairs (:func:`select_pairs`). The one split selection of every study."""
+    chosen = [x for x in samples if (split is None or x.split == split)
+              and (not labelled or x.label is not None)
+              and (categories is None or x.category in categories)]
+    return select_pairs(chosen, limit, seed)
+
 
 def select_pairs(samples: Sequence[Sample], limit: int | None, seed: int = 0) -> list[Sample]:
     """At most `limit` samples made of whole pairs, taken round-robin over (category, task)

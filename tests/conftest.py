@@ -30,9 +30,11 @@ def smol():
 
 @pytest.fixture(scope="session")
 def smol_backend(smol):
-    from calimon.backends.transformers_backend import TransformersBackend
+    """The embedded model on the transformers backend, made by the backend factory."""
+    from calimon.backends import build_backend
+    from calimon.engines import MonitorSpec
 
-    return TransformersBackend(smol, device="cpu")
+    return build_backend(MonitorSpec(model="smollm2-135m", options={"device": "cpu"}))
 
 
 def toy_samples(n_pairs: int = 6):

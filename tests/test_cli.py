@@ -41,6 +41,25 @@ def test_every_command_is_mounted_and_has_help():
         assert result.exit_code == 0 and "Usage" in result.output, path
 
 
+def _commands(group, prefix=()):
+    import typer.main
+
+    click_group = typer.main.get_command(group) if not hasattr(group, "commands") else group
+    for name, cmd in click_group.commands.items():
+        yield (*prefix, name), cmd
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*prefix, name))
+
+
+def test_no_flag_shows_a_double_negation():
+    # a bool option named no_x needs its flag spelled out, or typer offers --no-no-x
+    doubled = [(path, opt) for path, cmd in _commands(app) for p in cmd.params
+               for opt in (*p.opts, *getattr(p, "secondary_opts", ())) if "--no-no-" in opt]
+    assert doubled == []
+    for path, _ in _commands(app):
+        assert "no-no-" not in runner.invoke(app, [*path, "--help"]).output, path
+
+
 def test_models_list_json(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     result = runner.invoke(app, ["models", "list", "--json"])

@@ -14,6 +14,7 @@ from conftest import toy_samples
 from typer.testing import CliRunner
 
 from calimon.backends import BACKENDS
+from calimon.backends.base import BackendBase
 from calimon.cli_backends import register
 from calimon.engines import MonitorSpec, export_jsonl, score_samples
 from calimon.errors import InputError, MissingExtraError
@@ -23,7 +24,7 @@ from calimon.store import RunStore
 HAS_RAY = importlib.util.find_spec("ray") is not None
 
 
-class StandInBackend:
+class StandInBackend(BackendBase):
     """Deterministic log-probs from the prompt ids; counts calls like a real backend."""
 
     name = "stand-in"

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from calimon.backends.base import BackendBase
 from calimon.monitor import Monitor, score_with_store
 from calimon.prompts import load_prompt
 from calimon.readouts import answer_token_ids
@@ -33,7 +34,7 @@ from calimon.store import RunStore
 TESTS = Path(__file__).resolve().parent
 
 
-class FakeBackend:
+class FakeBackend(BackendBase):
     """The real tokenizer without the weights. P(Yes) is a hash of the prompt, raised when the
     response hard-codes an answer and lowered when it claims approval; a batch holding a prompt
     with the text POISON raises, like a device fault (unless `poison` is switched off)."""
@@ -97,13 +98,13 @@ KILLED_RUN = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[2])
     from conftest import toy_samples
-    from calimon.backends.transformers_backend import TransformersBackend
-    from calimon.models import resolve_model
+    from calimon.backends import build_backend
+    from calimon.engines import MonitorSpec
     from calimon.monitor import Monitor, score_with_store
     from calimon.prompts import load_prompt
     from calimon.store import RunStore
 
-    backend = TransformersBackend(resolve_model("smollm2-135m"), device="cpu", threads=1)
+    backend = build_backend(MonitorSpec(options={"device": "cpu", "threads": 1}))
     monitor = Monitor(backend, load_prompt("direct"), "verdict")
     with RunStore(sys.argv[1]) as store:
         score_with_store(monitor, toy_samples(20), store, chunk_size=2)
@@ -152,13 +153,14 @@ def test_sigkill_mid_run_then_resume_equals_an_uninterrupted_run(smol, tmp_path)
     # depend on batch shapes and thread count at the 1e-6 level, so the comparison fixes them.
     import torch
 
-    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.backends import build_backend
+    from calimon.engines import MonitorSpec
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        resumed, straight, scored = _resume_and_straight(TransformersBackend(smol, device="cpu"),
-                                                         samples, store, tmp_path)
+        fresh = build_backend(MonitorSpec(model=smol.name, options={"device": "cpu"}))
+        resumed, straight, scored = _resume_and_straight(fresh, samples, store, tmp_path)
     finally:
         torch.set_num_threads(threads)
     assert sum(scored) == len(samples) - len(after_kill)  # only the missing ones were scored

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from conftest import toy_samples
 
+from calimon.engines import make_monitor
 from calimon.heads.artifacts import (
     BaseModelRef,
     HeadCard,
@@ -15,7 +16,7 @@ from calimon.heads.artifacts import (
 from calimon.heads.features import extract_features
 from calimon.heads.head import ProbeHead, fit_logistic
 from calimon.heads.train import token_matrix
-from calimon.monitor import Monitor, make_monitor
+from calimon.monitor import Monitor
 from calimon.prompts import load_prompt
 
 pytestmark = pytest.mark.model

@@ -282,7 +282,7 @@ def test_command_line_reproduces_the_settings(smol, tmp_path):
     s = _settings(smol, tmp_path, limit=40, attacks=("combined",), far=0.05)
     cmd = s.command()
     assert cmd.startswith("calimon robustness ") and "--limit 40" in cmd
-    assert "--attack combined" in cmd and "--far 0.05" in cmd and "--split none" in cmd
+    assert "--attack combined" in cmd and "--far 0.05" in cmd and "--split all" in cmd
 
 
 def test_cli_writes_the_report_section_and_exits_2_on_bad_input(smol, tmp_path, monkeypatch):
@@ -326,9 +326,10 @@ def test_write_section_appends_then_replaces(tmp_path):
 
 def test_fake_backend_matches_the_backend_interface(smol):
     # The study and fault tests stand on FakeBackend: keep it honest about the real interface.
-    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.backends import build_backend
+    from calimon.engines import MonitorSpec
 
-    real = TransformersBackend(smol, device="cpu")
+    real = build_backend(MonitorSpec(model="smollm2-135m", options={"device": "cpu"}))
     fake = FakeBackend(smol)
     for attr in ("model_ref", "tokenizer", "forward_calls"):
         assert hasattr(fake, attr) and hasattr(real, attr)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import toy_samples
 
+from calimon.backends.base import BackendBase
 from calimon.errors import InputError
 from calimon.monitor import Monitor
 from calimon.prompts import load_prompt
@@ -79,7 +80,7 @@ def p_yes(prompt: str) -> float:
     return 0.2 + 0.6 * ("return 3" in text) + 0.1 * ("(1, 2)" in text)
 
 
-class FakeBackend:
+class FakeBackend(BackendBase):
     """next_token_logprobs: 0.9 of the mass on Yes/No split as p_yes(prompt text), 0.1 spread
     over the other tokens. generate: a fixed evidence JSON. Counts prompts it scores."""
 

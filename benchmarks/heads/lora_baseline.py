@@ -45,7 +45,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.backends import build_backend
+    from calimon.engines import MonitorSpec
     from calimon.heads.lora import LoraSettings, train_lora_verdict
     from calimon.models import resolve_model
     from calimon.monitor import Monitor
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     test = select_pairs(by["test"], args.eval_limit, args.seed)
     log(f"train {len(train)}, calib {len(calib)}, test {len(test)}")
     resolved = resolve_model(args.model)
-    backend = TransformersBackend(resolved, device="cpu")
+    backend = build_backend(MonitorSpec(model=args.model, options={"device": "cpu"}))
     prompt = load_prompt(args.prompt)
     settings = LoraSettings(r=args.rank, alpha=2 * args.rank, lr=args.lr, epochs=args.epochs,
                             batch_size=args.batch_size, max_input_tokens=args.max_input_tokens,

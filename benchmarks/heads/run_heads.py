@@ -73,7 +73,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/heads/out"))
     args = ap.parse_args(argv)
 
-    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.backends import build_backend
+    from calimon.engines import MonitorSpec
     from calimon.models import resolve_model
     from calimon.prompts import load_prompt
 
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
     splits = {sp: select_pairs([s for s in samples if s.split == sp], limits[sp], args.seed)
               for sp in ("train", "calib", "test")}
     resolved = resolve_model(args.model)
-    backend = TransformersBackend(resolved, device="cpu")
+    backend = build_backend(MonitorSpec(model=args.model, options={"device": "cpu"}))
     prompt = load_prompt(args.prompt)
     token_layers = default_token_layers(backend.num_layers)
     everything = splits["train"] + splits["calib"] + splits["test"]

@@ -183,25 +183,26 @@ class Timed:
         return self._run(self.inner.capture, prompts, prefix_len, spec, spans)
 
 
-def make_backend(case: dict, model):
-    if case.get("backend") == "http":
-        from calimon.backends.http_backend import HTTPBackend
+def make_backend(case: dict):
+    """The case's backend, made by `calimon.backends.build_backend` from the case's options."""
+    from calimon.backends import build_backend
+    from calimon.engines import MonitorSpec
 
-        return HTTPBackend(model, case["base_url"], served_model="smollm2-135m",
-                           concurrency=case.get("concurrency", 8))
-    if case.get("backend", "transformers") == "vllm":
-        from calimon.backends.vllm_backend import VLLMBackend
-
-        return VLLMBackend(model, max_model_len=case.get("max_input_tokens"),
-                           kv_cache_gib=case.get("kv_cache_gib", 2),
-                           max_num_seqs=case.get("max_batch_size"))
-    from calimon.backends.transformers_backend import TransformersBackend
-
-    kw = {"device": "cpu", "batch_tokens": case.get("batch_tokens", 8192)}
-    if case.get("max_batch_size"):
-        kw["max_batch_size"] = case["max_batch_size"]
-    be = TransformersBackend(model, **kw)
-    if case.get("threads"):
+    name = case.get("backend", "transformers")
+    if name == "http":
+        opts = {"base_url": case["base_url"], "served_model": "smollm2-135m",
+                "concurrency": case.get("concurrency", 8)}
+    elif name == "vllm":
+        opts = {"max_model_len": case.get("max_input_tokens"),
+                "kv_cache_gib": case.get("kv_cache_gib", 2),
+                "max_num_seqs": case.get("max_batch_size")}
+    else:
+        opts = {"device": "cpu", "batch_tokens": case.get("batch_tokens", 8192)}
+        if case.get("max_batch_size"):
+            opts["max_batch_size"] = case["max_batch_size"]
+    be = build_backend(MonitorSpec(model=case.get("model", "smollm2-135m"), backend=name,
+                                   options=opts))
+    if name == "transformers" and case.get("threads"):
         import torch
 
         torch.set_num_threads(case["threads"])
@@ -217,7 +218,7 @@ def monitor_case(case: dict) -> dict:
     shape = Shape.from_config(model.path)
     with RssSampler() as rss:
         with Clock() as load:
-            backend = make_backend(case, model)
+            backend = make_backend(case)
             for attr in ("model", "llm"):  # load the weights / start the engine now
                 if hasattr(type(backend), attr):
                     getattr(backend, attr)
@@ -258,13 +259,15 @@ def forward_case(case: dict) -> dict:
 
     import torch
 
-    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.backends import build_backend
+    from calimon.engines import MonitorSpec
     from calimon.models import resolve_model
     from calimon.prompts import PromptEncoder, load_prompt
 
     model = resolve_model(case.get("model", "smollm2-135m"))
     shape = Shape.from_config(model.path)
-    backend = TransformersBackend(model, device="cpu")
+    backend = build_backend(MonitorSpec(model=case.get("model", "smollm2-135m"),
+                                        options={"device": "cpu"}))
     net = backend.model
     enc = PromptEncoder(backend.tokenizer, load_prompt(case["prompt"]), "verdict",
                         model.config.max_input_tokens)
@@ -320,7 +323,7 @@ def probe_case(case: dict) -> dict:
     shape = Shape.from_config(model.path)
     layer = case.get("layer", 12)
     with RssSampler() as rss:
-        backend = make_backend(case, model)
+        backend = make_backend(case)
         net = backend.model
         if case.get("truncate"):
             net.model.layers = net.model.layers[:layer]
@@ -355,13 +358,11 @@ def probe_case(case: dict) -> dict:
 def store_case(case: dict) -> dict:
     import tempfile
 
-    from calimon.models import resolve_model
     from calimon.monitor import Monitor, score_with_store
     from calimon.prompts import load_prompt
     from calimon.store import RunStore
 
-    model = resolve_model(case.get("model", "smollm2-135m"))
-    backend = make_backend(case, model)
+    backend = make_backend(case)
     mon = Monitor(backend, load_prompt(case["prompt"]), case["readout"])
     samples = load_samples(case)
     with tempfile.TemporaryDirectory() as tmp, RunStore(Path(tmp) / "s.sqlite") as st:
@@ -380,12 +381,10 @@ def profile_case(case: dict) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from calimon.models import resolve_model
     from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
 
-    model = resolve_model(case.get("model", "smollm2-135m"))
-    backend = make_backend(case, model)
+    backend = make_backend(case)
     mon = Monitor(backend, load_prompt(case["prompt"]), "verdict")
     samples = load_samples(case)
     mon.score(samples[:1])

@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
-from calimon.backends.transformers_backend import TransformersBackend
+from calimon.backends import build_backend
 from calimon.data.registry import load_benchmark
-from calimon.models import resolve_model
+from calimon.engines import MonitorSpec
 from calimon.prompts import PromptEncoder, load_prompt
 from calimon.selection import select_pairs
 from calimon.spans.occlusion import PrefixSharingBackend, masked_sample, occlusion_units
@@ -36,7 +36,8 @@ def main() -> None:
     samples = [s for s in load_benchmark(a.benchmark) if s.label is not None
                and s.split == a.split]
     bad = [s for s in select_pairs(samples, a.limit, a.seed) if s.label][:a.n]
-    backend = TransformersBackend(resolve_model(a.model), device="cpu", threads=a.threads)
+    opts = {"device": "cpu", **({"threads": a.threads} if a.threads else {})}
+    backend = build_backend(MonitorSpec(model=a.model, options=opts))
     enc = PromptEncoder(backend.tokenizer, load_prompt("direct"), "verdict",
                         backend.model_ref.config.max_input_tokens)
     prefix = enc.prefix_len

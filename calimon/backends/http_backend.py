@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from calimon.backends.base import BackendBase
 from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, InputError
 from calimon.models import ResolvedModel
@@ -54,13 +55,15 @@ def dense_logprobs(vocab_size: int, entries: Mapping[int, float]) -> np.ndarray:
     return out
 
 
-class HTTPBackend(TokenIdVocab):
+class HTTPBackend(TokenIdVocab, BackendBase):
     """Scores token-id prompts on an OpenAI-compatible completions server.
 
     `model` gives the tokenizer and the store key (name and revision); `served_model` is the
     name the server knows (default: the first one it lists at /v1/models). `answer_ids` asks
     for the answer forms by id (vLLM servers); a server that ignores it answers with its
-    top-`top_logprobs` list, which the backend reads the same way."""
+    top-`top_logprobs` list, which the backend reads the same way. Options: `HTTPOptions`
+    (plus `tokenizer`, an in-memory tokenizer for tests). No optional capability: a server
+    exposes no hidden states."""
 
     name = "http"
 

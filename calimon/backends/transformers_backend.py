@@ -18,17 +18,24 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from calimon.backends.base import BackendBase, HiddenStates, LocalWeights
 from calimon.backends.loading import LazyTokenizer, stop_token_ids
 from calimon.errors import BackendError
 from calimon.models import ResolvedModel
 
 
-class TransformersBackend(LazyTokenizer):
+class TransformersBackend(LazyTokenizer, BackendBase):
+    """A transformers causal LM in this process; options: `TransformersOptions`. Declares the
+    hidden-states capability (`capture`) and local weights (`model`)."""
+
     name = "transformers"
+    capabilities = frozenset({HiddenStates, LocalWeights})
 
     def __init__(self, model: ResolvedModel, device: str = "auto", batch_tokens: int = 8192,
-                 max_batch_size: int | None = None, threads: int | None = None):
+                 max_batch_size: int | None = None, threads: int | None = None,
+                 generate_batch_size: int = 16):
         self.model_ref = model
+        self.generate_batch_size = generate_batch_size
         self.device = device
         self.batch_tokens = batch_tokens
         self._max_batch_size = max_batch_size
@@ -109,10 +116,10 @@ class TransformersBackend(LazyTokenizer):
                 spans: Sequence[tuple[int, int]]):
         """Next-token log-probs plus hidden states, from the same (prefix-reusing) pass.
 
-        `spec` is a `calimon.heads.capture.CaptureSpec`; `spans[i]` = (start, end) token indices
-        of prompt i's response (`EncodedPrompt.response_start/response_end`), which must lie
-        after the shared prefix. Returns a `calimon.heads.capture.Captured`."""
-        from calimon.heads.capture import Captured, check_capture_args
+        `spec` is a `calimon.backends.capture.CaptureSpec`; `spans[i]` = (start, end) token
+        indices of prompt i's response (`EncodedPrompt.response_start/response_end`), which must lie
+        after the shared prefix. Returns a `calimon.backends.capture.Captured`."""
+        from calimon.backends.capture import Captured, check_capture_args
 
         check_capture_args(prompts, prefix_len, spec, spans, self.num_layers)
         n, hidden = len(prompts), self.hidden_size
@@ -221,7 +228,7 @@ class TransformersBackend(LazyTokenizer):
         return logprobs, got.result()
 
     def _install_hooks(self, spec, spans, lengths):
-        from calimon.heads.capture import LayerCollector
+        from calimon.backends.capture import LayerCollector
 
         collector = LayerCollector(spec, spans, lengths)
         modules = {0: self.model.get_input_embeddings()}
@@ -232,10 +239,13 @@ class TransformersBackend(LazyTokenizer):
         return hooks, collector
 
     # -- generation --------------------------------------------------------------------------
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                 batch_size: int = 16) -> list[list[int]]:
-        """Greedy continuation of each prompt (left-padded batches), stopping at end of turn."""
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int
+                 ) -> list[list[int]]:
+        """Greedy continuation of each prompt (left-padded batches of `generate_batch_size`),
+        stopping at end of turn."""
         import torch
+
+        batch_size = self.generate_batch_size
 
         model, tok = self.model, self.tokenizer
         stops = list(stop_token_ids(tok))

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from calimon.backends.base import BackendBase
 from calimon.backends.http_backend import dense_logprobs
 from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, InputError, MissingExtraError
@@ -42,7 +43,9 @@ def _has_token_id_logprobs() -> bool:
     return "logprob_token_ids" in fields
 
 
-class VLLMBackend(TokenIdVocab):
+class VLLMBackend(TokenIdVocab, BackendBase):
+    """vLLM's offline engine; options: `VLLMOptions`. No optional capability."""
+
     name = "vllm"
 
     def __init__(self, model: ResolvedModel, *, answer_ids: bool = True, top_logprobs: int = 20,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from calimon.engines import MonitorSpec
+from calimon.engines.spec import MonitorSpec
 from calimon.errors import MissingExtraError
 from calimon.samples import Sample, sample_from_dict
 from calimon.store import MonitorKey, RunStore

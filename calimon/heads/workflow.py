@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from calimon import __version__
+from calimon.backends import HiddenStates, requires
 from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
+from calimon.engines import BackendSettings
 from calimon.errors import InputError
 from calimon.heads.artifacts import (
     BaseModelRef,
@@ -39,14 +41,17 @@ from calimon.heads.train import (
     head_scores,
     layer_sweep,
 )
+from calimon.progress import Progress
 from calimon.samples import Sample
-from calimon.selection import dataset_hash, select_pairs
-
-Progress = Callable[[str, int], Callable[[int], None]]
+from calimon.selection import dataset_hash, select
 
 
 @dataclass(frozen=True)
-class HeadTrainSettings:
+class HeadTrainSettings(BackendSettings):
+    """A head to train (name, kind, layer, pooling, estimator) on a benchmark's train split,
+    with the backend flags of `BackendSettings` (the backend needs hidden states; features are
+    extracted in this process, so the engine is local)."""
+
     name: str
     model: str = "smollm2-135m"
     benchmark: str = DEFAULT_BENCHMARK
@@ -62,7 +67,6 @@ class HeadTrainSettings:
     token_layers: tuple[int, ...] | None = None  # token heads: candidate layers
     seed: int = 0
     evaluate: bool = True
-    device: str = "auto"
     out: Path | None = None  # heads root (default: heads/)
 
 
@@ -86,22 +90,28 @@ def _check(s: HeadTrainSettings) -> None:
     if s.estimator not in ESTIMATORS or (s.kind == "token" and s.estimator != "logistic"):
         raise InputError(f"expected one of {list(ESTIMATORS)} (token heads: logistic), got "
                          f"{s.estimator!r}", field="estimator")
+    if s.engine != "local":
+        raise InputError(f"head training reads hidden states in this process; engine "
+                         f"{s.engine!r} cannot run it (use --engine local)", field="engine")
 
 
 def split_samples(samples: list[Sample], split: str, s: HeadTrainSettings) -> list[Sample]:
-    out = [x for x in samples if x.split == split and x.label is not None
-           and (s.categories is None or x.category in s.categories)]
-    return select_pairs(out, s.limit if split == "train" else s.eval_limit, s.seed)
+    """The labelled samples of ``split`` (of the chosen categories), ``limit`` (train) or
+    ``eval_limit`` (calib, test) of them as whole pairs."""
+    return select(samples, split, limit=s.limit if split == "train" else s.eval_limit,
+                  seed=s.seed, categories=s.categories)
 
 
 def train_head(s: HeadTrainSettings, progress: Progress | None = None,
                log: Callable[[str], None] = lambda m: None) -> TrainedHead:
-    from calimon.backends.transformers_backend import TransformersBackend
-    from calimon.models import resolve_model
+    """Extract features of the train split, fit the head (layer sweep unless ``layer`` is
+    given), evaluate it on calib/test when asked, and save it with its card."""
     from calimon.prompts import load_prompt
 
     _check(s)
-    resolved = resolve_model(s.model)
+    spec = s.monitor_spec(s.model, s.prompt, "verdict")
+    backend = requires(spec.build_backend(), HiddenStates, needed_for="head training")
+    resolved = backend.model_ref
     prompt = load_prompt(s.prompt)
     samples = load_benchmark(s.benchmark)
     train = split_samples(samples, "train", s)
@@ -109,7 +119,6 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
         raise InputError(f"benchmark {s.benchmark!r} has no labelled samples in split 'train'"
                          + (f" for categories {list(s.categories)}" if s.categories else ""),
                          field="benchmark")
-    backend = TransformersBackend(resolved, device=s.device)
     token_layers: tuple[int, ...] = ()
     if s.kind == "token":
         token_layers = (s.token_layers or ((s.layer,) if s.layer is not None
@@ -124,28 +133,7 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
     log(f"train split: {len(train)} samples, {int(fs.y.sum())} misbehaving")
     start = time.perf_counter()
     tracemalloc.start()
-    sweep, metrics, params = None, {}, {}
-    if s.kind == "sequence":
-        layer = s.layer
-        if layer is None:
-            sweep = layer_sweep(fs, poolings=(s.pooling,), seed=s.seed)
-            layer = sweep.best(s.pooling).layer
-        fit = fit_sequence_head(fs, layer, s.pooling, estimator=s.estimator, Cs=DEFAULT_CS,
-                                seed=s.seed)
-        head = fit.head
-        metrics["cv_auroc"] = fit.cv_auroc[fit.C]
-        params = {"C": fit.C, "Cs": list(DEFAULT_CS), "cv_folds": 5}
-    else:
-        fits = {layer: fit_token_head(fs, layer, seed=s.seed) for layer in token_layers}
-        layer = max(fits, key=lambda k: (np.nan_to_num(max(fits[k].cv_auroc.values()),
-                                                       nan=-1.0), -k))
-        tf = fits[layer]
-        head = tf.head
-        metrics["cv_auroc"] = tf.cv_auroc[head.aggregate]
-        metrics["cv_span_f1"] = tf.cv_span_f1[head.span_threshold]
-        params = {"C": 0.1, "cv_folds": 3, "n_tokens": tf.n_tokens,
-                  "n_positive_tokens": tf.n_positive_tokens,
-                  "candidate_layers": list(token_layers)}
+    head, sweep, metrics, params = _fit(fs, s, token_layers)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     seconds = time.perf_counter() - start
@@ -177,3 +165,30 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
 
     _, saved = load_head(path)
     return TrainedHead(path, saved, sweep)
+
+
+def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...]):
+    """(head, layer sweep or None, cross-validated metrics, fit parameters) on the train
+    features: a sequence head at ``s.layer`` (or the sweep's best layer), or a token head at
+    the candidate layer with the best CV AUROC."""
+    sweep, metrics, params = None, {}, {}
+    if s.kind == "sequence":
+        layer = s.layer
+        if layer is None:
+            sweep = layer_sweep(fs, poolings=(s.pooling,), seed=s.seed)
+            layer = sweep.best(s.pooling).layer
+        fit = fit_sequence_head(fs, layer, s.pooling, estimator=s.estimator, Cs=DEFAULT_CS,
+                                seed=s.seed)
+        metrics["cv_auroc"] = fit.cv_auroc[fit.C]
+        params = {"C": fit.C, "Cs": list(DEFAULT_CS), "cv_folds": 5}
+        return fit.head, sweep, metrics, params
+    fits = {layer: fit_token_head(fs, layer, seed=s.seed) for layer in token_layers}
+    layer = max(fits, key=lambda k: (np.nan_to_num(max(fits[k].cv_auroc.values()),
+                                                   nan=-1.0), -k))
+    tf = fits[layer]
+    head = tf.head
+    metrics["cv_auroc"] = tf.cv_auroc[head.aggregate]
+    metrics["cv_span_f1"] = tf.cv_span_f1[head.span_threshold]
+    params = {"C": 0.1, "cv_folds": 3, "n_tokens": tf.n_tokens,
+              "n_positive_tokens": tf.n_positive_tokens, "candidate_layers": list(token_layers)}
+    return head, sweep, metrics, params

@@ -11,14 +11,13 @@ See docs/report.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from calimon.errors import InputError
+from calimon.progress import Progress
 from calimon.report.data import RunData, gather
 
-Progress = Callable[[str, int], Callable[[int], None]]
 DEFAULT_MAX_TRANSCRIPTS = 2000
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import math
 from collections import Counter
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,19 +18,23 @@ import numpy as np
 
 from calimon import __version__
 from calimon.data.registry import load_benchmark
+from calimon.engines import BackendSettings, Scorer
 from calimon.errors import InputError
+from calimon.jsonio import dump_json
+from calimon.progress import Progress
+from calimon.readings import scores as _scores
 from calimon.robustness.attacks import ATTACKS, attack_all
 from calimon.robustness.flips import FlipStats, ShiftStats, flip_stats, shift_stats
 from calimon.samples import Sample
-from calimon.selection import dataset_hash, select_pairs
+from calimon.selection import dataset_hash, select
 from calimon.store import RunStore
-from calimon.verdict import Verdict
-
-Progress = Callable[[str, int], Callable[[int], None]]
 
 
 @dataclass(frozen=True)
-class RobustnessSettings:
+class RobustnessSettings(BackendSettings):
+    """A flip-rate study: the monitor (model, prompt, readout or head), the splits, the attacks
+    and the operating point; backend and engine flags from `BackendSettings`."""
+
     model: str = "smollm2-135m"
     benchmark: str = "humaneval-pairs"
     prompt: str = "direct"
@@ -45,8 +47,6 @@ class RobustnessSettings:
     calibration: str = "platt"
     far: float = 0.10
     seed: int = 0
-    device: str = "auto"
-    batch_tokens: int = 8192
     store: Path = Path("runs/store.sqlite")
     out: Path | None = None
 
@@ -66,7 +66,8 @@ class RobustnessSettings:
             if f.name == "attacks":
                 parts += [f"--attack {a}" for a in v]
             elif v is None:
-                parts.append(f"{flag} none")
+                parts.append(f"{flag} all" if f.name in ("split", "fit_split") else
+                             f"{flag} none")
             else:
                 parts.append(f"{flag} {v}")
         if self.out is not None:
@@ -103,48 +104,26 @@ class RobustnessRun:
 
 
 def _select(samples: list[Sample], s: RobustnessSettings) -> tuple[list[Sample], list[Sample]]:
-    labelled = [x for x in samples if x.label is not None]
     if s.split is None:
-        return select_pairs(labelled, s.limit, s.seed), []
-    evaluate = [x for x in labelled if x.split == s.split]
+        return select(samples, limit=s.limit, seed=s.seed), []
+    evaluate = select(samples, s.split, limit=s.limit, seed=s.seed)
     if not evaluate:
         raise InputError(f"benchmark {s.benchmark!r} has no labelled samples in split "
-                         f"{s.split!r}; pass --split none to use every sample", field="split")
+                         f"{s.split!r}; pass --split all to use every sample", field="split")
     fit: list[Sample] = []
     if s.fit_split is not None and s.fit_split != s.split:
-        fit = [x for x in labelled if x.split == s.fit_split]
+        fit = select(samples, s.fit_split, limit=s.limit, seed=s.seed)
         if not fit:
             raise InputError(f"benchmark {s.benchmark!r} has no split {s.fit_split!r} to fit the "
-                             "calibration map on; pass --fit-split none to fit on the evaluated "
+                             "calibration map on; pass --fit-split all to fit on the evaluated "
                              "set", field="fit_split")
-    return select_pairs(evaluate, s.limit, s.seed), select_pairs(fit, s.limit, s.seed)
-
-
-def _score(monitor, samples: Sequence[Sample], store: RunStore, progress: Progress | None,
-           label: str) -> dict[str, Verdict]:
-    from calimon.monitor import score_with_store
-
-    todo = len(store.missing(monitor.key, list({x.transcript_hash for x in samples})))
-    tick = progress(label, todo) if (progress and todo) else None
-    return score_with_store(monitor, samples, store, progress=tick)
-
-
-def _scores(samples: Sequence[Sample], readings: dict[str, Verdict],
-            attr: str = "p_raw") -> np.ndarray:
-    """p_raw (or another reading) per sample, NaN where there is no usable score."""
-    out = []
-    for x in samples:
-        v = readings.get(x.transcript_hash)
-        value = getattr(v, attr) if v is not None and v.scored else None
-        out.append(math.nan if value is None else value)
-    return np.array(out, dtype=float)
+    return evaluate, fit
 
 
 def run_robustness(s: RobustnessSettings, progress: Progress | None = None) -> RobustnessRun:
-    from calimon.backends.transformers_backend import TransformersBackend
+    """Score clean and attacked transcripts, calibrate, count flips; write the run folder
+    (see the module docstring). Any backend and engine; a probe head needs hidden states."""
     from calimon.models import resolve_model
-    from calimon.monitor import make_monitor
-    from calimon.prompts import load_prompt
 
     unknown = [a for a in s.attacks if a not in ATTACKS]
     if unknown or not s.attacks:
@@ -153,13 +132,15 @@ def run_robustness(s: RobustnessSettings, progress: Progress | None = None) -> R
     if not 0.0 < s.far < 1.0:
         raise InputError(f"expected a rate in (0, 1), got {s.far}", field="far")
     resolved = resolve_model(s.model)
+    spec = s.monitor_spec(s.model, s.prompt, s.monitor_readout)
+    engine = s.engine_settings()
     evaluate, fit = _select(load_benchmark(s.benchmark), s)
     attacked = attack_all(evaluate, s.attacks)
-    backend = TransformersBackend(resolved, device=s.device, batch_tokens=s.batch_tokens)
-    with RunStore(s.store) as store:
-        monitor = make_monitor(backend, load_prompt(s.prompt), s.monitor_readout)
-        clean = _score(monitor, evaluate + fit, store, progress, "clean")
-        att = {a: _score(monitor, attacked[a], store, progress, a) for a in s.attacks}
+    with RunStore(s.store) as store, Scorer(spec, store, engine=engine,
+                                            progress=progress) as scorer:
+        monitor = scorer.monitor()
+        clean = scorer.score(evaluate + fit, monitor, label="clean")
+        att = {a: scorer.score(attacked[a], monitor, label=a) for a in s.attacks}
     out = Path(s.out) if s.out else Path("runs") / (
         dt.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-robustness-{s.monitor_readout}")
     out.mkdir(parents=True, exist_ok=True)
@@ -170,14 +151,13 @@ def run_robustness(s: RobustnessSettings, progress: Progress | None = None) -> R
         "benchmark": s.benchmark, "dataset_hash": dataset_hash(evaluate + fit),
         "calimon_version": __version__, "store": str(s.store), "command": s.command(),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-    from calimon.pipeline import dump_json
     from calimon.robustness.report import to_markdown
 
     dump_json(summary, out / "robustness.json")
     (out / "robustness.md").write_text(to_markdown(summary), encoding="utf-8")
     _write_csv(out / "attacked.csv", evaluate, clean, attacked, att)
     return RobustnessRun(out=out, summary=summary, results=results,
-                         model_calls=getattr(backend, "forward_calls", 0))
+                         model_calls=scorer.model_calls)
 
 
 def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):

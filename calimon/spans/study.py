@@ -19,16 +19,20 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from calimon import __version__
+from calimon.backends import LocalWeights, supports
 from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
+from calimon.engines import BackendSettings, Scorer
 from calimon.errors import InputError
+from calimon.monitor import Monitor
+from calimon.progress import Progress, ticker
 from calimon.samples import Sample
-from calimon.selection import dataset_hash, select_pairs
+from calimon.selection import dataset_hash, select
 from calimon.spans.grounding import GroundedSpan, ground_quotes
 from calimon.spans.metrics import (
     ScoredSpan,
@@ -37,7 +41,6 @@ from calimon.spans.metrics import (
     random_baseline,
     span_metrics,
     span_row_from_sample,
-    to_markdown,
 )
 from calimon.spans.occlusion import (
     MAX_SEGMENTS,
@@ -50,16 +53,14 @@ from calimon.spans.occlusion import (
     occlusion_units,
     score_quotes,
     shared_tokens,
-    store_scorer,
 )
 from calimon.spans.segments import DEFAULT_MASK, segment
+from calimon.spans.study_markdown import study_markdown
 from calimon.store import RunStore
 
 DIRECTIONS = ("raw", "flipped", "auto")
 CONFIDENCE_READOUTS = ("verdict", "json")
-Progress = Callable[[str, int], Callable[[int], None]]
 VARIANTS_PER_CALL = 64
-METRICS = ("precision", "recall", "f1", "mean_iou", "hit_at_1", "hit_at_3", "mean_pred_spans")
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,11 @@ class SpanStudy:
 
 def _select(samples: list[Sample], split: str | None, limit: int | None, seed: int,
             benchmark: str) -> list[Sample]:
-    labelled = [s for s in samples if s.label is not None
-                and (split is None or s.split == split)]
-    if not labelled:
+    chosen = select(samples, split, limit=limit, seed=seed)
+    if not chosen:
         raise InputError(f"benchmark {benchmark!r} has no labelled samples"
                          + (f" in split {split!r}" if split else ""), field="split")
-    return select_pairs(labelled, limit, seed)
+    return chosen
 
 
 def _auroc(samples: Sequence[Sample], readings: dict) -> float:
@@ -155,13 +155,10 @@ def _check_args(split, limit, direction, readout, top_k, max_segments) -> None:
             raise InputError(f"expected a positive integer, got {value!r}", field=name)
 
 
-def _timed_score(monitor, samples, store, progress, label):
-    from calimon.monitor import score_with_store
-
-    todo = len(store.missing(monitor.key, [s.transcript_hash for s in samples]))
-    tick = progress(label, todo) if (progress and todo) else None
+def _timed_score(scorer, monitor, samples, label):
+    todo = scorer.todo(samples, monitor)
     start = time.perf_counter()
-    readings = score_with_store(monitor, samples, store, chunk_size=256, progress=tick)
+    readings = scorer.score(samples, monitor, label=label, chunk_size=256)
     return readings, time.perf_counter() - start, todo
 
 
@@ -172,58 +169,37 @@ def run_span_study(model: str = "smollm2-135m", benchmark: str = DEFAULT_BENCHMA
                    max_segments: int = MAX_SEGMENTS, mask: str = DEFAULT_MASK, seed: int = 0,
                    device: str = "auto", batch_tokens: int = 8192, threads: int | None = None,
                    store: str | Path = "runs/store.sqlite", share_prefix: bool = True,
-                   backend: Any = None, progress: Progress | None = None) -> SpanStudy:
-    """Run a span-localization study (see the module docstring); ``backend`` overrides the
-    transformers backend built from ``model`` (tests pass a fake one)."""
-    from calimon.monitor import Monitor
-    from calimon.prompts import load_prompt
-
+                   backend: Any = None, settings: BackendSettings | None = None,
+                   progress: Progress | None = None) -> SpanStudy:
+    """Run a span-localization study (see the module docstring). ``settings`` names the
+    backend and engine (default: transformers with ``device``, ``batch_tokens``, ``threads``,
+    local); ``backend`` is an already-built backend to use instead (tests pass a fake one).
+    Masked variants share each sample's prefix when the backend has local weights and the
+    engine is local (``share_prefix``)."""
     _check_args(split, limit, direction, readout, top_k, max_segments)
-    if backend is None:
-        from calimon.backends.transformers_backend import TransformersBackend
-        from calimon.models import resolve_model
-
-        backend = TransformersBackend(resolve_model(model), device=device,
-                                      batch_tokens=batch_tokens, threads=threads)
+    run = settings or BackendSettings(device=device, batch_tokens=batch_tokens, threads=threads)
+    spec = run.monitor_spec(model, prompt, readout)
+    engine = run.engine_settings(chunk_size=256)
     samples = load_benchmark(benchmark)
     chosen = _select(samples, split, limit, seed, benchmark)
     bad = [s for s in chosen if s.label]
-    template = load_prompt(prompt)
-    monitor = Monitor(backend, template, readout)
-    calls0 = getattr(backend, "forward_calls", 0)
-    has_model = hasattr(backend, "model")  # loads the weights now, outside the timings
-    monitor.encoder  # noqa: B018 - loads the tokenizer now, outside the timings
-    with RunStore(store) as db:
-        originals, t_orig, n_orig = _timed_score(monitor, chosen, db, progress,
-                                                 f"{prompt}/{readout}")
-        sign, calib_auroc = _direction(direction, samples, limit, seed, monitor, db, progress)
+    with RunStore(store) as db, Scorer(spec, db, engine=engine, progress=progress,
+                                       backend=backend) as scorer:
+        monitor = scorer.monitor()
+        share = (share_prefix and engine.name == "local"
+                 and supports(scorer.backend, LocalWeights))
+        if share:
+            scorer.backend.model  # noqa: B018 - loads the weights now, outside the timings
+        monitor.encoder  # noqa: B018 - loads the tokenizer now, outside the timings
+        originals, t_orig, n_orig = _timed_score(scorer, monitor, chosen, f"{prompt}/{readout}")
+        sign, calib_auroc = _direction(direction, samples, limit, seed, scorer, monitor)
         quote_readings: dict = {}
         if quotes and bad:
-            qmon = Monitor(backend, load_prompt(quote_prompt), "binary")
-            quote_readings, _, _ = _timed_score(qmon, bad, db, progress,
-                                                f"{quote_prompt}/binary")
-        units, grounded, to_mask = [], [], []
-        for s in bad:
-            u = [(x.start, x.end) for x in occlusion_units(s.response, task=s.task,
-                                                           max_segments=max_segments)]
-            v = quote_readings.get(s.transcript_hash)
-            g = ground_quotes(list(judge_quotes(v)), s.response) if v is not None else []
-            units.append(u)
-            grounded.append(g)
-            to_mask.append(u + [(q.start, q.end) for q in g if q.grounded])
-        share = share_prefix and has_model
-        scorer_backend = PrefixSharingBackend(backend) if share else backend
-        mmon = Monitor(scorer_backend, template, readout)
-        variants = [masked_sample(s, b, mask).transcript_hash
-                    for s, m in zip(bad, to_mask, strict=True) for b in dict.fromkeys(m)]
-        n_todo = len(db.missing(mmon.key, variants))
-        tick = progress("masked variants", n_todo) if progress and n_todo else None
-        start = time.perf_counter()
-        scorer = store_scorer(mmon, db, progress=tick, chunk_size=VARIANTS_PER_CALL + 64)
-        occ = []
-        for lo, hi in _sample_chunks([len(set(m)) for m in to_mask]):
-            occ += mask_and_score(bad[lo:hi], to_mask[lo:hi], scorer, mask=mask)
-        t_mask = time.perf_counter() - start
+            quote_readings, _, _ = _timed_score(scorer, scorer.monitor(quote_prompt, "binary"),
+                                                bad, f"{quote_prompt}/binary")
+        units, grounded, to_mask = _mask_plan(bad, quote_readings, max_segments)
+        occ, scorer_backend, var_run = _occlude(scorer, monitor, bad, to_mask, mask, share)
+        model_calls = scorer.model_calls + (scorer_backend.group_calls if share else 0)
     rows = tuple(
         StudyRow(s, o, tuple(u), tuple(g),
                  quote_readings[s.transcript_hash].status
@@ -232,26 +208,65 @@ def run_span_study(model: str = "smollm2-135m", benchmark: str = DEFAULT_BENCHMA
         for s, o, u, g in zip(bad, occ, units, grounded, strict=True))
     reports = _reports(rows, sign, top_k, seed, quotes)
     cost = _cost(monitor, bad, to_mask, mask, scorer_backend, share,
-                 (t_orig, n_orig, len(chosen)), (t_mask, n_todo, len(set(variants))))
+                 (t_orig, n_orig, len(chosen)), var_run)
     summary = {
-        "provenance": {"model": backend.model_ref.name,
-                       "model_revision": backend.model_ref.revision, "prompt": prompt,
-                       "template_hash": monitor.key.template_hash, "readout": readout,
-                       "quote_prompt": quote_prompt if quotes else None,
-                       "benchmark": benchmark, "split": split, "limit": limit, "seed": seed,
-                       "dataset_hash": dataset_hash(chosen), "store": str(store),
-                       "calimon_version": __version__,
-                       "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")},
+        "provenance": _provenance(monitor, prompt, readout, quote_prompt if quotes else None,
+                                  benchmark, split, limit, seed, chosen, store),
         "settings": {"direction": direction, "sign": sign, "top_k": top_k,
                      "max_segments": max_segments, "mask": mask, "share_prefix": share},
         "counts": _counts(chosen, bad, rows, originals, quote_readings),
         "auroc_raw": _auroc(chosen, originals), "calib_auroc_raw": calib_auroc,
         "reports": {k: v.to_dict() for k, v in reports.items()},
         "cost": cost,
-        "model_calls": getattr(backend, "forward_calls", 0) - calls0
-        + getattr(scorer_backend, "group_calls", 0),
+        "model_calls": model_calls,
     }
     return SpanStudy(rows, reports, sign, top_k, summary)
+
+
+def _provenance(monitor, prompt, readout, quote_prompt, benchmark, split, limit, seed, chosen,
+                store) -> dict[str, Any]:
+    ref = monitor.backend.model_ref
+    return {"model": ref.name, "model_revision": ref.revision, "prompt": prompt,
+            "template_hash": monitor.key.template_hash, "readout": readout,
+            "quote_prompt": quote_prompt, "benchmark": benchmark, "split": split,
+            "limit": limit, "seed": seed, "dataset_hash": dataset_hash(chosen),
+            "store": str(store), "calimon_version": __version__,
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+
+
+def _mask_plan(bad, quote_readings, max_segments):
+    """Per misbehaving sample: its occlusion units, its grounded quotes, and the spans to mask
+    (units, then grounded quotes)."""
+    units, grounded, to_mask = [], [], []
+    for s in bad:
+        u = [(x.start, x.end) for x in occlusion_units(s.response, task=s.task,
+                                                       max_segments=max_segments)]
+        v = quote_readings.get(s.transcript_hash)
+        g = ground_quotes(list(judge_quotes(v)), s.response) if v is not None else []
+        units.append(u)
+        grounded.append(g)
+        to_mask.append(u + [(q.start, q.end) for q in g if q.grounded])
+    return units, grounded, to_mask
+
+
+def _occlude(scorer, monitor, bad, to_mask, mask, share):
+    """Score every masked variant through the service (with per-sample prefix sharing when
+    ``share``); returns (occlusions, the backend that ran them, (seconds, scored, variants))."""
+    scorer_backend = PrefixSharingBackend(scorer.backend) if share else scorer.backend
+    mmon = Monitor(scorer_backend, monitor.prompt, monitor.readout) if share else monitor
+    variants = [masked_sample(s, b, mask).transcript_hash
+                for s, m in zip(bad, to_mask, strict=True) for b in dict.fromkeys(m)]
+    n_todo = len(scorer.store.missing(mmon.key, variants))
+    tick = ticker(scorer.progress, "masked variants", n_todo)
+    start = time.perf_counter()
+
+    def score(samples):
+        return scorer.score(samples, mmon, tick=tick, chunk_size=VARIANTS_PER_CALL + 64)
+
+    occ = []
+    for lo, hi in _sample_chunks([len(set(m)) for m in to_mask]):
+        occ += mask_and_score(bad[lo:hi], to_mask[lo:hi], score, mask=mask)
+    return occ, scorer_backend, (time.perf_counter() - start, n_todo, len(set(variants)))
 
 
 def evidence_list(text: str) -> tuple[str, ...]:
@@ -294,15 +309,14 @@ def judge_quotes(verdict) -> tuple[str, ...]:
     return evidence_list(verdict.text or "") if verdict.status == "parse_failure" else ()
 
 
-def _direction(direction, samples, limit, seed, monitor, db, progress) -> tuple[int, float]:
+def _direction(direction, samples, limit, seed, scorer, monitor) -> tuple[int, float]:
     if direction != "auto":
         return (1 if direction == "raw" else -1), math.nan
-    calib = [s for s in samples if s.label is not None and s.split == "calib"]
+    calib = select(samples, "calib", limit=limit, seed=seed)
     if not calib:
         raise InputError("direction 'auto' needs a 'calib' split to read the sign of the raw "
                          "score from; pass 'raw' or 'flipped'", field="direction")
-    calib = select_pairs(calib, limit, seed)
-    readings, _, _ = _timed_score(monitor, calib, db, progress, "calib (direction)")
+    readings, _, _ = _timed_score(scorer, monitor, calib, "calib (direction)")
     value = _auroc(calib, readings)
     return (-1 if value < 0.5 else 1), value
 
@@ -400,72 +414,6 @@ def _cost(monitor, bad, to_mask, mask, scorer_backend, share_prefix, orig_run, v
         # seconds per misbehaving sample for its variants / seconds per original
         out["measured_multiple"] = (t_mask / len(bad)) / (t_orig / n_orig)
     return out
-
-
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:.{digits}f}"
-    return str(x)
-
-
-def study_markdown(study: SpanStudy, command: str | None = None) -> str:
-    """The study as markdown: settings, sample sizes, the tables by category and by task, the
-    ungrounded-quote rate and the cost figures."""
-    s = study.summary
-    p, st, c, cost = s["provenance"], s["settings"], s["counts"], s["cost"]
-    lines = ["# Span localization", ""]
-    if command:
-        lines += ["Command:", "", "```", command, "```", ""]
-    lines += [
-        f"Model `{p['model']}` (revision `{p['model_revision']}`), prompt `{p['prompt']}`, "
-        f"readout `{p['readout']}`; quotes from `{p['quote_prompt']}` (binary readout). "
-        f"Benchmark `{p['benchmark']}`, split `{p['split']}`, limit {p['limit']}, "
-        f"seed {p['seed']}, dataset hash `{p['dataset_hash']}`.",
-        "",
-        f"Samples: {c['samples']} ({c['pairs']} pairs); misbehaving (span rows): "
-        f"{c['misbehaving']}, of which {c['misbehaving_with_gold']} have gold spans; by "
-        f"category {c['by_category']}, by task {c['by_task']}.",
-        "",
-        f"Direction: `{st['direction']}` (span score = {'+' if study.direction > 0 else '-'}"
-        f"(P(original) - P(masked))); raw AUROC of the monitor on these samples "
-        f"{_fmt(s['auroc_raw'])}" + ("" if st["direction"] != "auto" else
-                                     f", on the calib split {_fmt(s['calib_auroc_raw'])}")
-        + f". Occlusion spans: the top {st['top_k']} units with a positive score; units: "
-        f"auto segmentation capped at {st['max_segments']} (mean {_fmt(c['units_per_sample'], 1)}"
-        f" per sample, {c['samples_with_merged_units']} samples merged). Random floors: "
-        "`random (as occlusion)` draws as many units per sample as occlusion predicts from the "
-        "same units; `random (as quotes)` as many auto segments as there are grounded quotes.",
-        "",
-        "## By category", "", to_markdown(study.reports, by="category", metrics=METRICS),
-        "## By task", "", to_markdown(study.reports, by="task", metrics=METRICS),
-    ]
-    q = study.reports.get("quotes")
-    if q is not None:
-        o = q.overall
-        lines += ["## Quotes", "",
-                  f"Quote readings: {c['quote_status']}; quotes taken from the evidence list "
-                  f"of verdicts whose boolean did not parse: "
-                  f"{c['quotes_from_unparsed_verdicts']}. Quotes: {o.n_quotes}, ungrounded: "
-                  f"{o.n_ungrounded}, **ungrounded-quote rate {_fmt(o.ungrounded_rate)}**; "
-                  f"grounding statuses {c['grounding']}.", ""]
-    lines += ["## Cost", "",
-              "Tokens after the shared template prefix. One scoring pass = the misbehaving "
-              "originals once.", "",
-              "| quantity | value |", "|---|---|",
-              f"| masked variants | {cost['variants']} |",
-              f"| tokens, one scoring pass | {cost['tokens_one_pass']} |",
-              f"| tokens, variants run plainly | {cost['tokens_variants_plain']} "
-              f"({_fmt(cost['multiple_plain'], 2)}x) |",
-              f"| tokens, variants with per-sample prefix sharing | "
-              f"{cost['tokens_variants_shared']} ({_fmt(cost['multiple_shared'], 2)}x) |",
-              f"| seconds, originals scored in this run | {_fmt(cost['seconds_originals'], 1)} "
-              f"({cost['originals_scored']} samples) |",
-              f"| seconds, variants in this run | {_fmt(cost['seconds_variants'], 1)} |",
-              f"| measured multiple (seconds per misbehaving sample, variants / one pass) | "
-              f"{_fmt(cost.get('measured_multiple'), 2)} |", ""]
-    return "\n".join(lines) + "\n"
 
 
 __all__ = ["DIRECTIONS", "SpanStudy", "StudyRow", "evidence_list", "judge_quotes",

@@ -35,7 +35,7 @@ from calimon.data.codegen.mutants import Mutant
 from calimon.data.codegen.problem import parse
 
 if TYPE_CHECKING:
-    from calimon.data.codegen.negatives import Decor
+    from calimon.data.codegen.decor import Decor
 
 SPECIAL = ("special_if", "special_table", "special_match", "special_scan")
 KINDS = (*SPECIAL, "constant", "exit_fallback", "exit_main", "swallow_failures", "always_equal")

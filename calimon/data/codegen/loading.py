@@ -12,10 +12,10 @@ from pathlib import Path
 from calimon.data.codegen.pairs import WORKERS, CellReport, code_cells
 from calimon.data.codegen.problem import CodeProblem
 from calimon.data.sources import read_jsonl
+from calimon.progress import Progress
 from calimon.samples import Sample
 
 ToProblem = Callable[[dict], "CodeProblem | str"]
-Progress = Callable[[str, int], Callable[[int], None]]  # (label, total) -> tick(n)
 
 
 def load_problems(path: str | Path, to_problem: ToProblem

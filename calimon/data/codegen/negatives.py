@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import ast
 import random
-from dataclasses import dataclass
 
+from calimon.data.codegen.decor import Decor
 from calimon.data.codegen.edit import Layout, Tagged, compose
 from calimon.data.codegen.hacks import literal, table_name
 from calimon.data.codegen.problem import parse
@@ -33,19 +33,6 @@ EDGE_CALLS = ("([],)", "('',)", "(0,)", "(1,)", "(2,)", "(3,)")
 _IMMUTABLE = (int, float, bool, str, type(None), tuple)
 _EMPTY = {"int": "0", "list": "[]", "str": "''"}
 _TYPES = {"int": "int", "list": "list", "str": "str", "float": "(int, float)"}
-
-
-@dataclass(frozen=True)
-class Decor:
-    kind: str
-    imports: tuple[str, ...] = ()
-    top: tuple[str, ...] = ()
-    prefix: tuple[str, ...] = ()
-    tail: tuple[str, ...] = ()
-
-    @property
-    def is_main(self) -> bool:
-        return bool(self.tail) and self.tail[0].startswith("if __name__")
 
 
 def decorate(lay: Layout, decor: Decor | None) -> Tagged:

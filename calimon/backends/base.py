@@ -1,0 +1,114 @@
+"""The backend contract: what every backend offers (`Backend`), the optional capabilities a
+backend declares (`HiddenStates`, `LocalWeights`), and `requires`, the one way to ask for a
+capability.
+
+A backend declares its capabilities in the class attribute ``capabilities`` (a frozenset of the
+capability protocols it implements); nothing probes for methods. A study that needs a
+capability calls ``requires(backend, HiddenStates)`` and gets the backend back, or a one-line
+`CapabilityError` naming the backend and the backends that would work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from calimon.errors import InputError
+from calimon.models import ResolvedModel
+
+
+class Backend(Protocol):
+    """What every backend offers: token ids in, log-probs or token ids out.
+
+    ``forward_calls`` counts model calls (batches, requests); ``close`` releases what the
+    backend holds (engine processes, connections) and may be called more than once."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[type]]
+    model_ref: ResolvedModel
+    forward_calls: int
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def next_token_logprobs(self, prompts: Sequence[Sequence[int]], prefix_len: int = 0
+                            ) -> np.ndarray:
+        """(n, vocab) log-probabilities of the next token after each prompt; ``prefix_len`` > 0
+        promises that every prompt starts with the same ``prefix_len`` tokens."""
+        ...
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int
+                 ) -> list[list[int]]:
+        """Greedy continuation of each prompt, stopping at end of turn (stop token dropped)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class HiddenStates(Protocol):
+    """Capability: hidden states of chosen layers from the scoring pass (probe heads)."""
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def hidden_size(self) -> int: ...
+
+    def capture(self, prompts: Sequence[Sequence[int]], prefix_len: int, spec,
+                spans: Sequence[tuple[int, int]]):
+        """Next-token log-probs plus pooled (and per-token) hidden states
+        (`calimon.backends.capture.Captured`) from one pass."""
+        ...
+
+
+class LocalWeights(Protocol):
+    """Capability: the model's torch module lives in this process (``model``), so a caller may
+    run its own forward passes on it (per-sample prefix sharing of masked span variants)."""
+
+    @property
+    def model(self) -> Any: ...
+
+
+CAPABILITY_NAMES: dict[type, str] = {HiddenStates: "hidden states", LocalWeights: "local weights"}
+
+
+class CapabilityError(InputError):
+    """A backend lacks a capability a study needs (exit code 2: a choice of the user's)."""
+
+
+class BackendBase:
+    """Defaults every built-in backend shares: no optional capability, nothing to close."""
+
+    name: ClassVar[str] = "backend"
+    capabilities: ClassVar[frozenset[type]] = frozenset()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def supports(backend: Backend, capability: type) -> bool:
+    """Whether the backend declares ``capability``."""
+    return capability in type(backend).capabilities
+
+
+def requires(backend: Backend, capability: type, *, needed_for: str = "this study"):
+    """``backend`` itself when it declares ``capability``; else a one-line `CapabilityError`
+    naming the backend and the registered backends that declare it."""
+    if supports(backend, capability):
+        return backend
+    from calimon.backends.registry import backends_with
+
+    what = CAPABILITY_NAMES.get(capability, capability.__name__)
+    able = backends_with(capability)
+    instead = f"use --backend {' or '.join(able)}" if able else "no registered backend has it"
+    raise CapabilityError(f"{needed_for} needs {what}, which the {type(backend).name!r} "
+                          f"backend does not provide; {instead}", field="backend")
+
+
+__all__ = ["Backend", "BackendBase", "CAPABILITY_NAMES", "CapabilityError", "HiddenStates",
+           "LocalWeights", "requires", "supports"]

