@@ -84,7 +84,10 @@ def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, l
     if use_calib and not fit:
         raise InputError(f"benchmark {s.benchmark!r} has no 'calib' split to fit calibration "
                          "maps on; use --fit-on crossfit", field="split")
-    return select_pairs(evaluate, s.limit, s.seed), select_pairs(fit, s.limit, s.seed)
+    # --limit counts every scored sample: with calib maps, half of it is drawn from 'calib'
+    fit_limit = s.limit // 2 if (s.limit is not None and use_calib) else s.limit
+    eval_limit = s.limit - fit_limit if (s.limit is not None and use_calib) else s.limit
+    return select_pairs(evaluate, eval_limit, s.seed), select_pairs(fit, fit_limit, s.seed)
 
 
 def monitor_spec(s: CurveSettings) -> MonitorSpec:

@@ -249,9 +249,11 @@ def calib_test_split(scored: ScoredSet, seed: int = 0) -> Split:
         calib, test = scored.splits == "calib", scored.splits == "test"
         for name, mask in (("calib", calib), ("test", test)):
             if not mask.any():
-                raise InputError(f"no scored row has split == {name!r} (the split column is "
-                                 f"filled, so it is used as given)", path=scored.path,
-                                 field="split")
+                held = sorted(set(scored.splits.astype(str).tolist()) - {""})
+                raise InputError(f"no scored row has split == {name!r} (the rows' splits: "
+                                 f"{', '.join(held)}); run `calimon curve --split test --out "
+                                 "DIR` (maps fitted on 'calib', judged on 'test'; it writes "
+                                 "both) and pass DIR", path=scored.path, field="split")
         return Split(scored.subset(calib), scored.subset(test), "split column (calib / test)")
     rng = np.random.default_rng(seed)
     pairs, first = np.unique(scored.pair_ids.astype(str), return_index=True)
