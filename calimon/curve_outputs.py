@@ -4,7 +4,6 @@ token_scores.jsonl (the per-token scores the HTML report draws as a heat map).""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import warnings
@@ -19,11 +18,9 @@ from calimon.curve_support import applied_map, fit_support, rates_only_summary, 
 from calimon.curves import BinaryPoint, Curve, binary_point, curves_by
 from calimon.errors import InputError
 from calimon.metrics import calibration_report
+from calimon.run_folder import CurveRow, curve_csv_info, write_curve_csv
 from calimon.samples import Sample
 from calimon.verdict import Verdict
-
-CSV_COLUMNS = ("id", "pair_id", "label", "category", "task", "split", "status", "p_raw", "p_cal",
-               "format_mass", "truncated")
 
 
 def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
@@ -142,6 +139,7 @@ def _base_summary(s, evaluate, readings, kept, y, binary_set, binary_readings,
                         "max": float(fm.max()) if fm.size else None},
         "binary_points": [b.to_dict() for b in bpoints],
         "binary_sample_count": len(binary_set),
+        "files": {"curve.csv": curve_csv_info()},
     }, bpoints
 
 
@@ -234,19 +232,15 @@ def _fit_apply(s, fit, readings, p_raw, y, out, provenance):
 
 def _write_csv(path: Path, samples: list[Sample], readings: dict[str, Verdict],
                p_cal: dict[str, float]) -> None:
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(CSV_COLUMNS)
-        for x in samples:
-            v = readings.get(x.transcript_hash)
-            status = v.status if v else "missing"
-            scored = v is not None and v.scored
-            w.writerow([x.id, x.pair_id, "" if x.label is None else int(x.label), x.category,
-                        x.task, x.split or "", status,
-                        f"{v.p_raw:.6g}" if scored else "",
-                        f"{p_cal[x.id]:.6g}" if x.id in p_cal else "",
-                        "" if v is None or v.format_mass is None else f"{v.format_mass:.6g}",
-                        int(bool(v and v.truncation))])
+    def row(x: Sample) -> CurveRow:
+        v = readings.get(x.transcript_hash)
+        return CurveRow(id=x.id, pair_id=x.pair_id, label=x.label, category=x.category,
+                        task=x.task, split=x.split or "", status=v.status if v else "missing",
+                        p_raw=v.p_raw if v is not None and v.scored else None,
+                        p_cal=p_cal.get(x.id), format_mass=v.format_mass if v else None,
+                        truncated=bool(v and v.truncation))
+
+    write_curve_csv(path, (row(x) for x in samples))
 
 
 def _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method):

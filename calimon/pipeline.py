@@ -72,8 +72,11 @@ def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, l
     if s.fit_on not in ("calib", "crossfit"):
         raise InputError(f"expected 'calib' or 'crossfit', got {s.fit_on!r}", field="fit_on")
     use_calib = s.fit_on == "calib" and s.split != "calib"
-    evaluate = select(samples, s.split, limit=s.limit, seed=s.seed)
-    fit = select(samples, "calib", limit=s.limit, seed=s.seed) if use_calib else []
+    # --limit counts every scored sample: with calib maps, half of it is drawn from 'calib'
+    fit_limit = s.limit // 2 if (s.limit is not None and use_calib) else s.limit
+    eval_limit = s.limit - fit_limit if (s.limit is not None and use_calib) else s.limit
+    evaluate = select(samples, s.split, limit=eval_limit, seed=s.seed)
+    fit = select(samples, "calib", limit=fit_limit, seed=s.seed) if use_calib else []
     if not evaluate:
         raise InputError(f"benchmark {s.benchmark!r} has no labelled samples in split "
                          f"{s.split!r}", field="split")

@@ -44,6 +44,10 @@ def operating_table(summary: dict) -> str:
              + (f"calibrated ({summary['calibration_method']}) {_f(summary['auroc'])} · "
                 if summary.get("calibration_method") else "no calibration map · ")
              + f"mean format mass {_f(summary['format_mass']['mean'])}",
+             f"calibration maps: {summary['calibration']['mode']}"
+             + ("; curve.csv holds both splits (for `calimon thresholds` and `escalate`)"
+                if summary.get("settings", {}).get("split") and "fitted on split 'calib'"
+                in summary["calibration"]["mode"] else ""),
              "",
              f"{'operating point':<16}{'threshold':>10}{'MR':>8}{'FAR':>8}"
              f"{'TP':>6}{'FP':>6}{'TN':>6}{'FN':>6}"]

@@ -185,3 +185,21 @@ def test_curve_reads_a_set_scored_by_calimon_score_without_model_calls(smol, rec
     assert run.model_calls == 0
     doc = json.loads((run.out / "curve.json").read_text())
     assert doc["counts"]["scored"] == 8 and doc["binary_points"][0]["name"] == "binary/direct"
+
+
+def test_limit_counts_every_scored_sample_half_of_it_from_calib():
+    import dataclasses
+
+    from calimon.pipeline import _eval_and_fit_sets
+
+    samples = [dataclasses.replace(x, split=("calib", "test", "train")[int(x.pair_id[1:]) % 3])
+               for x in toy_samples(12)]
+    evaluate, fit = _eval_and_fit_sets(samples, CurveSettings(split="test", limit=8))
+    assert len(evaluate) == len(fit) == 4
+    assert {x.split for x in evaluate} == {"test"} and {x.split for x in fit} == {"calib"}
+    # cross-fitted within the split: the whole limit goes to the evaluated split
+    evaluate, fit = _eval_and_fit_sets(samples, CurveSettings(split="test", limit=8,
+                                                              fit_on="crossfit"))
+    assert (len(evaluate), fit) == (8, [])
+    evaluate, fit = _eval_and_fit_sets(samples, CurveSettings(limit=8))
+    assert (len(evaluate), fit) == (8, [])

@@ -1,7 +1,8 @@
 """Scored transcripts for the deployment tools: the ``curve.csv`` reader, a splitter, a writer.
 
 A finished run directory (``calimon curve --out DIR``) holds ``curve.csv`` with one row per
-sample and the columns ``id,pair_id,label,category,task,split,status,p_raw,p_cal``:
+sample; its columns, writer and reader live in ``calimon.run_folder`` (scores round-trip
+exactly). The columns the deployment tools use:
 
 - ``label``: 1 = misbehavior, 0 = benign, empty = unknown (allowed only where labels are not
   needed, e.g. ``apply-policy`` on new traffic);
@@ -13,12 +14,12 @@ sample and the columns ``id,pair_id,label,category,task,split,status,p_raw,p_cal
 
 Only ``id``, ``status`` and the active score column are required in the header; the others get
 neutral defaults (``pair_id`` = ``id``, unknown label, empty category/task/split). Extra columns
-are ignored. Errors name the file, the line and the column.
+are ignored. Errors name the file, the line and the column. The certifying tools need labelled
+``calib`` and ``test`` rows (``calib_test_split``): ``calimon curve --split test`` writes both.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -28,11 +29,9 @@ from typing import Any
 import numpy as np
 
 from calimon.errors import InputError
+from calimon.run_folder import CurveRow, read_curve_csv, write_curve_csv
 
 SCORE_COLUMNS = ("p_cal", "p_raw")
-SCORED_STATUSES = ("ok", "truncated")
-COLUMNS = ("id", "pair_id", "label", "category", "task", "split", "status", "p_raw", "p_cal")
-_TRUE, _FALSE = {"1", "true", "True", "TRUE"}, {"0", "false", "False", "FALSE"}
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -169,127 +168,63 @@ _ARRAYS = ("ids", "pair_ids", "labels", "categories", "tasks", "splits", "status
            "p_cal")
 
 
-def _parse_prob(text: str, *, path: str, line: int, column: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise InputError(f"expected a probability in [0, 1], got {text!r}", path=path,
-                         line=line, field=column) from None
-    if not (math.isfinite(v) and 0.0 <= v <= 1.0):
-        raise InputError(f"expected a probability in [0, 1], got {text!r}", path=path,
-                         line=line, field=column)
-    return v
-
-
 def read_scored_csv(path: str | Path, *, score: str = "p_cal",
                     require_labels: bool = True) -> ScoredSet:
     """Read a ``curve.csv`` (or any CSV with the same columns) into a ScoredSet.
 
     Rows whose status is not ok/truncated are dropped and listed in ``dropped_ids``. A kept row
     must have a probability in the ``score`` column; with ``require_labels`` it must also have a
-    0/1 label. Errors name the file, the line and the column.
+    0/1 label. Parsing is :func:`calimon.run_folder.read_curve_csv`'s (scores read back exactly
+    as written); errors name the file, the line and the column.
     """
     p = str(path)
     if score not in SCORE_COLUMNS:
         raise InputError(f"expected one of {list(SCORE_COLUMNS)}, got {score!r}", field="score")
-    if not Path(path).is_file():
-        raise InputError("no such file", path=p)
-    cols: dict[str, list[Any]] = {name: [] for name in _ARRAYS}
-    dropped: list[str] = []
-    dropped_status: list[str] = []
-    seen: dict[str, int] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        for required in ("id", "status", score):
-            if required not in header:
-                raise InputError(f"missing column {required!r} in the header (got {header})",
-                                 path=p, line=1, field=required)
-        for row in reader:
-            line = reader.line_num
-            if None in row:
-                raise InputError(f"{len(row[None])} more value(s) than header columns",
-                                 path=p, line=line)
+    rows = read_curve_csv(path, required=("id", "status", score))
+    kept = [r for r in rows if r.scored]
+    for r in kept:
+        if r.label is None and require_labels:
+            raise InputError("expected 1 or 0, got ''", path=p, line=r.line, field="label")
+        if getattr(r, score) is None:
+            raise InputError(f"status is {r.status!r} but the score is empty", path=p,
+                             line=r.line, field=score)
 
-            def get(name: str, _row: dict = row) -> str:
-                v = _row.get(name)
-                return "" if v is None else v.strip()
+    def arr(values: list) -> np.ndarray:
+        return _ro(np.array(values, dtype=object))
 
-            rid = get("id")
-            if not rid:
-                raise InputError("must not be empty", path=p, line=line, field="id")
-            if rid in seen:
-                raise InputError(f"duplicate id {rid!r} (first seen on line {seen[rid]})",
-                                 path=p, line=line, field="id")
-            seen[rid] = line
-            status = get("status")
-            if not status:
-                raise InputError("must not be empty (expected ok, truncated, parse_failure, "
-                                 "error, ...)", path=p, line=line, field="status")
-            if status not in SCORED_STATUSES:
-                dropped.append(rid)
-                dropped_status.append(status)
-                continue
-            label_text = get("label")
-            if label_text in _TRUE:
-                label = 1
-            elif label_text in _FALSE:
-                label = 0
-            elif label_text == "" and not require_labels:
-                label = -1
-            else:
-                raise InputError(f"expected 1 or 0{'' if require_labels else ' or empty'}, got "
-                                 f"{label_text!r}", path=p, line=line, field="label")
-            probs = {}
-            for c in SCORE_COLUMNS:
-                text = get(c)
-                if text == "":
-                    if c == score:
-                        raise InputError(f"status is {status!r} but the score is empty",
-                                         path=p, line=line, field=c)
-                    probs[c] = math.nan
-                else:
-                    probs[c] = _parse_prob(text, path=p, line=line, column=c)
-            cols["ids"].append(rid)
-            cols["pair_ids"].append(get("pair_id") or rid)
-            cols["labels"].append(label)
-            cols["categories"].append(get("category"))
-            cols["tasks"].append(get("task"))
-            cols["splits"].append(get("split"))
-            cols["statuses"].append(status)
-            cols["p_raw"].append(probs["p_raw"])
-            cols["p_cal"].append(probs["p_cal"])
-    arrays = {k: _ro(np.array(v, dtype=object)) for k, v in cols.items()
-              if k not in ("labels", "p_raw", "p_cal")}
-    return ScoredSet(**arrays, labels=_ro(np.array(cols["labels"], dtype=np.int8)),
-                     p_raw=_ro(np.array(cols["p_raw"], dtype=float)),
-                     p_cal=_ro(np.array(cols["p_cal"], dtype=float)),
-                     score=score, path=p, dropped_ids=tuple(dropped),
-                     dropped_statuses=tuple(dropped_status))
+    def prob(values: list) -> np.ndarray:
+        return _ro(np.array([math.nan if v is None else v for v in values], dtype=float))
 
-
-def _fmt(v: float) -> str:
-    return "" if math.isnan(v) else repr(float(v))
+    dropped = [r for r in rows if not r.scored]
+    return ScoredSet(ids=arr([r.id for r in kept]), pair_ids=arr([r.pair_id for r in kept]),
+                     labels=_ro(np.array([-1 if r.label is None else int(r.label)
+                                          for r in kept], dtype=np.int8)),
+                     categories=arr([r.category for r in kept]),
+                     tasks=arr([r.task for r in kept]), splits=arr([r.split for r in kept]),
+                     statuses=arr([r.status for r in kept]),
+                     p_raw=prob([r.p_raw for r in kept]), p_cal=prob([r.p_cal for r in kept]),
+                     score=score, path=p, dropped_ids=tuple(r.id for r in dropped),
+                     dropped_statuses=tuple(r.status for r in dropped))
 
 
 def write_scored_csv(scored: ScoredSet, path: str | Path, *,
                      unscored: Sequence[bool] | None = None) -> Path:
-    """Write ``scored`` in the ``curve.csv`` layout; ``unscored[i]`` writes row ``i`` as a
-    ``parse_failure`` with empty scores (to exercise readers on failed rows)."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``scored`` in the ``curve.csv`` layout (``calimon.run_folder``'s writer);
+    ``unscored[i]`` writes row ``i`` as a ``parse_failure`` with empty scores (to exercise
+    readers on failed rows)."""
     bad = np.zeros(len(scored), bool) if unscored is None else np.asarray(unscored, bool)
-    with out.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(COLUMNS)
-        for i in range(len(scored)):
-            lab = int(scored.labels[i])
-            w.writerow([scored.ids[i], scored.pair_ids[i], "" if lab < 0 else lab,
-                        scored.categories[i], scored.tasks[i], scored.splits[i],
-                        "parse_failure" if bad[i] else scored.statuses[i],
-                        "" if bad[i] else _fmt(scored.p_raw[i]),
-                        "" if bad[i] else _fmt(scored.p_cal[i])])
-    return out
+
+    def num(v: float, i: int) -> float | None:
+        return None if bad[i] or math.isnan(v) else float(v)
+
+    rows = (CurveRow(id=str(scored.ids[i]), pair_id=str(scored.pair_ids[i]),
+                     label=None if scored.labels[i] < 0 else bool(scored.labels[i]),
+                     category=str(scored.categories[i]), task=str(scored.tasks[i]),
+                     split=str(scored.splits[i]),
+                     status="parse_failure" if bad[i] else str(scored.statuses[i]),
+                     p_raw=num(scored.p_raw[i], i), p_cal=num(scored.p_cal[i], i))
+            for i in range(len(scored)))
+    return write_curve_csv(path, rows)
 
 
 @dataclass(frozen=True, eq=False)
@@ -314,9 +249,11 @@ def calib_test_split(scored: ScoredSet, seed: int = 0) -> Split:
         calib, test = scored.splits == "calib", scored.splits == "test"
         for name, mask in (("calib", calib), ("test", test)):
             if not mask.any():
-                raise InputError(f"no scored row has split == {name!r} (the split column is "
-                                 f"filled, so it is used as given)", path=scored.path,
-                                 field="split")
+                held = sorted(set(scored.splits.astype(str).tolist()) - {""})
+                raise InputError(f"no scored row has split == {name!r} (the rows' splits: "
+                                 f"{', '.join(held)}); run `calimon curve --split test --out "
+                                 "DIR` (maps fitted on 'calib', judged on 'test'; it writes "
+                                 "both) and pass DIR", path=scored.path, field="split")
         return Split(scored.subset(calib), scored.subset(test), "split column (calib / test)")
     rng = np.random.default_rng(seed)
     pairs, first = np.unique(scored.pair_ids.astype(str), return_index=True)

@@ -11,10 +11,8 @@ that was named explicitly is an ``InputError``; one found by looking is a note.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,27 +25,12 @@ from calimon.report.extras import (
     read_spans,
     read_token_scores,
 )
+from calimon.run_folder import CurveRow, read_curve_csv
 from calimon.samples import Sample
 from calimon.verdict import Verdict
 
 REQUIRED_COLUMNS = ("id", "label", "category", "task", "status", "p_raw", "p_cal")
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of ``curve.csv``; a missing score is None, never 0."""
-
-    id: str
-    pair_id: str
-    label: bool | None
-    category: str
-    task: str
-    split: str
-    status: str
-    p_raw: float | None
-    p_cal: float | None
-    format_mass: float | None
-    truncated: bool
+Row = CurveRow  # one line of curve.csv; a missing score is None, never 0
 
 
 @dataclass(frozen=True)
@@ -70,46 +53,9 @@ class RunData:
         return self.summary.get("provenance", {})
 
 
-def _float(text: str, path: Path, line: int, column: str) -> float | None:
-    if text.strip() == "":
-        return None
-    try:
-        v = float(text)
-    except ValueError:
-        raise InputError(f"expected a number or empty, got {text!r}", path=str(path), line=line,
-                         field=column) from None
-    if math.isnan(v):
-        return None
-    return v
-
-
 def read_rows(path: Path) -> tuple[Row, ...]:
     """All rows of ``curve.csv``, unscored ones included (their scores are None)."""
-    if not path.is_file():
-        raise InputError("no such file (write a run folder with `calimon curve --out DIR`)",
-                         path=str(path))
-    rows = []
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        for col in REQUIRED_COLUMNS:
-            if col not in header:
-                raise InputError(f"missing column {col!r} (got {header})", path=str(path),
-                                 line=1, field=col)
-        for r in reader:
-            n = reader.line_num
-            label = {"1": True, "0": False, "": None}.get((r.get("label") or "").strip(), "bad")
-            if label == "bad":
-                raise InputError(f"expected 1, 0 or empty, got {r['label']!r}", path=str(path),
-                                 line=n, field="label")
-            rows.append(Row(
-                id=r["id"], pair_id=r.get("pair_id") or r["id"], label=label,
-                category=r["category"], task=r["task"], split=r.get("split") or "",
-                status=r["status"], p_raw=_float(r["p_raw"], path, n, "p_raw"),
-                p_cal=_float(r["p_cal"], path, n, "p_cal"),
-                format_mass=_float(r.get("format_mass") or "", path, n, "format_mass"),
-                truncated=(r.get("truncated") or "0").strip() == "1"))
-    return tuple(rows)
+    return read_curve_csv(path, required=REQUIRED_COLUMNS)
 
 
 def read_summary(run_dir: Path) -> tuple[dict, str]:

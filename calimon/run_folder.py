@@ -1,0 +1,166 @@
+"""``curve.csv``, the run-folder file that later commands re-read: its columns (declared once,
+versioned), its one writer and its one reader.
+
+``calimon curve`` writes it (``calimon.curve_outputs``); the deployment tools
+(``calimon.deploy.io``: ``thresholds``, ``escalate``, ``apply-policy``) and the report
+(``calimon.report.data``) read it through :func:`read_curve_csv`.
+
+Format version 2 (``CURVE_CSV_VERSION``): one row per sample with the columns ``CURVE_COLUMNS``;
+every number is written as ``repr(float)``, the shortest text that reads back as the same
+double, so a threshold taken from ``curve.json`` splits the rows of ``curve.csv`` exactly as it
+split the scores the curve was computed from. Version 1 wrote scores with 6 significant digits,
+which moved samples across their own thresholds. A missing score is an empty cell, never 0.
+``curve.json`` names the version under ``files["curve.csv"]``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from calimon.errors import InputError
+
+CURVE_CSV = "curve.csv"
+CURVE_CSV_VERSION = 2
+CURVE_COLUMNS = ("id", "pair_id", "label", "category", "task", "split", "status", "p_raw",
+                 "p_cal", "format_mass", "truncated")
+PROB_COLUMNS = ("p_raw", "p_cal", "format_mass")
+SCORED_STATUSES = ("ok", "truncated")
+_TRUE, _FALSE = {"1", "true", "True", "TRUE"}, {"0", "false", "False", "FALSE"}
+
+
+@dataclass(frozen=True)
+class CurveRow:
+    """One line of ``curve.csv``. A missing score (or label) is None, never 0; ``line`` is the
+    line it was read from (0 for a row made in memory)."""
+
+    id: str
+    pair_id: str
+    label: bool | None
+    category: str
+    task: str
+    split: str
+    status: str
+    p_raw: float | None
+    p_cal: float | None
+    format_mass: float | None = None
+    truncated: bool = False
+    line: int = field(default=0, compare=False)
+
+    @property
+    def scored(self) -> bool:
+        """Whether the status says the row carries a score (``ok`` or ``truncated``)."""
+        return self.status in SCORED_STATUSES
+
+
+def format_float(value: float | None) -> str:
+    """``repr(float(value))`` (exact round trip), or empty for a missing / NaN value."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return repr(float(value))
+
+
+def curve_csv_info() -> dict:
+    """What ``curve.json`` records about the ``curve.csv`` next to it."""
+    return {"version": CURVE_CSV_VERSION, "columns": list(CURVE_COLUMNS),
+            "numbers": "repr(float): exact round trip"}
+
+
+def write_curve_csv(path: str | Path, rows: Iterable[CurveRow]) -> Path:
+    """Write ``rows`` as a ``curve.csv`` (header ``CURVE_COLUMNS``, numbers as repr(float))."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(CURVE_COLUMNS)
+        for r in rows:
+            w.writerow([r.id, r.pair_id, "" if r.label is None else int(r.label), r.category,
+                        r.task, r.split, r.status, format_float(r.p_raw), format_float(r.p_cal),
+                        format_float(r.format_mass), int(bool(r.truncated))])
+    return out
+
+
+def _prob(text: str, path: str, line: int, column: str) -> float | None:
+    if text == "":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+        raise InputError(f"expected a probability in [0, 1] or empty, got {text!r}", path=path,
+                         line=line, field=column)
+    return v
+
+
+def _label(text: str, path: str, line: int) -> bool | None:
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if text == "":
+        return None
+    raise InputError(f"expected 1, 0 or empty, got {text!r}", path=path, line=line,
+                     field="label")
+
+
+def _row(get, path: str, line: int, seen: dict[str, int]) -> CurveRow:
+    rid = get("id")
+    if not rid:
+        raise InputError("must not be empty", path=path, line=line, field="id")
+    if rid in seen:
+        raise InputError(f"duplicate id {rid!r} (first seen on line {seen[rid]})", path=path,
+                         line=line, field="id")
+    seen[rid] = line
+    status = get("status")
+    if not status:
+        raise InputError("must not be empty (expected ok, truncated, parse_failure, error, ...)",
+                         path=path, line=line, field="status")
+    probs = {c: _prob(get(c), path, line, c) for c in PROB_COLUMNS}
+    return CurveRow(id=rid, pair_id=get("pair_id") or rid, label=_label(get("label"), path, line),
+                    category=get("category"), task=get("task"), split=get("split"),
+                    status=status, p_raw=probs["p_raw"], p_cal=probs["p_cal"],
+                    format_mass=probs["format_mass"], truncated=get("truncated") in _TRUE,
+                    line=line)
+
+
+def read_curve_csv(path: str | Path, *, required: Sequence[str] = ("id", "status"),
+                   hint: str = "write a run folder with `calimon curve --out DIR`"
+                   ) -> tuple[CurveRow, ...]:
+    """Every row of a ``curve.csv`` (or a CSV with the same columns), unscored ones included.
+
+    ``required``: columns the header must have; absent optional columns read as empty (``pair_id``
+    defaults to the id); extra columns are ignored. Errors name the file, the line and the
+    column; ``hint`` says what to run when the file is missing.
+    """
+    p = str(path)
+    if not Path(path).is_file():
+        raise InputError(f"no such file ({hint})", path=p)
+    rows: list[CurveRow] = []
+    seen: dict[str, int] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        for col in required:
+            if col not in header:
+                raise InputError(f"missing column {col!r} in the header (got {header}); "
+                                 f"{hint}", path=p, line=1, field=col)
+        for raw in reader:
+            line = reader.line_num
+            if None in raw:
+                raise InputError(f"{len(raw[None])} more value(s) than header columns",
+                                 path=p, line=line)
+
+            def get(name: str, _raw: dict = raw) -> str:
+                v = _raw.get(name)
+                return "" if v is None else v.strip()
+
+            rows.append(_row(get, p, line, seen))
+    return tuple(rows)
+
+
+__all__ = ["CURVE_COLUMNS", "CURVE_CSV", "CURVE_CSV_VERSION", "CurveRow", "SCORED_STATUSES",
+           "curve_csv_info", "format_float", "read_curve_csv", "write_curve_csv"]
