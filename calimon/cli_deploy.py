@@ -55,6 +55,9 @@ def thresholds_cmd(
     delta: DeltaOpt = 0.05,
     score: ScoreOpt = "p_cal",
     seed: SeedOpt = 0,
+    new: Annotated[Path | None, typer.Option(
+        help="New transcripts the thresholds will meet (samples JSONL, run folder or scored "
+             "CSV): runs the shift check and adds shift-aware certificates.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Certify thresholds (FAR or MR <= alpha at 1 - delta) on calib; report rates on test."""
@@ -82,8 +85,28 @@ def thresholds_cmd(
         if any(not c.certificate.certified for c in rep.checks):
             typer.echo("not certified: too few calibration samples of that class (see "
                        "calimon.deploy.guarantees.samples_needed)")
+        if new is not None:
+            _shift_lines(run_dir, new, rep, delta, score, seed)
 
     cli_errors(run)()
+
+
+def _shift_lines(run_dir: Path, new: Path, rep, delta: float, score: str, seed: int) -> None:
+    """The shift check's line and one shift-aware line per target (`thresholds --new`)."""
+    from calimon.errors import CalimonError
+    from calimon.shift.check import shift_thresholds
+
+    fars = [c.certificate.alpha for c in rep.checks if c.certificate.rate == "far"]
+    mrs = [c.certificate.alpha for c in rep.checks if c.certificate.rate == "mr"]
+    try:
+        res = shift_thresholds(run_dir, new, far=fars, mr=mrs, delta=delta, score=score,
+                               seed=seed)
+    except CalimonError as exc:
+        typer.echo(f"shift check: not run ({exc})")
+        return
+    typer.echo(res.report.line())
+    for a in res.aware:
+        typer.echo(f"shift-aware: {a.message()}")
 
 
 @deploy_app.command("escalate")
@@ -110,6 +133,10 @@ def escalate_cmd(
     readout: Annotated[str | None, typer.Option(help="Readout (default: run metadata).")] = None,
     calibration: Annotated[str | None, typer.Option(
         help="Calibration method (default: run metadata).")] = None,
+    audit_fraction: Annotated[float, typer.Option(
+        help="Also send this fraction of auto_pass / auto_block decisions to review (the "
+             "audit slice `calimon recertify` uses).")] = 0.0,
+    audit_seed: Annotated[int, typer.Option(help="Seed of the audit slice.")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """Design an auto-pass / review / auto-block policy on calib; report it on test; save it."""
@@ -119,7 +146,8 @@ def escalate_cmd(
         rep = escalate_run(run_dir, out, name=name, budget=budget, cost_miss=cost_miss,
                            cost_false_block=cost_false_block, cost_review=cost_review,
                            far_alpha=far_alpha, mr_alpha=mr_alpha, delta=delta, score=score,
-                           seed=seed, model=model, readout=readout, calibration=calibration)
+                           seed=seed, model=model, readout=readout, calibration=calibration,
+                           audit_fraction=audit_fraction, audit_seed=audit_seed)
         if json_out:
             typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
             return
@@ -149,15 +177,20 @@ def apply_policy_cmd(
     scored: Annotated[Path, typer.Argument(help="Scored CSV (curve.csv layout; labels not "
                                                 "needed).")],
     out: Annotated[Path, typer.Option(help="Where to write decisions.csv.")],
+    samples: Annotated[Path | None, typer.Option(
+        help="Samples JSONL of the scored transcripts, for the shift check (default: the "
+             "benchmark named by the curve.json next to SCORED).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Decide auto_pass / human_review / auto_block for each scored transcript."""
     from calimon.deploy.policies import apply_policy_file
+    from calimon.shift.check import policy_check_line
 
     def run() -> None:
         rep = apply_policy_file(policy, scored, out)
+        line = policy_check_line(policy, scored, samples)
         if json_out:
-            typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
+            typer.echo(json.dumps(json_ready({**rep.to_dict(), "shift_check": line}), indent=2))
             return
         total = sum(rep.counts.values())
         typer.echo(f"{total} decision(s) written to {rep.out}")
@@ -167,6 +200,10 @@ def apply_policy_cmd(
         if rep.n_unscored:
             typer.echo(f"{rep.n_unscored} row(s) had no score and got the policy's 'unscored' "
                        f"action")
+        if rep.audit_fraction:
+            typer.echo(f"{rep.n_review} transcript(s) go to review: the review band plus an "
+                       f"audit slice of {rep.audit_fraction:g} of the automatic decisions")
+        typer.echo(line)
 
     cli_errors(run)()
 
