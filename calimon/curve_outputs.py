@@ -21,7 +21,7 @@ from calimon.samples import Sample
 from calimon.verdict import Verdict
 
 CSV_COLUMNS = ("id", "pair_id", "label", "category", "task", "split", "status", "p_raw", "p_cal",
-               "format_mass", "truncated")
+               "format_mass", "truncated", "source")
 
 
 def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
@@ -53,6 +53,8 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     p_cal = np.clip(after_by_method[s.calibration], 0.0, 1.0)
     keys = {"category": [x.category for x in kept], "task": [x.task for x in kept],
             "cell": [f"{x.category}/{x.task}" for x in kept]}
+    if any(x.source for x in kept):  # per source too, as per category and task
+        keys["source"] = [x.source for x in kept]
     curves = curves_by(p_cal, y, groups, keys=keys, n_boot=s.n_boot, seed=s.seed)
     raw_curve = Curve.from_scores(p_raw, y, groups, n_boot=0)
     overall = curves["all"]
@@ -185,7 +187,7 @@ def _write_csv(path: Path, samples: list[Sample], readings: dict[str, Verdict],
                         f"{v.p_raw:.6g}" if scored else "",
                         f"{p_cal[x.id]:.6g}" if x.id in p_cal else "",
                         "" if v is None or v.format_mass is None else f"{v.format_mass:.6g}",
-                        int(bool(v and v.truncation))])
+                        int(bool(v and v.truncation)), x.source])
 
 
 def _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method):

@@ -81,7 +81,10 @@ def _gaussian_shift_trial(rng, n=400, mu=0.8, alpha=0.1, delta=0.1):
                              seed=int(rng.integers(1 << 30)))
     sd = math.sqrt(1.25)
     naive_t = np.quantile(s, 1 - alpha)
-    new_far = (lambda t: norm.sf(t, loc=mu, scale=sd))
+
+    def new_far(t):
+        return norm.sf(t, loc=mu, scale=sd)
+
     return cert, new_far, naive_t
 
 
