@@ -17,7 +17,7 @@ from calimon.selection import select_pairs
 
 SOURCES = ("hh-rlhf", "xstest", "cyberseceval", "sven", "truthfulqa", "humaneval", "mbpp",
            "gsm8k")
-PER_SOURCE = 100  # samples per source, whole pairs, from all of its splits
+PER_SOURCE = 80  # samples per source, whole pairs, from all of its splits
 MAX_INPUT_TOKENS = 384
 
 

@@ -64,8 +64,8 @@ def run_transcripts(csv_path: str | Path, samples: str | Path | None = None) -> 
         bench = prov.get("benchmark")
         if not isinstance(bench, str) or not bench:
             raise InputError("cannot find the transcripts of this scored CSV: no curve.json "
-                             "next to it names a benchmark; pass the samples JSONL with "
-                             "--samples (or --calib-samples)", path=str(csv_path))
+                             "next to it names a benchmark; give its samples JSONL "
+                             "explicitly", path=str(csv_path))
         try:
             pool = load_benchmark(bench, build_if_missing=False)
         except InputError as exc:

@@ -23,8 +23,9 @@ _WORDS = {"chat": "please explain recipe travel weather story movie friend advic
 
 
 def synthetic_traffic(n_pairs: int, code_share: float, seed: int, prefix: str,
-                      split: str = "") -> tuple[list[Sample], np.ndarray]:
-    """``2 n_pairs`` samples (benign + misbehaving per pair) and their scores ``p_raw``."""
+                      split: bool = False) -> tuple[list[Sample], np.ndarray]:
+    """``2 n_pairs`` samples (benign + misbehaving per pair) and their scores ``p_raw``; with
+    ``split``, even pairs are ``calib`` and odd ones ``test``."""
     rng = np.random.default_rng(seed)
     samples, scores = [], []
     for i in range(n_pairs):
@@ -37,16 +38,18 @@ def synthetic_traffic(n_pairs: int, code_share: float, seed: int, prefix: str,
             samples.append(Sample(id=f"{prefix}-{i:05d}-{int(label)}", request=request,
                                   response=response, label=label, category="safety",
                                   task="code" if kind == "code" else "qa",
-                                  pair_id=f"{prefix}-{i:05d}", source=kind, split=split or None))
+                                  pair_id=f"{prefix}-{i:05d}", source=kind,
+                                  split=("test" if i % 2 else "calib") if split else None))
             scores.append(1 / (1 + np.exp(-z)))
     return samples, np.asarray(scores)
 
 
-def write_synthetic_shift(out: str | Path, *, n_calib: int = 600, n_new: int = 400,
+def write_synthetic_shift(out: str | Path, *, n_calib: int = 1200, n_new: int = 400,
                           calib_code: float = 0.2, new_code: float = 0.8,
                           seed: int = 0) -> dict[str, Path]:
-    """Write ``out/calib/{samples.jsonl,curve.csv,curve.json}`` (a calibration run whose rows
-    are all ``calib``) and ``out/new/...`` (new traffic, labels kept for checking). The
+    """Write ``out/calib/{samples.jsonl,curve.csv,curve.json}`` (a calibration run: ``n_calib``
+    pairs, half ``calib`` and half ``test``) and ``out/new/...`` (``n_new`` pairs of new
+    traffic, labels kept for checking). The
     curve.json files name their samples JSONL as the benchmark and carry its dataset hash."""
     from calimon.selection import dataset_hash
 
@@ -56,7 +59,7 @@ def write_synthetic_shift(out: str | Path, *, n_calib: int = 600, n_new: int = 4
                               ("new", n_new, new_code, seed + 1)):
         folder = out / name
         folder.mkdir(parents=True, exist_ok=True)
-        samples, p = synthetic_traffic(n, share, s, name, split="calib" if name == "calib" else "")
+        samples, p = synthetic_traffic(n, share, s, name, split=name == "calib")
         write_samples(samples, folder / "samples.jsonl")
         with (folder / "curve.csv").open("w", encoding="utf-8") as fh:
             fh.write("id,pair_id,label,category,task,split,status,p_raw,p_cal\n")
