@@ -164,3 +164,35 @@ def test_state_group_is_reduced_and_used():
     rep = check_sides(side(a), side(b), permutations=10, calib_state=a["state"],
                       new_state=b["state"], text_dims=8)
     assert rep.driver == "state" and rep.by_group["state"] > 0.9
+
+
+def test_run_check_line_compares_a_runs_calib_rows_with_its_other_rows(tmp_path):
+    from calimon.shift.check import run_check_line
+
+    paths = write_synthetic_shift(tmp_path, n_calib=100, n_new=20)
+    line = run_check_line(paths["calib"], permutations=10)
+    assert line.startswith("shift check: no shift detected") and "100 calibration vs 100 new" \
+        in line  # calib and test halves of one run are drawn alike
+    assert "no separate calibration rows" in run_check_line(paths["new"])
+    assert "not run" in run_check_line(tmp_path / "nowhere")
+
+
+def test_cli_shift_json_and_thresholds_with_a_new_set(tmp_path):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+
+    paths = write_synthetic_shift(tmp_path, n_calib=400, n_new=200)
+    r = CliRunner().invoke(app, ["shift", str(paths["calib"]), str(paths["new"]), "--far", "0.1",
+                                 "--permutations", "30", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["shift"]["shifted"] and doc["shift"]["permutations"] == 30
+    (target,) = doc["targets"]
+    assert target["naive"]["rate"] == "far" and "abstained" in target["shift_aware"]
+    r = CliRunner().invoke(app, ["thresholds", str(paths["calib"]), "--far", "0.1", "--new",
+                                 str(paths["new"])])
+    assert r.exit_code == 0, r.output
+    assert "shift check: SHIFT DETECTED" in r.output and "shift-aware:" in r.output
+    r = CliRunner().invoke(app, ["shift", str(paths["calib"]), str(tmp_path / "missing.jsonl")])
+    assert r.exit_code == 2 and r.output.startswith("calimon: error:")

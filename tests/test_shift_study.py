@@ -39,10 +39,13 @@ def test_fold_rows_and_the_report(tmp_path):
     assert len(rows) == 4 and {r["alpha"] for r in rows} == {0.05, 0.10}
     assert rows[0]["dropped_unscored"] == 1 and rows[2]["dropped_unscored"] == 0
     for r in rows:
-        assert r["n_new"] == 120 and 0 <= r["naive_far_new"] <= 1
+        assert r["n_new"] == 120 - (r["source"] == "A") and 0 <= r["naive_far_new"] <= 1
         assert r["aware_abstained"] or r["aware_bound"] <= r["alpha"]
         assert r["naive_violated"] == (r["naive_certified"] and r["naive_far_new"] > r["naive_bound"])
         assert 1 / 11 <= r["p_value"] <= 1
+    ctrl = run_shift.fold(fs, run_shift.CONTROL, "verdict", 10, 0)
+    assert {r["source"] for r in ctrl} == {run_shift.CONTROL} and 0 < ctrl[0]["n_new"] < 120
+    rows += ctrl
     res = {"settings": {"per_source": 60, "max_input_tokens": 384, "permutations": 10,
                         "alphas": [0.05, 0.1], "delta": 0.05, "layer": 17, "pooling": "mean"},
            "counts": {"A": {"n": 120, "n_benign": 60}}, "rows": rows, "calimon_version": "x",
@@ -53,3 +56,4 @@ def test_fold_rows_and_the_report(tmp_path):
     assert report.main(["--results", str(src), "--out", str(out)]) == 0
     text = out.read_text()
     assert "## Targets, as measured" in text and text.count("\n| A | verdict |") == 2
+    assert "Control (no shift" in text

@@ -14,6 +14,8 @@ For alpha in {0.05, 0.10} at delta = 0.05:
   state for the head readout), AUROC and permutation p-value;
 - shift-aware: weighted FAR estimate of the naive threshold, Kish n_eff, and the
   rejection-sampling certificate (or the abstention and the labels it asks for);
+- a control fold with no shift (new traffic = a random quarter of the pairs of every source),
+  where the check should not fire and certificates can be tested;
 - recertified: the naive threshold as a pass/block policy on S with an audit slice; the helper
   (``audit_labels_needed``, planned with the weighted estimates, no labels of S) says how many
   labels; the audit of that many (seeded) gives the FAR bound on S's traffic; the labels that
@@ -48,17 +50,18 @@ from calimon.shift.sides import Side  # noqa: E402
 ALPHAS = (0.05, 0.10)
 DELTA = 0.05
 LAYER, POOLING = 17, "mean"
+CONTROL = "control (no shift)"
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def pair_half(pair_id: str, seed: int) -> bool:
-    """The train half of the pair split. Salted: ``select_pairs`` picks the pairs with the
-    smallest ``sha256(f"{seed}:{pair_id}")``, so an unsalted hash would put them all on one
-    side."""
-    return hashlib.sha256(f"shift-train:{seed}:{pair_id}".encode()).digest()[0] < 128
+def pair_half(pair_id: str, seed: int, salt: str = "train", below: int = 128) -> bool:
+    """A seeded pair split (``below / 256`` of the pairs). Salted: ``select_pairs`` picks the
+    pairs with the smallest ``sha256(f"{seed}:{pair_id}")``, so an unsalted hash would put them
+    all on one side."""
+    return hashlib.sha256(f"shift-{salt}:{seed}:{pair_id}".encode()).digest()[0] < below
 
 
 def load_features(per_source: int, max_tokens: int, model: str = "smollm2-135m",
@@ -76,7 +79,7 @@ def side(fs, idx, scores) -> Side:
     ss = [fs.samples[i] for i in idx]
     return Side("x", tuple(s.id for s in ss), tuple(s.request for s in ss),
                 tuple(s.response for s in ss), np.asarray(scores, float),
-                np.array([int(s.label) for s in ss]))
+                np.array([int(s.label) for s in ss]), tuple(s.pair_id for s in ss))
 
 
 def rates(scores, y, t):
@@ -121,8 +124,12 @@ def fold(fs, held: str, readout: str, permutations: int, seed: int) -> list[dict
 
     src = np.array([s.source for s in fs.samples])
     y_all = fs.y
-    new = np.flatnonzero(src == held)
-    rest = np.flatnonzero(src != held)
+    if held == CONTROL:  # no shift: a random quarter of the pairs of every source
+        is_new = np.array([pair_half(s.pair_id, seed, "control", 64) for s in fs.samples])
+    else:
+        is_new = src == held
+    new = np.flatnonzero(is_new)
+    rest = np.flatnonzero(~is_new)
     tr = np.array([i for i in rest if pair_half(fs.samples[i].pair_id, seed)])
     ca = np.array([i for i in rest if not pair_half(fs.samples[i].pair_id, seed)])
     info = {}
@@ -186,6 +193,9 @@ def main(argv=None) -> int:
     ap.add_argument("--permutations", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sources", nargs="*", default=list(SOURCES))
+    ap.add_argument("--no-control", dest="control", action="store_false",
+                    help="skip the control fold (a random quarter of the pairs of every source "
+                         "as new traffic: no shift)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/shift/out/shift.json"))
     args = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
@@ -195,7 +205,7 @@ def main(argv=None) -> int:
     log(f"{len(fs.samples)} samples loaded from the feature cache")
     rows = []
     with threadpool_limits(1):
-        for held in args.sources:
+        for held in [*args.sources, *([CONTROL] if args.control else [])]:
             for readout in ("verdict", "head"):
                 rows.extend(fold(fs, held, readout, args.permutations, args.seed))
                 log(f"{held} / {readout} done")

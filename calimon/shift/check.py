@@ -20,12 +20,16 @@ from calimon.shift.sides import Side, calib_side, new_side
 def check_sides(calib: Side, new: Side, *, permutations: int = DEFAULT_PERMUTATIONS,
                 seed: int = 0, text_dims: int = 32, calib_state: Any = None,
                 new_state: Any = None) -> ShiftReport:
-    """Two-sample test between two sides (the score group only when both carry scores)."""
+    """Two-sample test between two sides (the score group only when both carry scores; pairs
+    kept together when both sides carry groups)."""
     with_score = calib.scores is not None and new.scores is not None
     a, b = calib.as_features(with_score), new.as_features(with_score)
     a["state"], b["state"] = calib_state, new_state
     view = build_view(a, b, text_dims=text_dims, seed=seed)
-    return two_sample_test(view, permutations=permutations, seed=seed)
+    groups = None
+    if calib.groups is not None and new.groups is not None:
+        groups = [f"calib:{k}" for k in calib.groups] + [f"new:{k}" for k in new.groups]
+    return two_sample_test(view, permutations=permutations, seed=seed, groups=groups)
 
 
 def shift_check(calib_run: str | Path, new: str | Path, *, calib_samples: str | Path | None = None,
@@ -109,3 +113,26 @@ def policy_check_line(policy_path: str | Path, scored: str | Path,
         return ("shift check: not run (the policy's provenance names no calibration CSV that "
                 "exists here)")
     return check_line(source, scored, new_samples=samples)
+
+
+def run_check_line(run: str | Path, *, permutations: int = DEFAULT_PERMUTATIONS,
+                   seed: int = 0) -> str:
+    """The report's line: within one run, its calibration rows (``split == calib``) against
+    the rows its thresholds were read on (every other scored row)."""
+    from calimon.deploy.io import read_scored_csv, resolve_run
+    from calimon.errors import CalimonError
+    from calimon.shift.sides import run_transcripts, side_of
+
+    try:
+        csv_path = resolve_run(run)
+        scored = read_scored_csv(csv_path, require_labels=False)
+        in_cal = scored.splits == "calib"
+        if not in_cal.any() or in_cal.all():
+            return ("shift check: not run (the run has no separate calibration rows: its maps "
+                    "were cross-fitted on the rows they score)")
+        found = run_transcripts(csv_path)
+        return check_sides(side_of("calibration", scored.subset(in_cal), found),
+                           side_of("new", scored.subset(~in_cal), found),
+                           permutations=permutations, seed=seed).line()
+    except (CalimonError, OSError, ValueError) as exc:
+        return f"shift check: not run ({exc})"

@@ -24,7 +24,9 @@ from calimon.samples import Sample
 @dataclass(frozen=True, eq=False)
 class Side:
     """Transcripts of one side, aligned by row: ``ids``, ``requests``, ``responses``; ``scores``
-    (the monitor's ``p_raw``, None when the side has none) and ``labels`` (-1 = unknown)."""
+    (the monitor's ``p_raw``, None when the side has none), ``labels`` (-1 = unknown) and
+    ``groups`` (pair ids: rows of one group are not exchangeable on their own; None = each row
+    its own group)."""
 
     name: str
     ids: tuple[str, ...]
@@ -32,6 +34,7 @@ class Side:
     responses: tuple[str, ...] = field(repr=False)
     scores: np.ndarray | None = field(default=None, repr=False)
     labels: np.ndarray | None = field(default=None, repr=False)
+    groups: tuple[str, ...] | None = field(default=None, repr=False)
 
     def as_features(self, with_score: bool = True) -> dict[str, Any]:
         return {"request": list(self.requests), "response": list(self.responses),
@@ -88,13 +91,14 @@ def run_transcripts(csv_path: str | Path, samples: str | Path | None = None) -> 
     return found
 
 
-def _side(name: str, scored, found: dict[str, Sample]) -> Side:
+def side_of(name: str, scored, found: dict[str, Sample]) -> Side:
+    """The Side of a ScoredSet's rows, with transcripts from ``found`` (by id)."""
     rows = [found[i] for i in scored.ids]
     p_raw = np.asarray(scored.p_raw, float)
     return Side(name, tuple(scored.ids), tuple(s.request for s in rows),
                 tuple(s.response for s in rows),
                 p_raw if p_raw.size and np.all(np.isfinite(p_raw)) else None,
-                np.asarray(scored.labels, int))
+                np.asarray(scored.labels, int), tuple(str(p) for p in scored.pair_ids))
 
 
 def calib_side(run: str | Path, *, samples: str | Path | None = None, score: str = "p_cal",
@@ -109,7 +113,7 @@ def calib_side(run: str | Path, *, samples: str | Path | None = None, score: str
     in_calib = scored.splits == "calib"
     cal = (scored.subset(in_calib) if in_calib.any()
            else calib_test_split(scored, seed=seed).calib)
-    return _side("calibration", cal, run_transcripts(csv_path, samples)), cal
+    return side_of("calibration", cal, run_transcripts(csv_path, samples)), cal
 
 
 def new_side(path: str | Path, *, samples: str | Path | None = None,
@@ -124,7 +128,8 @@ def new_side(path: str | Path, *, samples: str | Path | None = None,
         rows = load_samples(p)
         return Side("new", tuple(s.id for s in rows), tuple(s.request for s in rows),
                     tuple(s.response for s in rows), None,
-                    np.array([-1 if s.label is None else int(s.label) for s in rows]))
+                    np.array([-1 if s.label is None else int(s.label) for s in rows]),
+                    tuple(s.pair_id for s in rows))
     csv_path = resolve_run(p)
     scored = read_scored_csv(csv_path, score=score, require_labels=False)
-    return _side("new", scored, run_transcripts(csv_path, samples))
+    return side_of("new", scored, run_transcripts(csv_path, samples))
