@@ -68,7 +68,10 @@ def thresholds_cmd(
         rep = thresholds_run(run_dir, far=fars, mr=list(mr or []), delta=delta, score=score,
                              seed=seed)
         if json_out:
-            typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
+            d = rep.to_dict()
+            if new is not None:
+                d["shift"] = _shift_json(run_dir, new, rep, delta, score, seed)
+            typer.echo(json.dumps(json_ready(d), indent=2))
             return
         typer.echo(f"{rep.source}  score={rep.score}  split: {rep.split}")
         typer.echo(f"calib rows {rep.n_calib}, test rows {rep.n_test}, dropped without a "
@@ -89,6 +92,19 @@ def thresholds_cmd(
             _shift_lines(run_dir, new, rep, delta, score, seed)
 
     cli_errors(run)()
+
+
+def _shift_json(run_dir: Path, new: Path, rep, delta: float, score: str, seed: int) -> dict:
+    from calimon.errors import CalimonError
+    from calimon.shift.check import shift_thresholds
+
+    try:
+        return shift_thresholds(
+            run_dir, new, delta=delta, score=score, seed=seed,
+            far=[c.certificate.alpha for c in rep.checks if c.certificate.rate == "far"],
+            mr=[c.certificate.alpha for c in rep.checks if c.certificate.rate == "mr"]).to_dict()
+    except CalimonError as exc:
+        return {"not_run": str(exc)}
 
 
 def _shift_lines(run_dir: Path, new: Path, rep, delta: float, score: str, seed: int) -> None:

@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from pathlib import Path
 
 from calimon.data.registry import load_benchmark
 from calimon.heads.features import extract_features
@@ -44,6 +46,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt", default="direct")
     ap.add_argument("--max-input-tokens", type=int, default=MAX_INPUT_TOKENS)
     ap.add_argument("--per-source", type=int, default=PER_SOURCE)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/shift/out/extract.json"),
+                    help="where to record how many samples this run captured and its time")
     args = ap.parse_args(argv)
     from calimon.prompts import load_prompt
 
@@ -59,8 +63,13 @@ def main(argv=None) -> int:
 
     extract_features(backend, load_prompt(args.prompt), samples,
                      max_input_tokens=args.max_input_tokens, chunk_size=16, progress=tick)
-    print(f"extracted {len(samples)} samples in {time.perf_counter() - t0:.0f} s",
-          file=sys.stderr)
+    seconds = time.perf_counter() - t0
+    print(f"extracted {len(samples)} samples in {seconds:.0f} s", file=sys.stderr)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"n_samples": len(samples), "n_captured_this_run": done[0],
+                                    "seconds_this_run": round(seconds, 1),
+                                    "max_input_tokens": args.max_input_tokens,
+                                    "per_source": args.per_source}, indent=1) + "\n")
     return 0
 
 

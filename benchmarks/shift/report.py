@@ -37,6 +37,20 @@ def f(x, digits=3) -> str:
     return str(x)
 
 
+def capture_line(path: Path) -> str:
+    if not path.is_file():
+        return "- capture time: not recorded (no extract.json next to the results)."
+    x = json.loads(path.read_text())
+    if not x["n_captured_this_run"]:
+        return (f"- capture: the last `extract.py` run found all {x['n_samples']} samples in the "
+                f"cache ({x['seconds_this_run']:.0f} s); the capture time of the runs that filled "
+                f"it was not recorded.")
+    return (f"- capture: the last `extract.py` run captured {x['n_captured_this_run']} of the "
+            f"{x['n_samples']} samples in {x['seconds_this_run']:.0f} s "
+            f"({x['seconds_this_run'] / x['n_captured_this_run']:.1f} s per sample, one thread, "
+            f"shared machine); the others were already cached.")
+
+
 def setup(res: dict) -> list[str]:
     st = res["settings"]
     counts = res["counts"]
@@ -65,8 +79,16 @@ def setup(res: dict) -> list[str]:
         "(and vice versa).", ""]
 
 
+def ci(rate: float, n: int) -> str:
+    """Exact 95% interval of a realized rate over ``n`` benign transcripts."""
+    from calimon.deploy.guarantees import clopper_pearson
+
+    lo, hi = clopper_pearson(int(round(rate * n)), n, 0.95)
+    return f"[{lo:.2f}, {hi:.2f}]"
+
+
 def table(rows: list[dict]) -> list[str]:
-    head = ("| source | readout | alpha | AUROC calib / new | naive bound | naive FAR new | "
+    head = ("| source | readout | alpha | AUROC calib / new | naive bound | naive FAR new [95% CI] | "
             "naive MR new | domain AUROC | p | driver | weighted FAR | n_eff | shift-aware | "
             "aware bound | aware FAR new | recert labels (helper / needed) | recert bound |")
     out = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
@@ -75,7 +97,8 @@ def table(rows: list[dict]) -> list[str]:
         rec = f"{f(r['recert_labels_helper'])} / {f(r['recert_labels_actually_needed'])}"
         out.append(
             f"| {r['source']} | {r['readout']} | {r['alpha']:g} | {f(r['auroc_calib'], 2)} / "
-            f"{f(r['auroc_new'], 2)} | {f(r['naive_bound'])} | {f(r['naive_far_new'])}"
+            f"{f(r['auroc_new'], 2)} | {f(r['naive_bound'])} | {f(r['naive_far_new'])} "
+            f"{ci(r['naive_far_new'], r['n_new_benign'])}"
             f"{' **(over)**' if r['naive_violated'] else ''} | {f(r['naive_mr_new'])} | "
             f"{f(r['domain_auroc'])} | {f(r['p_value'])} | {r['driver']} | "
             f"{f(r['weighted_far'])} | {f(r['ess_neg'], 1)} | {aware}"
@@ -170,7 +193,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     res = json.loads(args.results.read_text())
     rows = res["rows"]
-    lines = [HEADER, *setup(res), *targets(rows), *reading(rows), "## Per fold", "",
+    lines = [HEADER, *setup(res)[:-1], capture_line(args.results.parent / "extract.json"), "",
+             *targets(rows), *reading(rows), "## Per fold", "",
              "`(over)`: realized FAR on S above the certificate's bound. `abstain (label N)`: the "
              "shift-aware method printed no certificate and asked for N labelled transcripts. "
              "Recert: labels the helper asks for / the least audit size (same seeded order) "

@@ -8,9 +8,10 @@ domain: ``p = (1 + #{AUROC_perm >= AUROC_obs}) / (B + 1)``, exact under the null
 transcripts are exchangeable (whatever the classifier). **What drives it**: the out-of-fold AUROC
 of each feature group alone.
 
-The same out-of-fold probabilities ``q(x) = P(new | x)`` of the calibration rows give density
-ratios ``w(x) = q / (1 - q) * n_calib / n_new`` (``q`` clipped to ``[clip, 1 - clip]``), used by
-:mod:`calimon.shift.certify`.
+Out-of-fold probabilities ``q(x) = P(new | x)`` of the calibration rows give density ratios
+``w(x) = q / (1 - q) * n_calib / n_new`` (``q`` clipped to ``[clip, 1 - clip]``), used by
+:mod:`calimon.shift.certify`; for them the classifier's regularization is chosen by out-of-fold
+log loss among ``WEIGHT_CS`` (the test itself uses C = 1, fixed, so its p-value stays exact).
 """
 
 from __future__ import annotations
@@ -61,6 +62,25 @@ def oof_domain_probs(X: np.ndarray, d: np.ndarray, *, folds: int = 5, seed: int 
     return out
 
 
+WEIGHT_CS = (0.01, 0.1, 1.0)
+
+
+def _ratio_probs(view: FeatureView, d: np.ndarray, g: np.ndarray | None, folds: int, seed: int,
+                 q1: np.ndarray) -> tuple[np.ndarray, float]:
+    """Out-of-fold domain probabilities for the density ratios: the regularization among
+    ``WEIGHT_CS`` with the lowest out-of-fold log loss (an overfitted classifier gives extreme
+    probabilities, hence wild weights, even with no shift). ``q1``: the C = 1 probabilities."""
+    from sklearn.metrics import log_loss
+
+    best = (log_loss(d, q1), 1.0, q1)
+    for c in WEIGHT_CS:
+        if c == 1.0:
+            continue
+        q = oof_domain_probs(view.X, d, folds=folds, seed=seed, groups=g, C=c)
+        best = min(best, (log_loss(d, q), c, q), key=lambda t: t[0])
+    return best[2], best[1]
+
+
 def _permuted(d: np.ndarray, groups: np.ndarray | None, rng) -> np.ndarray:
     """Domain labels permuted over the exchangeable units: rows, or whole groups."""
     if groups is None:
@@ -89,6 +109,7 @@ class ShiftReport:
     groups: tuple[str, ...]
     seed: int
     alpha_test: float
+    weights_C: float
     weights: np.ndarray = field(repr=False)
     q_new: np.ndarray = field(repr=False)
 
@@ -121,6 +142,7 @@ class ShiftReport:
                 "by_group": self.by_group, "driver": self.driver,
                 "outside_share": self.outside_share, "groups": list(self.groups),
                 "seed": self.seed, "ess_share_all_calib": self.ess_share(),
+                "weights_C": self.weights_C,
                 "weights": {"min": float(self.weights.min()), "max": float(self.weights.max()),
                             "mean": float(self.weights.mean())}}
 
@@ -166,6 +188,7 @@ def _two_sample_test(view: FeatureView, d: np.ndarray, g: np.ndarray | None, per
     by_group = {k: _auroc(d, oof_domain_probs(view.columns([k]), d, folds=folds, seed=seed,
                                               groups=g))
                 for k in view.groups}
+    q, weights_c = _ratio_probs(view, d, g, folds, seed, q)
     qc = np.clip(q[: view.n_calib], CLIP, 1 - CLIP)
     weights = qc / (1 - qc) * view.n_calib / view.n_new
     q_new = q[view.n_calib:]
@@ -173,4 +196,5 @@ def _two_sample_test(view: FeatureView, d: np.ndarray, g: np.ndarray | None, per
                        p_value=(1 + hits) / (permutations + 1), permutations=permutations,
                        by_group=by_group, outside_share=float(np.mean(q_new > OUTSIDE_Q)),
                        groups=tuple(view.groups), seed=seed, alpha_test=alpha_test,
+                       weights_C=weights_c,
                        weights=weights, q_new=q_new)
