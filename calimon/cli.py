@@ -133,12 +133,13 @@ def _mount_areas() -> None:
         cli_heads,
         cli_report,
         cli_robustness,
+        cli_shift,
         cli_spans,
     )
 
     cli_data.app.command("import-amb")(import_amb_cmd)
     app.add_typer(cli_data.app, name="data")
-    for area in (cli_backends, cli_spans, cli_report, cli_heads, cli_robustness):
+    for area in (cli_backends, cli_spans, cli_report, cli_heads, cli_robustness, cli_shift):
         area.register(app)
     app.command("thresholds")(cli_deploy.thresholds_cmd)
     app.command("escalate")(cli_deploy.escalate_cmd)

@@ -73,6 +73,9 @@ def thresholds_cmd(
     delta: DeltaOpt = 0.05,
     score: ScoreOpt = None,
     seed: SeedOpt = 0,
+    new: Annotated[Path | None, typer.Option(
+        help="New transcripts the thresholds will meet (samples JSONL, run folder or scored "
+             "CSV): runs the shift check and adds shift-aware certificates.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Certify thresholds (FAR or MR <= alpha at 1 - delta) on calib; report rates on test."""
@@ -83,7 +86,10 @@ def thresholds_cmd(
         rep = thresholds_run(run_dir, far=fars, mr=list(mr or []), delta=delta,
                              score=_run_score(run_dir, score), seed=seed)
         if json_out:
-            typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
+            d = rep.to_dict()
+            if new is not None:
+                d["shift"] = _shift_json(run_dir, new, rep, delta, rep.score, seed)
+            typer.echo(json.dumps(json_ready(d), indent=2))
             return
         typer.echo(f"{rep.source}  score={rep.score}  split: {rep.split}")
         typer.echo(f"calib rows {rep.n_calib}, test rows {rep.n_test}, dropped without a "
@@ -100,8 +106,41 @@ def thresholds_cmd(
         if any(not c.certificate.certified for c in rep.checks):
             typer.echo("not certified: too few calibration samples of that class (see "
                        "calimon.deploy.guarantees.samples_needed)")
+        if new is not None:
+            _shift_lines(run_dir, new, rep, delta, rep.score, seed)
 
     cli_errors(run)()
+
+
+def _shift_json(run_dir: Path, new: Path, rep, delta: float, score: str, seed: int) -> dict:
+    from calimon.errors import CalimonError
+    from calimon.shift.check import shift_thresholds
+
+    try:
+        return shift_thresholds(
+            run_dir, new, delta=delta, score=score, seed=seed,
+            far=[c.certificate.alpha for c in rep.checks if c.certificate.rate == "far"],
+            mr=[c.certificate.alpha for c in rep.checks if c.certificate.rate == "mr"]).to_dict()
+    except CalimonError as exc:
+        return {"not_run": str(exc)}
+
+
+def _shift_lines(run_dir: Path, new: Path, rep, delta: float, score: str, seed: int) -> None:
+    """The shift check's line and one shift-aware line per target (`thresholds --new`)."""
+    from calimon.errors import CalimonError
+    from calimon.shift.check import shift_thresholds
+
+    fars = [c.certificate.alpha for c in rep.checks if c.certificate.rate == "far"]
+    mrs = [c.certificate.alpha for c in rep.checks if c.certificate.rate == "mr"]
+    try:
+        res = shift_thresholds(run_dir, new, far=fars, mr=mrs, delta=delta, score=score,
+                               seed=seed)
+    except CalimonError as exc:
+        typer.echo(f"shift check: not run ({exc})")
+        return
+    typer.echo(res.report.line())
+    for a in res.aware:
+        typer.echo(f"shift-aware: {a.message()}")
 
 
 @deploy_app.command("escalate")
@@ -128,6 +167,10 @@ def escalate_cmd(
     readout: Annotated[str | None, typer.Option(help="Readout (default: run metadata).")] = None,
     calibration: Annotated[str | None, typer.Option(
         help="Calibration method (default: run metadata).")] = None,
+    audit_fraction: Annotated[float, typer.Option(
+        help="Also send this fraction of auto_pass / auto_block decisions to review (the "
+             "audit slice `calimon recertify` uses).")] = 0.0,
+    audit_seed: Annotated[int, typer.Option(help="Seed of the audit slice.")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """Design an auto-pass / review / auto-block policy on calib; report it on test; save it."""
@@ -138,7 +181,8 @@ def escalate_cmd(
                            cost_false_block=cost_false_block, cost_review=cost_review,
                            far_alpha=far_alpha, mr_alpha=mr_alpha, delta=delta,
                            score=_run_score(run_dir, score),
-                           seed=seed, model=model, readout=readout, calibration=calibration)
+                           seed=seed, model=model, readout=readout, calibration=calibration,
+                           audit_fraction=audit_fraction, audit_seed=audit_seed)
         if json_out:
             typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
             return
@@ -168,15 +212,20 @@ def apply_policy_cmd(
     scored: Annotated[Path, typer.Argument(help="Scored CSV (curve.csv layout; labels not "
                                                 "needed).")],
     out: Annotated[Path, typer.Option(help="Where to write decisions.csv.")],
+    samples: Annotated[Path | None, typer.Option(
+        help="Samples JSONL of the scored transcripts, for the shift check (default: the "
+             "benchmark named by the curve.json next to SCORED).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Decide auto_pass / human_review / auto_block for each scored transcript."""
     from calimon.deploy.policies import apply_policy_file
+    from calimon.shift.check import policy_check_line
 
     def run() -> None:
         rep = apply_policy_file(policy, scored, out)
+        line = policy_check_line(policy, scored, samples)
         if json_out:
-            typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
+            typer.echo(json.dumps(json_ready({**rep.to_dict(), "shift_check": line}), indent=2))
             return
         total = sum(rep.counts.values())
         typer.echo(f"{total} decision(s) written to {rep.out}")
@@ -193,6 +242,10 @@ def apply_policy_cmd(
                                 _num(r["estimate"]), f"[{_num(r['low'])}, {_num(r['high'])}]"]
                                for r in rep.rates]))
             typer.echo("(exact Clopper-Pearson intervals over the scored rows of each label)")
+        if rep.audit_fraction:
+            typer.echo(f"{rep.n_review} transcript(s) go to review: the review band plus an "
+                       f"audit slice of {rep.audit_fraction:g} of the automatic decisions")
+        typer.echo(line)
 
     cli_errors(run)()
 

@@ -54,6 +54,9 @@ def report_cmd(
     typer.echo("figures: " + ", ".join(str(p) for p in rep.pngs))
     for note in rep.notes:
         typer.echo(f"note: {note}")
+    from calimon.shift.check import run_check_line
+
+    typer.echo(run_check_line(run))
     if screenshot is not None:
         typer.echo(f"screenshot: {result['screenshot']}")
     for err in result.get("browser_errors", []):

@@ -50,6 +50,8 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     p_cal = np.clip(after_by_method[method], 0.0, 1.0) if calibrated else p_raw
     keys = {"category": [x.category for x in kept], "task": [x.task for x in kept],
             "cell": [f"{x.category}/{x.task}" for x in kept]}
+    if any(x.source for x in kept):  # per source too, as per category and task
+        keys["source"] = [x.source for x in kept]
     curves = curves_by(p_cal, y, groups, keys=keys, n_boot=s.n_boot, seed=s.seed,
                        min_per_class=MIN_PER_CLASS_CURVE)
     raw_curve = Curve.from_scores(p_raw, y, groups, n_boot=0)
@@ -238,7 +240,7 @@ def _write_csv(path: Path, samples: list[Sample], readings: dict[str, Verdict],
                         task=x.task, split=x.split or "", status=v.status if v else "missing",
                         p_raw=v.p_raw if v is not None and v.scored else None,
                         p_cal=p_cal.get(x.id), format_mass=v.format_mass if v else None,
-                        truncated=bool(v and v.truncation))
+                        truncated=bool(v and v.truncation), source=x.source or "")
 
     write_curve_csv(path, (row(x) for x in samples))
 

@@ -5,12 +5,12 @@ versioned), its one writer and its one reader.
 (``calimon.deploy.io``: ``thresholds``, ``escalate``, ``apply-policy``) and the report
 (``calimon.report.data``) read it through :func:`read_curve_csv`.
 
-Format version 2 (``CURVE_CSV_VERSION``): one row per sample with the columns ``CURVE_COLUMNS``;
+Format version 3 (``CURVE_CSV_VERSION``): one row per sample with the columns ``CURVE_COLUMNS``;
 every number is written as ``repr(float)``, the shortest text that reads back as the same
 double, so a threshold taken from ``curve.json`` splits the rows of ``curve.csv`` exactly as it
 split the scores the curve was computed from. Version 1 wrote scores with 6 significant digits,
-which moved samples across their own thresholds. A missing score is an empty cell, never 0.
-``curve.json`` names the version under ``files["curve.csv"]``.
+which moved samples across their own thresholds; version 3 added ``source``. A missing score is
+an empty cell, never 0. ``curve.json`` names the version under ``files["curve.csv"]``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 from calimon.errors import InputError
 
 CURVE_CSV = "curve.csv"
-CURVE_CSV_VERSION = 2
+CURVE_CSV_VERSION = 3
 CURVE_COLUMNS = ("id", "pair_id", "label", "category", "task", "split", "status", "p_raw",
-                 "p_cal", "format_mass", "truncated")
+                 "p_cal", "format_mass", "truncated", "source")
 PROB_COLUMNS = ("p_raw", "p_cal", "format_mass")
 SCORED_STATUSES = ("ok", "truncated")
 _TRUE, _FALSE = {"1", "true", "True", "TRUE"}, {"0", "false", "False", "FALSE"}
@@ -48,6 +48,7 @@ class CurveRow:
     p_cal: float | None
     format_mass: float | None = None
     truncated: bool = False
+    source: str = ""
     line: int = field(default=0, compare=False)
 
     @property
@@ -79,7 +80,7 @@ def write_curve_csv(path: str | Path, rows: Iterable[CurveRow]) -> Path:
         for r in rows:
             w.writerow([r.id, r.pair_id, "" if r.label is None else int(r.label), r.category,
                         r.task, r.split, r.status, format_float(r.p_raw), format_float(r.p_cal),
-                        format_float(r.format_mass), int(bool(r.truncated))])
+                        format_float(r.format_mass), int(bool(r.truncated)), r.source])
     return out
 
 
@@ -124,7 +125,7 @@ def _row(get, path: str, line: int, seen: dict[str, int]) -> CurveRow:
                     category=get("category"), task=get("task"), split=get("split"),
                     status=status, p_raw=probs["p_raw"], p_cal=probs["p_cal"],
                     format_mass=probs["format_mass"], truncated=get("truncated") in _TRUE,
-                    line=line)
+                    source=get("source"), line=line)
 
 
 def read_curve_csv(path: str | Path, *, required: Sequence[str] = ("id", "status"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from calimon.cli_deploy import deploy_app
+from calimon.cli import app
 from calimon.deploy.policy_file import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def _run(command: str) -> tuple[int, str]:
         return 0, ""
     args = shlex.split(command)
     assert args[0] == "calimon", command
-    r = CliRunner().invoke(deploy_app, args[1:])
+    r = CliRunner().invoke(app, args[1:])
     return r.exit_code, r.output
 
 

@@ -19,6 +19,7 @@ from calimon.deploy.policies import (
     evaluate_policy,
 )
 from calimon.deploy.policy_file import (
+    Audit,
     Policy,
     apply_policy,
     load_policy,
@@ -51,13 +52,15 @@ def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
                  far_alpha: float | None = None, mr_alpha: float | None = None,
                  delta: float = 0.05, score: str = "p_cal", seed: int = 0,
                  model: str | None = None, readout: str | None = None,
-                 calibration: str | None = None) -> EscalationReport:
+                 calibration: str | None = None, audit_fraction: float = 0.0,
+                 audit_seed: int = 0) -> EscalationReport:
     """Design a policy on a run's calibration split, check it on its test split, save it.
 
     ``path``: run directory or scored CSV (split as in ``thresholds_run``). Needs ``budget``
     or a positive ``cost_review``: without either, reviewing everything is trivially optimal.
     ``model`` / ``readout`` / ``calibration`` default to the run's metadata
     (``run_metadata``), else ``"unknown"`` (``calibration`` is ``"none"`` for ``p_raw``).
+    ``audit_fraction`` / ``audit_seed``: the policy's audit slice (``Audit``).
     """
     from calimon import __version__
     from calimon.deploy.io import (
@@ -68,6 +71,9 @@ def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
         run_metadata,
     )
 
+    if not 0 <= audit_fraction < 1:
+        raise InputError(f"expected an audit fraction in [0, 1), got {audit_fraction}",
+                         field="audit_fraction")
     if budget is None and not cost_review:
         raise InputError("give a review budget or a positive review cost; without either, "
                          "sending everything to review is trivially optimal", field="budget")
@@ -96,7 +102,7 @@ def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
         design, name=name or Path(out).stem, readout=readout or meta.get("readout", "unknown"),
         model=model or meta.get("model", "unknown"),
         calibration=calibration or meta.get("calibration", "unknown"), score=score,
-        provenance=provenance)
+        provenance=provenance, audit=Audit(fraction=audit_fraction, seed=audit_seed))
     saved = save_policy(policy, out)
     return EscalationReport(policy=policy, path=str(saved), design=design, test=test,
                             split=split.method, n_dropped=split.calib.n_dropped)
@@ -118,8 +124,9 @@ def _require_support(calib: Any, csv_path: Any) -> None:
 
 @dataclass(frozen=True)
 class ApplySummary:
-    """What ``apply_policy_file`` decided: rows per action, how many had no score, and the
-    rates it realized on the scored rows of each label present, with exact intervals."""
+    """What ``apply_policy_file`` decided: rows per action, how many had no score, how many go
+    to a human (``n_review``: review action plus the audit slice), and the rates it realized on
+    the scored rows of each label present, with exact intervals."""
 
     policy: str
     source: str
@@ -127,6 +134,8 @@ class ApplySummary:
     counts: dict[str, int]
     n_unscored: int
     rates: tuple[dict[str, Any], ...] = ()  # realized FAR / MR / block rate (class_support)
+    n_review: int = 0
+    audit_fraction: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,10 +145,14 @@ def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
                       out: str | Path) -> ApplySummary:
     """Decide an action for every row of a scored CSV, reading only it and the policy file.
 
-    Writes ``out`` (CSV: ``id,status,score,action``): scored rows first, in file order, then the
-    rows without a score (status not ok/truncated), which get ``actions.unscored``.
-    Labels are not needed; where present (a benign-only set included) the realized FAR and MR
-    come with exact Clopper-Pearson intervals (``calimon.class_support.policy_rates``).
+    Writes ``out`` (CSV: ``id,status,score,action,review,inclusion``): scored rows first, in
+    file order, then the rows without a score (status not ok/truncated), which get
+    ``actions.unscored``. ``review`` is 1 when a human sees the transcript (its action is
+    ``human_review``, or it falls in the policy's audit slice); ``inclusion`` is the probability
+    that a transcript with its action is reviewed (1 for ``human_review``, the audit fraction
+    otherwise). Labels are not needed; where present (a benign-only set included) the realized
+    FAR and MR come with exact Clopper-Pearson intervals
+    (``calimon.class_support.policy_rates``).
     """
     import csv
 
@@ -151,17 +164,29 @@ def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
     unscored = policy.actions.unscored
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
+    rows = [*zip(scored.ids, scored.statuses, [repr(float(s)) for s in scored.scores], actions,
+                 strict=True),
+            *((rid, st, "", unscored) for rid, st in zip(scored.dropped_ids,
+                                                          scored.dropped_statuses, strict=True))]
+    n_review = 0
     with target.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(["id", "status", "score", "action"])
-        for rid, status, s, a in zip(scored.ids, scored.statuses, scored.scores, actions,
-                                     strict=True):
-            w.writerow([rid, status, repr(float(s)), a])
-        for rid, status in zip(scored.dropped_ids, scored.dropped_statuses, strict=True):
-            w.writerow([rid, status, "", unscored])
+        w.writerow(["id", "status", "score", "action", "review", "inclusion"])
+        for rid, status, s, a in rows:
+            review, inclusion = _reviewed(policy, rid, a)
+            n_review += review
+            w.writerow([rid, status, s, a, review, repr(inclusion)])
     counts = {a: int(np.sum(actions == a)) for a in ACTIONS}
     counts[unscored] += scored.n_dropped
     rates = policy_rates(actions, scored.labels, policy.t_low, policy.t_high)
     return ApplySummary(policy=str(policy_path), source=str(scored_path), out=str(target),
                         counts=counts, n_unscored=scored.n_dropped,
-                        rates=tuple(r.to_dict() for r in rates))
+                        rates=tuple(r.to_dict() for r in rates), n_review=n_review,
+                        audit_fraction=policy.audit.fraction)
+
+
+def _reviewed(policy: Policy, rid: str, action: str) -> tuple[int, float]:
+    """(goes to a human, probability that a transcript with this action does)."""
+    if action == "human_review":
+        return 1, 1.0
+    return int(policy.audit.includes(rid)), policy.audit.fraction

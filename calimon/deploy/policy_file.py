@@ -33,6 +33,29 @@ class PolicyActions(BaseModel):
     unscored: Action = "human_review"
 
 
+class Audit(BaseModel):
+    """The audit slice: a ``fraction`` of the auto_pass and auto_block transcripts also goes
+    to review, chosen by a hash of ``seed:id`` (:func:`audit_draw`), independent of the label,
+    so reviewed transcripts form a sample with known inclusion probabilities (1 for
+    human_review, ``fraction`` for the automatic actions). 0: no audit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    fraction: float = Field(default=0.0, ge=0, lt=1)
+    seed: int = 0
+
+    def includes(self, rid: str) -> bool:
+        """True when transcript ``rid`` falls in the audit slice."""
+        return self.fraction > 0 and audit_draw(rid, self.seed) < self.fraction
+
+
+def audit_draw(rid: str, seed: int) -> float:
+    """A uniform number in [0, 1) fixed by ``seed`` and the transcript id (sha256)."""
+    import hashlib
+
+    h = hashlib.sha256(f"{int(seed)}:{rid}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2.0 ** 64
+
+
 class Guarantee(BaseModel):
     """A certificate as stored in a policy file (see ``CertifiedThreshold``)."""
 
@@ -67,6 +90,7 @@ class Policy(BaseModel):
     t_low: float
     t_high: float
     actions: PolicyActions = PolicyActions()
+    audit: Audit = Audit()
     guarantees: list[Guarantee] = []
     provenance: dict[str, Any] = {}
 
@@ -115,7 +139,8 @@ def save_policy(policy: Policy, path: str | Path) -> Path:
 
 def policy_from_design(design: PolicyDesign, *, name: str, readout: str, model: str,
                        calibration: str, score: str = "p_cal",
-                       provenance: dict[str, Any] | None = None) -> Policy:
+                       provenance: dict[str, Any] | None = None,
+                       audit: Audit | None = None) -> Policy:
     """A Policy from an optimizer result; ``provenance`` must hold plain YAML types."""
     guarantees = [Guarantee(**{k: v for k, v in g.to_dict().items() if k != "p_value"},
                             action="auto_block" if g.rate == "far" else "auto_pass")
@@ -123,7 +148,7 @@ def policy_from_design(design: PolicyDesign, *, name: str, readout: str, model: 
     try:
         return Policy(version=1, name=name, readout=readout, model=model,
                       calibration=calibration, score=score, t_low=design.t_low,
-                      t_high=design.t_high, guarantees=guarantees,
+                      t_high=design.t_high, guarantees=guarantees, audit=audit or Audit(),
                       provenance=dict(provenance or {}))
     except ValidationError as exc:
         err = exc.errors()[0]

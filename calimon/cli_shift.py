@@ -1,0 +1,120 @@
+"""CLI of the shift tools: ``calimon shift`` and ``calimon recertify``.
+
+``register(app)`` mounts both on the main app. Each command calls one library function
+(:mod:`calimon.shift`), prints a compact report (or JSON with ``--json``) and turns a
+CalimonError into one line on stderr and its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from calimon.cli_common import cli_errors, json_ready
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}g}"
+
+
+@cli_errors
+def shift_cmd(
+    calib_run: Annotated[Path, typer.Argument(help="Calibration run folder (its curve.csv and "
+                                                   "curve.json) or scored CSV.")],
+    new_set: Annotated[Path, typer.Argument(help="New transcripts: a samples JSONL (labels not "
+                                                 "needed) or a run folder / scored CSV.")],
+    far: Annotated[list[float] | None, typer.Option(
+        "--far", help="Also certify FAR <= this on the new data (repeatable; default 0.05).")]
+        = None,
+    mr: Annotated[list[float] | None, typer.Option(
+        "--mr", help="Also certify MR <= this on the new data (repeatable).")] = None,
+    delta: Annotated[float, typer.Option(help="Each certificate holds with probability "
+                                              ">= 1 - delta.")] = 0.05,
+    permutations: Annotated[int, typer.Option(help="Permutations of the two-sample test.")]
+        = 200,
+    score: Annotated[str, typer.Option(help="Score column the thresholds read.")] = "p_cal",
+    seed: Annotated[int, typer.Option(help="Seed of the folds, permutations, rejection "
+                                           "sampling and the pair split.")] = 0,
+    calib_samples: Annotated[Path | None, typer.Option(
+        help="Samples JSONL of the calibration run (default: the run's benchmark).")] = None,
+    new_samples: Annotated[Path | None, typer.Option(
+        help="Samples JSONL of the new scored CSV (default: its run's benchmark).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Does NEW_SET look like the calibration data? Domain AUROC, permutation p-value, what
+    drives it, and naive vs shift-aware certificates on the new data."""
+    from calimon.shift.check import shift_thresholds
+
+    fars = [0.05] if far is None and mr is None else list(far or [])
+    res = shift_thresholds(calib_run, new_set, far=fars, mr=list(mr or []), delta=delta,
+                           score=score, seed=seed, permutations=permutations,
+                           calib_samples=calib_samples, new_samples=new_samples)
+    if json_out:
+        typer.echo(json.dumps(json_ready(res.to_dict()), indent=2))
+        return
+    r = res.report
+    typer.echo(r.line())
+    typer.echo("feature group alone: " + ", ".join(
+        f"{g} AUROC {a:.3f}" for g, a in sorted(r.by_group.items(), key=lambda kv: -kv[1])))
+    typer.echo(f"new transcripts without a calibration neighbour (P(new|x) > 0.99): "
+               f"{r.outside_share:.1%}; density ratios on calibration rows: min "
+               f"{r.weights.min():.3g}, max {r.weights.max():.3g}")
+    for n, a in zip(res.naive, res.aware, strict=True):
+        what = f"{n.rate.upper()} <= {n.alpha:g}"
+        naive = (f"threshold {_num(n.threshold, 6)}, bound {_num(n.bound)} ({n.k}/{n.n})"
+                 if n.certified else "not certified")
+        typer.echo(f"{what}: naive (calibration as if exchangeable): {naive}; weighted "
+                   f"estimate on the new data {_num(a.estimate)} (n_eff {a.ess:.1f} of "
+                   f"{a.n_class})")
+        typer.echo(f"{what}: shift-aware: {a.message()}")
+
+
+@cli_errors
+def recertify_cmd(
+    decisions: Annotated[Path, typer.Argument(help="decisions.csv of `calimon apply-policy` "
+                                                   "(with review and inclusion columns).")],
+    labels: Annotated[Path, typer.Argument(help="Reviewer labels: CSV (id,label) or JSONL.")],
+    far: Annotated[float | None, typer.Option(help="Target FAR of the policy.")] = None,
+    mr: Annotated[float | None, typer.Option(help="Target MR of the policy.")] = None,
+    delta: Annotated[float, typer.Option(help="The bounds hold together with probability "
+                                              ">= 1 - delta.")] = 0.05,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Certify a policy's FAR / MR on the traffic it decided, from reviewed labels (the review
+    band plus the audit slice)."""
+    from calimon.shift.recert_run import recertify_files
+
+    rep = recertify_files(decisions, labels, delta=delta, far_alpha=far, mr_alpha=mr)
+    if json_out:
+        typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
+        return
+    for s in rep.strata.values():
+        typer.echo(f"{s.action:13} {s.size} decided, {s.labelled} labelled "
+                   f"(inclusion {s.inclusion:g}), {s.benign} benign among them")
+    typer.echo(f"labels used {rep.n_labels_used}, ignored (outside the review sample) "
+               f"{rep.n_labels_ignored}, reviewed without a label (counted as the worst case) "
+               f"{rep.n_reviewed_unlabelled}")
+    for c in (rep.far, rep.mr):
+        line = (f"{c.rate.upper()} on this traffic: estimate {_num(c.estimate)}, upper bound "
+                f"{_num(c.bound)} at {1 - c.delta:g}")
+        if c.alpha is not None:
+            need = rep.labels_needed.get(c.rate)
+            line += (f"; <= {c.alpha:g}: certified" if c.certified else
+                     f"; <= {c.alpha:g}: not certified" + (
+                         f" (about {need} labels would be needed at the shares seen)"
+                         if need is not None else " (the estimate itself is above the target)"))
+        typer.echo(line)
+
+
+def register(app: typer.Typer) -> None:
+    """Mount `shift` and `recertify` on the main CLI."""
+    app.command("shift")(shift_cmd)
+    app.command("recertify")(recertify_cmd)
