@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -12,10 +13,21 @@ import numpy as np
 from calimon.heads.features import FeatureSet
 from calimon.shift.synthetic import synthetic_traffic
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "shift"))
+STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "shift"
+sys.path.insert(0, str(STUDY))  # run_shift imports its sibling `extract`
 
-import report  # noqa: E402
-import run_shift  # noqa: E402
+
+def _load(name: str):
+    """The study script ``name`` by path, under a unique module name: other benchmark folders
+    have a ``report.py`` too, and whichever a test imported first would win by plain name."""
+    spec = importlib.util.spec_from_file_location(f"shift_study_{name}", STUDY / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+report = _load("report")
+run_shift = _load("run_shift")
 
 
 def _features():
