@@ -2,7 +2,8 @@
 order, in a temporary folder, as a new user would run them.
 
 The commands are read from README.md and the Makefile at test time. What the test changes, and
-why: heavy `calimon curve` lines get small limits appended (``LIMITS``: the last value of an
+why: heavy `calimon curve` lines get small limits appended (``LIMITS``, or ``DEPLOY_LIMITS``
+for the runs the deployment commands read: the last value of an
 option wins); the placeholder ``/path/to/hf/folder`` becomes the embedded model's converted
 folder; the served model at ``http://127.0.0.1:8000/v1`` becomes an in-process stand-in server
 (OpenAI-style completions with token-id logprobs); ``../shared/sources`` becomes the sources
@@ -32,6 +33,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = ["--limit", "16", "--binary-limit", "2", "--n-boot", "20"]
+# runs that the deployment commands read (the demo, the amb-open traffic) keep enough of each class
+# for a curve and a policy in their calib split (calimon.class_support: 10 of each class)
+DEPLOY_LIMITS = ["--limit", "64", "--binary-limit", "2", "--n-boot", "20"]
+DEPLOY_RUNS = ("runs/demo", "runs/amb-open")
 SERVED = "http://127.0.0.1:8000/v1"
 PLACEHOLDER_MODEL = "/path/to/hf/folder"
 
@@ -143,7 +148,8 @@ def _prepare(line: str, server_url: str) -> list[str]:
             a = _sources() or a  # none here: the line keeps its documented exit code 2
         out.append(a)
     if out[:2] == ["calimon", "curve"]:
-        out += LIMITS
+        feeds_deploy = "--out" in out and out[out.index("--out") + 1] in DEPLOY_RUNS
+        out += DEPLOY_LIMITS if feeds_deploy else LIMITS
     return out
 
 
