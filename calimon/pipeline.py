@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calimon import __version__
-from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
-from calimon.engines import MonitorSpec, Scorer, backend_options
+from calimon.data.registry import load_benchmark
+from calimon.engines import MonitorSpec, RunSettings, Scorer
 from calimon.errors import InputError
 from calimon.jsonio import dump_json, json_default
 from calimon.models import resolve_model
@@ -22,46 +22,40 @@ from calimon.store import RunStore
 ALL_METHODS = ("temperature", "platt", "isotonic", "histogram", "beta")
 
 
-@dataclass(frozen=True)
-class CurveSettings:
-    model: str = "smollm2-135m"
-    benchmark: str = DEFAULT_BENCHMARK
-    prompt: str = "direct"
-    readout: str = "verdict"
+@dataclass(frozen=True, kw_only=True)
+class CurveSettings(RunSettings):
+    """A curve run: the monitor, benchmark, budget, seed, store and backend/engine flags of
+    `RunSettings`, plus which split is judged (``split``; None: every sample, cross-fitted),
+    where the maps are fitted (``fit_on``), the binary-protocol points, the calibration maps,
+    the bootstrap, the operating points and the output folder."""
+
     binary_prompts: tuple[str, ...] = ("direct", "evidence")
     binary_limit: int | None = None
-    limit: int | None = None
     split: str | None = None
     fit_on: str = "calib"  # with a split: fit maps on "calib", or "crossfit" within the split
     calibration: str = "platt"
     methods: tuple[str, ...] = ALL_METHODS
     n_boot: int = 200
-    seed: int = 0
     fars: tuple[float, ...] = (0.01, 0.05, 0.10)
     rate_thresholds: tuple[float, ...] = (0.5,)  # FAR / MR with exact intervals at these
     calibration_map: Path | None = None  # apply this saved map instead of fitting maps
     cost_miss: float = 1.0
     cost_false_alarm: float = 1.0
-    backend: str = "transformers"  # a name in calimon.backends (or a plugin's)
-    device: str = "auto"  # transformers backend
-    batch_tokens: int = 8192  # transformers backend
-    base_url: str | None = None  # http backend
-    served_model: str | None = None  # http backend
-    top_logprobs: int | None = None  # vllm and http backends
-    concurrency: int = 8  # http backend
-    kv_cache_gib: int | None = None  # vllm backend (whole GiB)
-    store: Path = Path("runs/store.sqlite")
     out: Path | None = None
 
 
 @dataclass(frozen=True)
 class CurveRun:
+    """What `run_curve` returns: the run folder, the summary written to its curve.json, and
+    the model calls the run made (0 when the store had every reading)."""
+
     out: Path
     summary: dict = field(repr=False)
     model_calls: int = 0
 
 
 def default_out(settings: CurveSettings) -> Path:
+    """A new run folder under runs/, named by the time, the model and the readout."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{stamp}-{settings.model.replace('/', '_')}-{settings.readout}"
 
@@ -89,26 +83,25 @@ def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, l
 def monitor_spec(s: CurveSettings) -> MonitorSpec:
     """The confidence monitor of a curve run, with its backend's options from the settings
     (the same factory `calimon score` uses)."""
-    opts = backend_options(s.backend, device=s.device, batch_tokens=s.batch_tokens,
-                           base_url=s.base_url, served_model=s.served_model,
-                           top_logprobs=s.top_logprobs, concurrency=s.concurrency,
-                           kv_cache_gib=s.kv_cache_gib)
-    return MonitorSpec(model=s.model, backend=s.backend, prompt=s.prompt, readout=s.readout,
-                       options=opts)
+    return s.spec()
 
 
 def run_curve(s: CurveSettings, progress: Progress | None = None,
               log: Callable[[str], None] = lambda m: None) -> CurveRun:
+    """`calimon curve`: score the evaluated (and fit) samples through the scoring service
+    (local or Ray engine; the store's readings are reused), score the binary-protocol
+    prompts on whole pairs, then calibrate, sweep thresholds and write the run folder."""
     resolved = resolve_model(s.model)  # first: a missing model fails before any other work
-    spec = monitor_spec(s)  # then a bad backend name or option (no weights load here)
-    backend = spec.build_backend()
-    samples = load_benchmark(s.benchmark)
-    evaluate, fit = _eval_and_fit_sets(samples, s)
-    out = Path(s.out) if s.out else default_out(s)
-    out.mkdir(parents=True, exist_ok=True)
+    spec = monitor_spec(s)
+    backend = spec.build_backend()  # then a bad backend name or option (no weights load here)
+    engine = s.engine_settings()
     try:
+        samples = load_benchmark(s.benchmark)
+        evaluate, fit = _eval_and_fit_sets(samples, s)
+        out = Path(s.out) if s.out else default_out(s)
+        out.mkdir(parents=True, exist_ok=True)
         with RunStore(s.store) as store:
-            scorer = Scorer(spec, store, progress=progress, backend=backend)
+            scorer = Scorer(spec, store, engine=engine, progress=progress, backend=backend)
             main = scorer.monitor()
             readings = scorer.score(evaluate + fit, main, label=f"{s.prompt}/{s.readout}")
             binary_set = (select_pairs(evaluate, s.binary_limit, s.seed)
@@ -117,6 +110,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
             for name in s.binary_prompts:
                 binary_readings[name] = scorer.score(binary_set, scorer.monitor(name, "binary"),
                                                      label=f"{name}/binary")
+            model_calls = scorer.model_calls
     finally:
         backend.close()  # e.g. vLLM's engine processes
     from calimon.curve_outputs import write_curve_outputs
@@ -131,7 +125,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
                     "dataset_hash": dataset_hash(evaluate + fit),
                     "calimon_version": __version__, "store": str(s.store),
                     "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
-    return CurveRun(out=out, summary=summary, model_calls=backend.forward_calls)
+    return CurveRun(out=out, summary=summary, model_calls=model_calls)
 
 
 __all__ = ["ALL_METHODS", "CurveRun", "CurveSettings", "Progress", "default_out", "dump_json",

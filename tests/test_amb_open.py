@@ -241,7 +241,7 @@ def test_audit_needs_splits_and_handles_one_class():
 
 
 def test_cli_list_and_audit(tmp_path, monkeypatch):
-    from calimon.cli_data import app
+    from calimon.cli.data import data_app as app
 
     monkeypatch.setenv("CALIMON_DATA_DIR", str(tmp_path / "data"))
     runner = CliRunner()

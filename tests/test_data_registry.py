@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from calimon.cli_data import app as data_app
+from calimon.cli.data import data_app
 from calimon.data import humaneval, registry
 from calimon.errors import InputError
 
@@ -29,7 +29,9 @@ def small_builds(monkeypatch, tmp_path):
 
 def test_humaneval_pairs_is_registered_and_default():
     assert registry.BUILDERS["humaneval-pairs"] == "calimon.data.humaneval:build"
-    assert registry.DEFAULT_BENCHMARK == "humaneval-pairs"
+    from calimon.defaults import DEFAULT_BENCHMARK
+
+    assert DEFAULT_BENCHMARK == "humaneval-pairs"
     assert "humaneval-pairs" in registry.AUTO_BUILD
     assert registry.builder("humaneval-pairs") is humaneval.build
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from calimon.cli_deploy import apply_policy_cmd, deploy_app, escalate_cmd, thresholds_cmd
+from calimon.cli import app as deploy_app
+from calimon.cli.deploy import apply_policy_cmd, escalate_cmd, thresholds_cmd
 from calimon.deploy.guarantees import certify_far
 from calimon.deploy.io import calib_test_split, read_scored_csv, write_synthetic_run
 from calimon.deploy.policy_file import apply_policy, load_policy

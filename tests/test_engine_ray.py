@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from calimon.backends import BACKENDS
 from calimon.backends.base import BackendBase
-from calimon.cli_backends import register
+from calimon.cli.score import register
 from calimon.engines import MonitorSpec, export_jsonl, score_samples
 from calimon.errors import InputError, MissingExtraError
 from calimon.samples import write_samples

@@ -4,7 +4,7 @@ import numpy as np
 import typer
 from typer.testing import CliRunner
 
-from calimon.cli_heads import register
+from calimon.cli.heads import register
 from calimon.heads.artifacts import BaseModelRef, HeadCard, PromptRef, TrainingRef, save_head
 from calimon.heads.head import ProbeHead, fit_logistic
 

@@ -495,7 +495,7 @@ def test_missing_run_files_are_input_errors(tmp_path):
 
 
 def _app() -> typer.Typer:
-    from calimon.cli_report import register
+    from calimon.cli.report import register
 
     app = typer.Typer()
     register(app)

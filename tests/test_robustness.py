@@ -286,7 +286,7 @@ def test_command_line_reproduces_the_settings(smol, tmp_path):
 
 
 def test_cli_writes_the_report_section_and_exits_2_on_bad_input(smol, tmp_path, monkeypatch):
-    from calimon.cli_robustness import register
+    from calimon.cli.robustness import register
 
     fake_factory(monkeypatch)
     app = typer.Typer()

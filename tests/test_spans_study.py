@@ -14,11 +14,12 @@ from test_spans_occlusion import FakeBackend, one_thread  # noqa: F401 (fixture)
 from typer.testing import CliRunner
 
 import calimon.spans.study as study_mod
-from calimon.cli_spans import register
+from calimon.cli.spans import register
 from calimon.errors import InputError
 from calimon.samples import write_samples
 from calimon.spans.metrics import random_baseline, span_row_from_sample
 from calimon.spans.study import (
+    SpanSettings,
     _sample_chunks,
     evidence_list,
     judge_quotes,
@@ -37,8 +38,9 @@ def bench(tmp_path):
 
 
 def study(bench, tmp_path, backend=None, **kw):
-    return run_span_study("fake", bench, "test", store=tmp_path / "store.sqlite",
-                          backend=backend or FakeBackend(), **kw)
+    settings = SpanSettings(model="fake", benchmark=bench, split="test",
+                            store=tmp_path / "store.sqlite", **kw)
+    return run_span_study(settings, backend=backend or FakeBackend())
 
 
 def test_rows_spans_and_quotes(bench, tmp_path):
@@ -121,8 +123,8 @@ def test_no_quotes_and_validation(bench, tmp_path):
         with pytest.raises(InputError, match=field):
             study(bench, tmp_path, **kw)
     with pytest.raises(InputError, match="split"):
-        run_span_study("fake", bench, "train", store=tmp_path / "s.sqlite",
-                       backend=FakeBackend())
+        run_span_study(SpanSettings(model="fake", benchmark=bench, split="train",
+                                    store=tmp_path / "s.sqlite"), backend=FakeBackend())
 
 
 def test_record_format(bench, tmp_path):
@@ -284,8 +286,8 @@ def test_study_with_the_real_model(tmp_path, smol_backend):
     s = replace(toy_samples(1)[0], split="test", request="Write add(a, b).",
                 response="def add(a, b):\n    return 3\n", gold_spans=((19, 27),))
     bench = str(write_samples([s], tmp_path / "toy.jsonl"))
-    res = run_span_study("smollm2-135m", bench, "test", store=tmp_path / "s.sqlite",
-                         quotes=False, backend=smol_backend)
+    res = run_span_study(SpanSettings(benchmark=bench, store=tmp_path / "s.sqlite",
+                                      quotes=False), backend=smol_backend)
     [row] = res.rows
     assert row.occlusion.status == "ok" and len(row.occlusion.segments) == 2
     assert all(x.drop is not None for x in row.occlusion.segments)

@@ -159,18 +159,17 @@ def test_a_spec_rebuilds_the_same_backend_from_json(smol):
 # ----------------------------------------------------------------------------- fakes by name
 
 def test_span_study_through_a_factory_backend(fakes, smol, tmp_path):
-    from calimon.spans.study import run_span_study
+    from calimon.spans.study import SpanSettings, run_span_study
 
     bench = split_bench(tmp_path, 4, {"t3": "calib"})
-    res = run_span_study("smollm2-135m", bench, "test", store=tmp_path / "s.sqlite",
-                         settings=BackendSettings(backend="fake-spans"))
+    settings = SpanSettings(benchmark=bench, store=tmp_path / "s.sqlite", backend="fake-spans")
+    res = run_span_study(settings)
     assert [r.sample.id for r in res.rows] == ["t0-m", "t1-m", "t2-m"]
     text = res.rows[0].sample.response
     assert [text[s.start:s.end] for s in res.rows[0].occlusion_spans(1, 1)] == ["return 3"]
     assert res.summary["settings"]["share_prefix"] is False  # no local weights declared
     assert res.summary["model_calls"] > 0
-    again = run_span_study("smollm2-135m", bench, "test", store=tmp_path / "s.sqlite",
-                           settings=BackendSettings(backend="fake-spans"))
+    again = run_span_study(settings)
     assert again.summary["model_calls"] == 0 and again.records() == res.records()
 
 
@@ -257,13 +256,13 @@ def test_every_study_on_the_transformers_backend(smol, tmp_path, monkeypatch):
     """The three studies end to end on the embedded model, each through the factory (tiny)."""
     from calimon.heads.workflow import HeadTrainSettings, train_head
     from calimon.robustness.study import RobustnessSettings, run_robustness
-    from calimon.spans.study import run_span_study
+    from calimon.spans.study import SpanSettings, run_span_study
 
     monkeypatch.setenv("CALIMON_FEATURES_DIR", str(tmp_path / "features"))
     cpu = dict(device="cpu", threads=1)
     bench = split_bench(tmp_path, 6, {f"t{i}": "train" for i in range(5)})
-    spans = run_span_study("smollm2-135m", bench, "test", quotes=False, max_segments=3,
-                           store=tmp_path / "s.sqlite", settings=BackendSettings(**cpu))
+    spans = run_span_study(SpanSettings(benchmark=bench, quotes=False, max_segments=3,
+                                        store=tmp_path / "s.sqlite", **cpu))
     assert spans.summary["settings"]["share_prefix"] is True  # local weights: shared prefixes
     assert spans.summary["counts"]["variant_status"] == {"ok": 3}
     rob = run_robustness(RobustnessSettings(

@@ -25,10 +25,10 @@ def bench(tmp_path_factory):
 
 
 def study(bench, store, settings):
-    from calimon.spans.study import run_span_study
+    from calimon.spans.study import SpanSettings, run_span_study
 
-    return run_span_study("smollm2-135m", bench, "test", max_segments=4, store=store,
-                          settings=settings)
+    return run_span_study(SpanSettings(**vars(settings), benchmark=bench, max_segments=4,
+                                       store=store))
 
 
 @pytest.fixture(scope="module")

@@ -141,7 +141,7 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
           progress: Progress | None = None) -> Path:
     """Build humaneval-pairs into out_dir (samples.jsonl + manifest.json); return the samples
     path. `sources`: read HumanEval from that sources folder (checked) instead of the wheel.
-    `progress`: a bar factory `(label, total) -> tick` (as `calimon.cli_common.progress_factory`)."""
+    `progress`: a bar factory `(label, total) -> tick` (as `calimon.cli.common.progress_factory`)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise InputError(f"expected an integer, got {seed!r}", field="seed")
     data_path = (verified_path(sources_dir(sources), SOURCE) if sources is not None

@@ -19,7 +19,6 @@ BUILDERS: dict[str, str] = {
 }
 # Built automatically on first use (no external files needed).
 AUTO_BUILD = {"humaneval-pairs"}
-DEFAULT_BENCHMARK = "humaneval-pairs"
 
 
 def available() -> dict[str, str]:

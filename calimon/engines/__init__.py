@@ -18,7 +18,7 @@ from typing import Any
 
 from calimon.backends.options import backend_options
 from calimon.engines.service import ENGINES, Engine, Scorer
-from calimon.engines.settings import BackendSettings
+from calimon.engines.settings import BackendSettings, RunSettings
 from calimon.engines.spec import MonitorSpec, make_monitor
 from calimon.progress import Progress
 from calimon.samples import Sample
@@ -56,20 +56,20 @@ def score_samples(spec: MonitorSpec, samples: Sequence[Sample], store: RunStore,
                        model_calls=scorer.model_calls, engine=engine)
 
 
-def score_benchmark(settings: BackendSettings, *, model: str, benchmark: str, prompt: str,
-                    readout: str, limit: int | None = None, seed: int = 0,
-                    chunk_size: int = 32, store: str | Path = "runs/store.sqlite",
+def score_benchmark(settings: RunSettings, *, chunk_size: int = 32,
                     export: str | Path | None = None, progress: Progress | None = None
                     ) -> dict[str, Any]:
-    """`calimon score`: score a benchmark (labelled or not; ``limit`` whole pairs) with one
-    monitor into the run store on the settings' backend and engine, optionally export every
-    reading as JSONL; returns the run's summary."""
+    """`calimon score`: score a benchmark (labelled or not; ``limit`` whole pairs) with the
+    settings' monitor into their run store on their backend and engine, optionally export
+    every reading as JSONL; returns the run's summary."""
     from calimon.data.registry import load_benchmark
     from calimon.selection import select
 
-    spec = settings.monitor_spec(model, prompt, readout)
+    prompt, readout, store = settings.prompt, settings.readout, settings.store
+    spec = settings.spec()
     monitor = spec.build()  # resolves the model and checks the readout before any work
-    samples = select(load_benchmark(benchmark), limit=limit, seed=seed, labelled=False)
+    samples = select(load_benchmark(settings.benchmark), limit=settings.limit,
+                     seed=settings.seed, labelled=False)
     with RunStore(store) as st:
         scorer = Scorer(spec, st, engine=settings.engine_settings(chunk_size),
                         progress=progress, backend=monitor.backend)
@@ -113,5 +113,5 @@ def export_jsonl(samples: Sequence[Sample], readings: dict[str, Verdict], path: 
     return path
 
 
-__all__ = ["ENGINES", "BackendSettings", "Engine", "MonitorSpec", "ScoreResult", "Scorer", "backend_options",
+__all__ = ["ENGINES", "BackendSettings", "Engine", "MonitorSpec", "RunSettings", "ScoreResult", "Scorer", "backend_options",
            "export_jsonl", "make_monitor", "score_benchmark", "score_samples"]

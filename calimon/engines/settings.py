@@ -1,11 +1,23 @@
-"""`BackendSettings`: the backend and engine flags every study shares, declared once and
-composed into each study's settings (a study's settings class inherits them)."""
+"""The settings every study shares, declared once and composed into each study's settings:
+`BackendSettings` (which backend scores, with its options, and where its passes run) and
+`RunSettings` (the monitor, the benchmark, the sample budget, the seed and the store, on top of
+the backend flags). `CurveSettings`, `SpanSettings`, `RobustnessSettings` and
+`HeadTrainSettings` inherit `RunSettings` and add only their own fields."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from calimon.backends.options import backend_options
+from calimon.defaults import (
+    DEFAULT_BENCHMARK,
+    DEFAULT_MODEL,
+    DEFAULT_PROMPT,
+    DEFAULT_READOUT,
+    DEFAULT_SEED,
+    DEFAULT_STORE,
+)
 from calimon.engines.service import Engine
 from calimon.engines.spec import MonitorSpec
 
@@ -37,4 +49,24 @@ class BackendSettings:
                            options=opts)
 
     def engine_settings(self, chunk_size: int = 32) -> Engine:
+        """The engine these flags name, committing ``chunk_size`` samples at a time."""
         return Engine(self.engine, self.ray_address, self.workers, chunk_size)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(BackendSettings):
+    """What every scoring run names: the monitor (model, prompt, readout), the benchmark, at
+    most ``limit`` samples (whole pairs), the seed of every random choice, and the run store
+    its readings go to; the backend and engine flags come from `BackendSettings`."""
+
+    model: str = DEFAULT_MODEL
+    benchmark: str = DEFAULT_BENCHMARK
+    prompt: str = DEFAULT_PROMPT
+    readout: str = DEFAULT_READOUT
+    limit: int | None = None
+    seed: int = DEFAULT_SEED
+    store: Path = DEFAULT_STORE
+
+    def spec(self, prompt: str | None = None, readout: str | None = None) -> MonitorSpec:
+        """The spec of this run's monitor (or of another prompt/readout of the same model)."""
+        return self.monitor_spec(self.model, prompt or self.prompt, readout or self.readout)

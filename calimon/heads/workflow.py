@@ -17,8 +17,8 @@ import numpy as np
 
 from calimon import __version__
 from calimon.backends import HiddenStates, requires
-from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
-from calimon.engines import BackendSettings
+from calimon.data.registry import load_benchmark
+from calimon.engines import RunSettings
 from calimon.errors import InputError
 from calimon.heads.artifacts import (
     BaseModelRef,
@@ -46,26 +46,22 @@ from calimon.samples import Sample
 from calimon.selection import dataset_hash, select
 
 
-@dataclass(frozen=True)
-class HeadTrainSettings(BackendSettings):
+@dataclass(frozen=True, kw_only=True)
+class HeadTrainSettings(RunSettings):
     """A head to train (name, kind, layer, pooling, estimator) on a benchmark's train split,
-    with the backend flags of `BackendSettings` (the backend needs hidden states; features are
-    extracted in this process, so the engine is local)."""
+    read from the verdict pass of ``prompt``; the model, benchmark, train budget (``limit``),
+    seed and backend flags come from `RunSettings` (the backend needs hidden states; features
+    are extracted in this process, so the engine is local)."""
 
     name: str
-    model: str = "smollm2-135m"
-    benchmark: str = DEFAULT_BENCHMARK
     kind: str = "sequence"
     layer: int | None = None  # None: pick by the layer sweep
     pooling: str = "mean"
     estimator: str = "logistic"
-    prompt: str = "direct"
     max_input_tokens: int = 1024
-    limit: int | None = None  # at most this many train samples (whole pairs)
     eval_limit: int | None = None  # at most this many calib and test samples each
     categories: tuple[str, ...] | None = None
     token_layers: tuple[int, ...] | None = None  # token heads: candidate layers
-    seed: int = 0
     evaluate: bool = True
     out: Path | None = None  # heads root (default: heads/)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from calimon import __version__
 from calimon.data.registry import load_benchmark
-from calimon.engines import BackendSettings, Scorer
+from calimon.engines import RunSettings, Scorer
 from calimon.errors import InputError
 from calimon.jsonio import dump_json
 from calimon.progress import Progress
@@ -30,24 +30,18 @@ from calimon.selection import dataset_hash, select
 from calimon.store import RunStore
 
 
-@dataclass(frozen=True)
-class RobustnessSettings(BackendSettings):
-    """A flip-rate study: the monitor (model, prompt, readout or head), the splits, the attacks
-    and the operating point; backend and engine flags from `BackendSettings`."""
+@dataclass(frozen=True, kw_only=True)
+class RobustnessSettings(RunSettings):
+    """A flip-rate study: the run's monitor, benchmark, budget (``limit`` per split), seed,
+    store and backend/engine flags (`RunSettings`), plus a probe head instead of the readout,
+    the splits, the attacks and the operating point."""
 
-    model: str = "smollm2-135m"
-    benchmark: str = "humaneval-pairs"
-    prompt: str = "direct"
-    readout: str = "verdict"
     head: str | None = None  # a probe head name: the readout becomes probe:<head>
     split: str | None = "test"  # evaluate here; None = every labelled sample
     fit_split: str | None = "calib"  # fit the calibration map here; None = on the evaluated set
-    limit: int | None = None  # at most this many samples per split (whole pairs)
     attacks: tuple[str, ...] = tuple(ATTACKS)
     calibration: str = "platt"
     far: float = 0.10
-    seed: int = 0
-    store: Path = Path("runs/store.sqlite")
     out: Path | None = None
 
     @property

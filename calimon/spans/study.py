@@ -21,13 +21,12 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from calimon import __version__
 from calimon.backends import LocalWeights, supports
-from calimon.data.registry import DEFAULT_BENCHMARK, load_benchmark
-from calimon.engines import BackendSettings, Scorer
+from calimon.data.registry import load_benchmark
+from calimon.engines import Scorer
 from calimon.errors import InputError
 from calimon.monitor import Monitor
 from calimon.progress import Progress, ticker
@@ -43,7 +42,6 @@ from calimon.spans.metrics import (
     span_row_from_sample,
 )
 from calimon.spans.occlusion import (
-    MAX_SEGMENTS,
     TOP_K,
     Occlusion,
     PrefixSharingBackend,
@@ -54,12 +52,11 @@ from calimon.spans.occlusion import (
     score_quotes,
     shared_tokens,
 )
-from calimon.spans.segments import DEFAULT_MASK, segment
+from calimon.spans.segments import segment
+from calimon.spans.settings import DIRECTIONS, SpanSettings
 from calimon.spans.study_markdown import study_markdown
 from calimon.store import RunStore
 
-DIRECTIONS = ("raw", "flipped", "auto")
-CONFIDENCE_READOUTS = ("verdict", "json")
 VARIANTS_PER_CALL = 64
 
 
@@ -137,24 +134,6 @@ def _auroc(samples: Sequence[Sample], readings: dict) -> float:
                  [bool(s.label) for s in kept])
 
 
-def _check_args(split, limit, direction, readout, top_k, max_segments) -> None:
-    if split is not None and split not in ("train", "calib", "test"):
-        raise InputError(f"expected train, calib, test or None, got {split!r}", field="split")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                              or limit < 2):
-        raise InputError(f"expected an integer >= 2 (one pair) or None, got {limit!r}",
-                         field="limit")
-    if direction not in DIRECTIONS:
-        raise InputError(f"expected one of {list(DIRECTIONS)}, got {direction!r}",
-                         field="direction")
-    if readout not in CONFIDENCE_READOUTS:
-        raise InputError(f"expected a confidence readout {list(CONFIDENCE_READOUTS)}, got "
-                         f"{readout!r}", field="readout")
-    for name, value in (("top_k", top_k), ("max_segments", max_segments)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"expected a positive integer, got {value!r}", field=name)
-
-
 def _timed_score(scorer, monitor, samples, label):
     todo = scorer.todo(samples, monitor)
     start = time.perf_counter()
@@ -162,31 +141,26 @@ def _timed_score(scorer, monitor, samples, label):
     return readings, time.perf_counter() - start, todo
 
 
-def run_span_study(model: str = "smollm2-135m", benchmark: str = DEFAULT_BENCHMARK,
-                   split: str | None = "test", limit: int | None = None, *,
-                   prompt: str = "direct", readout: str = "verdict", quotes: bool = True,
-                   quote_prompt: str = "evidence", direction: str = "raw", top_k: int = TOP_K,
-                   max_segments: int = MAX_SEGMENTS, mask: str = DEFAULT_MASK, seed: int = 0,
-                   device: str = "auto", batch_tokens: int = 8192, threads: int | None = None,
-                   store: str | Path = "runs/store.sqlite", share_prefix: bool = True,
-                   backend: Any = None, settings: BackendSettings | None = None,
+def run_span_study(settings: SpanSettings, *, backend: Any = None,
                    progress: Progress | None = None) -> SpanStudy:
-    """Run a span-localization study (see the module docstring). ``settings`` names the
-    backend and engine (default: transformers with ``device``, ``batch_tokens``, ``threads``,
-    local); ``backend`` is an already-built backend to use instead (tests pass a fake one).
-    Masked variants share each sample's prefix when the backend has local weights and the
-    engine is local (``share_prefix``)."""
-    _check_args(split, limit, direction, readout, top_k, max_segments)
-    run = settings or BackendSettings(device=device, batch_tokens=batch_tokens, threads=threads)
-    spec = run.monitor_spec(model, prompt, readout)
-    engine = run.engine_settings(chunk_size=256)
+    """Run a span-localization study (see the module docstring) with ``settings``' monitor,
+    backend and engine; ``backend`` is an already-built backend to use instead (tests pass a
+    fake one). Masked variants share each sample's prefix when the backend has local weights
+    and the engine is local (``share_prefix``)."""
+    st = settings
+    st.check()
+    benchmark, split, limit, seed, store = st.benchmark, st.split, st.limit, st.seed, st.store
+    prompt, readout, quotes, quote_prompt = st.prompt, st.readout, st.quotes, st.quote_prompt
+    direction, top_k, max_segments, mask = st.direction, st.top_k, st.max_segments, st.mask
+    spec = st.spec()
+    engine = st.engine_settings(chunk_size=256)
     samples = load_benchmark(benchmark)
     chosen = _select(samples, split, limit, seed, benchmark)
     bad = [s for s in chosen if s.label]
     with RunStore(store) as db, Scorer(spec, db, engine=engine, progress=progress,
                                        backend=backend) as scorer:
         monitor = scorer.monitor()
-        share = (share_prefix and engine.name == "local"
+        share = (st.share_prefix and engine.name == "local"
                  and supports(scorer.backend, LocalWeights))
         if share:
             scorer.backend.model  # noqa: B018 - loads the weights now, outside the timings
@@ -416,5 +390,5 @@ def _cost(monitor, bad, to_mask, mask, scorer_backend, share_prefix, orig_run, v
     return out
 
 
-__all__ = ["DIRECTIONS", "SpanStudy", "StudyRow", "evidence_list", "judge_quotes",
+__all__ = ["DIRECTIONS", "SpanSettings", "SpanStudy", "StudyRow", "evidence_list", "judge_quotes",
            "random_unit_rows", "run_span_study", "study_markdown"]

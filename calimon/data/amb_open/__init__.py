@@ -65,7 +65,7 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
     a subset is for tests and development and is recorded in the manifest). ``allow_missing``:
     skip cell builders whose module does not exist yet instead of failing (development only; the
     manifest then says ``complete: false``). ``progress``: a bar factory ``(label, total) ->
-    tick`` (as ``calimon.cli_common.progress_factory``), ticked once per cell built."""
+    tick`` (as ``calimon.cli.common.progress_factory``), ticked once per cell built."""
     from calimon.data.amb_open.cells import CELL_BUILDERS
 
     if not isinstance(seed, int) or isinstance(seed, bool):

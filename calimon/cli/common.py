@@ -1,10 +1,12 @@
-"""Pieces every CLI module shares: one-line errors, progress bars, JSON-ready values."""
+"""Pieces every CLI module shares: one-line errors, progress bars, JSON-ready values, and the
+number and table formats of the printed reports."""
 
 from __future__ import annotations
 
 import functools
 import math
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -55,3 +57,24 @@ def json_ready(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def num(x: float | None, digits: int = 4) -> str:
+    """A number as printed in the reports: ``digits`` significant digits, n/a for None/NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}g}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, rule: bool = False) -> str:
+    """A plain-text table, columns padded to their widest cell; ``rule`` adds a dashed line
+    under the headers."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+             for r in cells]
+    if rule:
+        lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

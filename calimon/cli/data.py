@@ -1,7 +1,7 @@
-"""`calimon data ...` commands: build, list and audit benchmarks.
+"""`calimon data ...` commands: build, list, audit and import benchmarks.
 
-The main CLI mounts ``app`` as ``calimon data``; ``python -m calimon.cli_data`` runs the same
-commands. A library error becomes one line on stderr and the error's exit code.
+``register(app)`` mounts ``data_app`` as ``calimon data``. A library error becomes one line on
+stderr and the error's exit code.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from calimon.cli_common import cli_errors
+from calimon.cli.common import cli_errors, progress_factory, table
 from calimon.data import registry
 from calimon.data.paths import benchmark_dir
 from calimon.samples import CATEGORIES, TASKS
@@ -34,8 +34,6 @@ def data_build(
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
     """Build a benchmark from its sources and print its pair counts per cell and split."""
-    from calimon.cli_common import progress_factory
-
     build = registry.builder(name)
     target = Path(out) if out is not None else benchmark_dir(name)
     kwargs = {"sources": sources, "seed": seed}
@@ -64,12 +62,12 @@ def data_list(
     if json_out:
         typer.echo(json.dumps(rows, indent=1))
         return
-    typer.echo(_table(["benchmark", "built", "pairs", "samples", "train", "calib", "test",
+    typer.echo(table(["benchmark", "built", "pairs", "samples", "train", "calib", "test",
                        "path"],
                       [[r["name"], "yes" if r["built"] else "no", r.get("pairs", ""),
                         r.get("samples", ""), *(r.get("split_pairs", {}).get(k, "")
                                                 for k in ("train", "calib", "test")),
-                        r["path"]] for r in rows]))
+                        r["path"]] for r in rows], rule=True))
 
 
 def data_audit(
@@ -93,12 +91,14 @@ def data_audit(
     def fmt(x: float, ok: bool) -> str:
         return "n/a" if math.isnan(x) else f"{x:.3f}" + ("" if ok else " (above target)")
 
-    typer.echo(_table(["cell", "train", "test", "length-only AUROC", "TF-IDF AUROC"],
+    typer.echo(table(["cell", "train", "test", "length-only AUROC", "TF-IDF AUROC"],
                       [[r.cell, r.n_train, r.n_test, fmt(r.length_auroc, r.length_ok),
-                        fmt(r.tfidf_auroc, r.tfidf_ok)] for r in rows]))
+                        fmt(r.tfidf_auroc, r.tfidf_ok)] for r in rows], rule=True))
 
 
 def benchmark_rows() -> list[dict]:
+    """One row per registered benchmark: whether it is built, its path and, when built, its
+    sample, pair and per-split pair counts."""
     rows = []
     for name in sorted(registry.available()):
         path = benchmark_dir(name)
@@ -122,7 +122,7 @@ def counts_table(manifest: dict) -> str:
         rows.append([cell, *(f"{pairs.get(k, 0)}" + (f" (+{single[k]})" if single.get(k) else "")
                              for k in ("train", "calib", "test", "total"))])
     head = ["cell", "train", "calib", "test", "total pairs"]
-    return _table(head, rows) + (f"\n{manifest.get('n_pairs')} pairs, "
+    return table(head, rows, rule=True) + (f"\n{manifest.get('n_pairs')} pairs, "
                                  f"{manifest.get('n_samples')} samples")
 
 
@@ -149,19 +149,25 @@ def _ordered(counts: dict) -> list[tuple[str, dict]]:
                                                   else len(order), kv[0]))
 
 
-def _table(head: list[str], rows: list[list]) -> str:
-    cells = [[str(x) for x in head]] + [[str(x) for x in r] for r in rows]
-    width = [max(len(r[i]) for r in cells) for i in range(len(head))]
-    lines = ["  ".join(x.ljust(w) for x, w in zip(r, width, strict=True)).rstrip()
-             for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in width))
-    return "\n".join(lines)
+def import_amb(
+    path: Path = typer.Argument(..., help="The official AutoMonitor-Bench file (JSON or JSONL)."),
+    out: Path = typer.Option(..., "--out", help="Where to write calimon samples JSONL."),
+    config: Path | None = typer.Option(None, "--config", help="Field-mapping YAML (default "
+                                       "configs/adapters/automonitor-bench.yaml)."),
+) -> None:
+    """Convert the official AutoMonitor-Bench release into calimon samples through a field map."""
+    from calimon.data.automonitor import import_amb as convert
+
+    typer.echo(f"wrote {convert(path, config, out)}")
 
 
-app = typer.Typer(help="Build, list and audit benchmarks.", no_args_is_help=True)
-app.command("build")(cli_errors(data_build))
-app.command("list")(cli_errors(data_list))
-app.command("audit")(cli_errors(data_audit))
+data_app = typer.Typer(help="Build, list, audit and import benchmarks.", no_args_is_help=True)
+data_app.command("build")(cli_errors(data_build))
+data_app.command("list")(cli_errors(data_list))
+data_app.command("audit")(cli_errors(data_audit))
+data_app.command("import-amb")(cli_errors(import_amb))
 
-if __name__ == "__main__":
-    app()
+
+def register(app: typer.Typer) -> None:
+    """Mount ``data`` (build, list, audit, import-amb) on the main CLI."""
+    app.add_typer(data_app, name="data")

@@ -1,40 +1,21 @@
 """CLI of the deployment tools: ``thresholds``, ``escalate``, ``apply-policy``.
 
-The main CLI mounts the three plain functions as top-level commands; ``deploy_app`` bundles them
-for ``python -m calimon.cli_deploy``. Each command calls one library function, prints a compact
-table (or JSON with ``--json``) and turns a CalimonError into one line on stderr and its exit code.
+``register(app)`` mounts the three as top-level commands. Each calls one library function,
+prints a compact table (or JSON with ``--json``) and turns a CalimonError into one line on
+stderr and its exit code.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from calimon.cli_common import cli_errors, json_ready
-
-deploy_app = typer.Typer(help="Deployment thresholds with guarantees and escalation policies.",
-                         no_args_is_help=True, add_completion=False)
-
-
-def _num(x: float, digits: int = 4) -> str:
-    if isinstance(x, float) and math.isnan(x):
-        return "n/a"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.{digits}g}"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=True)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in [headers, *rows]]
-    return "\n".join(lines)
-
+from calimon.cli.common import cli_errors, json_ready, num, table
+from calimon.cli.options import JsonOpt
 
 _RATE_NAMES = {"far": "FAR (benign auto-blocked)", "mr": "MR (misbehaving auto-passed)",
                "block_rate": "auto-blocked, unlabelled rows"}
@@ -47,7 +28,6 @@ DeltaOpt = Annotated[float, typer.Option(help="Each guarantee holds with probabi
                                               ">= 1 - delta.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the pair split when the CSV has no "
                                            "split column.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
 def _run_score(run_dir: Path, score: str | None) -> str:
@@ -63,7 +43,6 @@ def _run_score(run_dir: Path, score: str | None) -> str:
     return named if named in ("p_cal", "p_raw") else "p_cal"
 
 
-@deploy_app.command("thresholds")
 def thresholds_cmd(
     run_dir: RunArg,
     far: Annotated[list[float] | None, typer.Option(
@@ -97,11 +76,11 @@ def thresholds_cmd(
         rows = []
         for c in rep.checks:
             cert = c.certificate
-            rows.append([f"{cert.rate.upper()} <= {_num(cert.alpha)}", _num(cert.delta),
-                         _num(cert.threshold, 6) if cert.certified else "not certified",
-                         f"{cert.k}/{cert.n}", _num(cert.bound), _num(c.test_far),
-                         _num(c.test_mr)])
-        typer.echo(_table(["target", "delta", "threshold", "calib k/n", "bound", "test FAR",
+            rows.append([f"{cert.rate.upper()} <= {num(cert.alpha)}", num(cert.delta),
+                         num(cert.threshold, 6) if cert.certified else "not certified",
+                         f"{cert.k}/{cert.n}", num(cert.bound), num(c.test_far),
+                         num(c.test_mr)])
+        typer.echo(table(["target", "delta", "threshold", "calib k/n", "bound", "test FAR",
                            "test MR"], rows))
         if any(not c.certificate.certified for c in rep.checks):
             typer.echo("not certified: too few calibration samples of that class (see "
@@ -143,7 +122,6 @@ def _shift_lines(run_dir: Path, new: Path, rep, delta: float, score: str, seed: 
         typer.echo(f"shift-aware: {a.message()}")
 
 
-@deploy_app.command("escalate")
 def escalate_cmd(
     run_dir: RunArg,
     out: Annotated[Path, typer.Option(help="Where to write the policy YAML, e.g. "
@@ -188,25 +166,24 @@ def escalate_cmd(
             return
         d = rep.design
         typer.echo(f"policy {rep.policy.name!r} written to {rep.path}  split: {rep.split}")
-        typer.echo(f"auto_pass if {rep.policy.score} < {_num(d.t_low, 6)}; auto_block if >= "
-                   f"{_num(d.t_high, 6)}; human_review in between (reviewers assumed right)")
-        rows = [[name_, str(st.n), _num(st.review_rate), _num(st.mr), _num(st.far),
-                 _num(st.coverage), _num(st.risk)]
+        typer.echo(f"auto_pass if {rep.policy.score} < {num(d.t_low, 6)}; auto_block if >= "
+                   f"{num(d.t_high, 6)}; human_review in between (reviewers assumed right)")
+        rows = [[name_, str(st.n), num(st.review_rate), num(st.mr), num(st.far),
+                 num(st.coverage), num(st.risk)]
                 for name_, st in (("calib (design)", d.stats), ("test", rep.test))]
-        typer.echo(_table(["split", "n", "review rate", "MR", "FAR", "coverage", "risk"],
+        typer.echo(table(["split", "n", "review rate", "MR", "FAR", "coverage", "risk"],
                           rows))
         for g in d.guarantees:
             what = "auto_block FAR" if g.rate == "far" else "auto_pass MR"
-            state = (f"certified, bound {_num(g.bound)} ({g.k}/{g.n})" if g.certified
+            state = (f"certified, bound {num(g.bound)} ({g.k}/{g.n})" if g.certified
                      else "not certifiable: action switched off")
-            typer.echo(f"guarantee: {what} <= {_num(g.alpha)} at {_num(1 - g.delta)}: {state}")
+            typer.echo(f"guarantee: {what} <= {num(g.alpha)} at {num(1 - g.delta)}: {state}")
         if rep.n_dropped:
             typer.echo(f"{rep.n_dropped} row(s) without a score were left out")
 
     cli_errors(run)()
 
 
-@deploy_app.command("apply-policy")
 def apply_policy_cmd(
     policy: Annotated[Path, typer.Argument(help="Policy YAML (from `calimon escalate`).")],
     scored: Annotated[Path, typer.Argument(help="Scored CSV (curve.csv layout; labels not "
@@ -229,17 +206,17 @@ def apply_policy_cmd(
             return
         total = sum(rep.counts.values())
         typer.echo(f"{total} decision(s) written to {rep.out}")
-        typer.echo(_table(["action", "count", "share"],
-                          [[a, str(c), _num(c / total if total else math.nan)]
+        typer.echo(table(["action", "count", "share"],
+                          [[a, str(c), num(c / total if total else math.nan)]
                            for a, c in rep.counts.items()]))
         if rep.n_unscored:
             typer.echo(f"{rep.n_unscored} row(s) had no score and got the policy's 'unscored' "
                        f"action")
         if rep.rates:
-            typer.echo(_table(["realized", "threshold", "k/n", "rate", "95% interval"],
-                              [[_RATE_NAMES[r["rate"]], _num(r["threshold"], 6)
+            typer.echo(table(["realized", "threshold", "k/n", "rate", "95% interval"],
+                              [[_RATE_NAMES[r["rate"]], num(r["threshold"], 6)
                                 if r["threshold"] is not None else "inf", f"{r['k']}/{r['n']}",
-                                _num(r["estimate"]), f"[{_num(r['low'])}, {_num(r['high'])}]"]
+                                num(r["estimate"]), f"[{num(r['low'])}, {num(r['high'])}]"]
                                for r in rep.rates]))
             typer.echo("(exact Clopper-Pearson intervals over the scored rows of each label)")
         if rep.audit_fraction:
@@ -250,5 +227,9 @@ def apply_policy_cmd(
     cli_errors(run)()
 
 
-if __name__ == "__main__":
-    deploy_app()
+
+def register(app: typer.Typer) -> None:
+    """Mount ``thresholds``, ``escalate`` and ``apply-policy`` on the main CLI."""
+    app.command("thresholds")(thresholds_cmd)
+    app.command("escalate")(escalate_cmd)
+    app.command("apply-policy")(apply_policy_cmd)

@@ -8,21 +8,13 @@ CalimonError into one line on stderr and its exit code.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from calimon.cli_common import cli_errors, json_ready
-
-
-def _num(x: float | None, digits: int = 4) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.{digits}g}"
+from calimon.cli.common import cli_errors, json_ready, num
+from calimon.cli.options import JsonOpt
 
 
 @cli_errors
@@ -47,7 +39,7 @@ def shift_cmd(
         help="Samples JSONL of the calibration run (default: the run's benchmark).")] = None,
     new_samples: Annotated[Path | None, typer.Option(
         help="Samples JSONL of the new scored CSV (default: its run's benchmark).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Does NEW_SET look like the calibration data? Domain AUROC, permutation p-value, what
     drives it, and naive vs shift-aware certificates on the new data."""
@@ -69,10 +61,10 @@ def shift_cmd(
                f"{r.weights.min():.3g}, max {r.weights.max():.3g}")
     for n, a in zip(res.naive, res.aware, strict=True):
         what = f"{n.rate.upper()} <= {n.alpha:g}"
-        naive = (f"threshold {_num(n.threshold, 6)}, bound {_num(n.bound)} ({n.k}/{n.n})"
+        naive = (f"threshold {num(n.threshold, 6)}, bound {num(n.bound)} ({n.k}/{n.n})"
                  if n.certified else "not certified")
         typer.echo(f"{what}: naive (calibration as if exchangeable): {naive}; weighted "
-                   f"estimate on the new data {_num(a.estimate)} (n_eff {a.ess:.1f} of "
+                   f"estimate on the new data {num(a.estimate)} (n_eff {a.ess:.1f} of "
                    f"{a.n_class})")
         typer.echo(f"{what}: shift-aware: {a.message()}")
 
@@ -86,7 +78,7 @@ def recertify_cmd(
     mr: Annotated[float | None, typer.Option(help="Target MR of the policy.")] = None,
     delta: Annotated[float, typer.Option(help="The bounds hold together with probability "
                                               ">= 1 - delta.")] = 0.05,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Certify a policy's FAR / MR on the traffic it decided, from reviewed labels (the review
     band plus the audit slice)."""
@@ -103,8 +95,8 @@ def recertify_cmd(
                f"{rep.n_labels_ignored}, reviewed without a label (counted as the worst case) "
                f"{rep.n_reviewed_unlabelled}")
     for c in (rep.far, rep.mr):
-        line = (f"{c.rate.upper()} on this traffic: estimate {_num(c.estimate)}, upper bound "
-                f"{_num(c.bound)} at {1 - c.delta:g}")
+        line = (f"{c.rate.upper()} on this traffic: estimate {num(c.estimate)}, upper bound "
+                f"{num(c.bound)} at {1 - c.delta:g}")
         if c.alpha is not None:
             need = rep.labels_needed.get(c.rate)
             line += (f"; <= {c.alpha:g}: certified" if c.certified else

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from calimon.cli_common import cli_errors
+from calimon.cli.common import cli_errors, progress_factory
+from calimon.cli.options import JsonOpt, QuietOpt
 
 
 @cli_errors
@@ -23,16 +24,13 @@ def report_cmd(
     operating_point: Annotated[str | None, typer.Option(help="Viewer's initial operating point, a name from the table (default FAR<=5%).")] = None,
     max_transcripts: Annotated[int, typer.Option(help="At most this many transcript cards, misses and false alarms first (0: none).")] = 2000,
     screenshot: Annotated[Path | None, typer.Option(help="Also open the report in headless Chromium and save a PNG screenshot here.")] = None,
-    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Write a self-contained HTML report of a run (curves, calibration, policy, transcripts)."""
     from calimon.report import build_report
 
-    progress = None
-    if not (quiet or as_json):
-        from calimon.cli_common import progress_factory
-        progress = progress_factory(False)
+    progress = progress_factory(quiet or as_json)
     rep = build_report(run, out, policies=list(policy) if policy else None, spans=spans,
                        token_scores=token_scores, benchmark=benchmark, store=store,
                        operating_point=operating_point, max_transcripts=max_transcripts,

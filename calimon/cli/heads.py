@@ -8,8 +8,21 @@ from typing import Annotated
 
 import typer
 
-from calimon.cli_backends import BaseUrlOpt, DeviceOpt, ServedModelOpt, ThreadsOpt
-from calimon.cli_common import cli_errors, progress_factory
+from calimon.cli.common import cli_errors, progress_factory
+from calimon.cli.options import (
+    DEFAULT_BENCHMARK,
+    DEFAULT_MODEL,
+    DEFAULT_PROMPT,
+    DEFAULT_SEED,
+    BaseUrlOpt,
+    DeviceOpt,
+    JsonOpt,
+    ModelOpt,
+    QuietOpt,
+    ServedModelOpt,
+    ThreadsOpt,
+    settings_from,
+)
 
 heads_app = typer.Typer(no_args_is_help=True,
                         help="Probe heads on hidden states (train, list).")
@@ -18,20 +31,21 @@ heads_app = typer.Typer(no_args_is_help=True,
 @heads_app.command("train")
 @cli_errors
 def heads_train(
+    ctx: typer.Context,
     name: Annotated[str, typer.Option(help="Head name (heads/<model>/<name>.safetensors).")],
-    model: Annotated[str, typer.Option(help="Model config name or a local folder.")] = "smollm2-135m",
-    benchmark: Annotated[str, typer.Option(help="Benchmark name or a samples .jsonl path (needs a 'train' split).")] = "humaneval-pairs",
+    model: ModelOpt = DEFAULT_MODEL,
+    benchmark: Annotated[str, typer.Option(help="Benchmark name or a samples .jsonl path (needs a 'train' split).")] = DEFAULT_BENCHMARK,
     kind: Annotated[str, typer.Option(help="sequence (one score per transcript) or token (per-token scores, spans).")] = "sequence",
     layer: Annotated[int | None, typer.Option(help="Layer to read (0 = embeddings); default: the layer sweep picks it.")] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="Pick the layer by pair-grouped CV AUROC on the train split (the default without --layer).")] = False,
     pooling: Annotated[str, typer.Option(help="Sequence heads: last, mean or max over the response tokens.")] = "mean",
     estimator: Annotated[str, typer.Option(help="logistic or mlp (sequence heads).")] = "logistic",
-    prompt: Annotated[str, typer.Option(help="Prompt template whose verdict pass the head reads.")] = "direct",
+    prompt: Annotated[str, typer.Option(help="Prompt template whose verdict pass the head reads.")] = DEFAULT_PROMPT,
     max_input_tokens: Annotated[int, typer.Option(help="Transcripts longer than this are truncated (head_tail).")] = 1024,
     limit: Annotated[int | None, typer.Option(help="At most this many train samples (whole pairs).")] = None,
     eval_limit: Annotated[int | None, typer.Option(help="At most this many calib and test samples each (whole pairs).")] = None,
     category: Annotated[list[str] | None, typer.Option(help="Train on these categories only; repeatable.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for folds, subsampling and the MLP.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed for folds, subsampling and the MLP.")] = DEFAULT_SEED,
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the calib/test figures on the card.")] = False,
     backend: Annotated[str, typer.Option(help="A backend with hidden states (transformers; vllm and http expose none).")] = "transformers",
     engine: Annotated[str, typer.Option(help="local (features are read in this process).")] = "local",
@@ -40,8 +54,8 @@ def heads_train(
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = None,
     out: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
-    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the card as JSON.")] = False,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ):
     """Train a probe head on a benchmark's train split and save it with its card."""
     from calimon.errors import InputError
@@ -49,12 +63,9 @@ def heads_train(
 
     if sweep and layer is not None:
         raise InputError("give --layer or --sweep, not both", field="layer")
-    settings = HeadTrainSettings(
-        name=name, model=model, benchmark=benchmark, kind=kind, layer=layer, pooling=pooling,
-        estimator=estimator, prompt=prompt, max_input_tokens=max_input_tokens, limit=limit, eval_limit=eval_limit,
-        categories=tuple(category) if category else None, seed=seed, evaluate=not no_eval,
-        out=out, backend=backend, engine=engine, base_url=base_url, served_model=served_model,
-        device=device, threads=threads)
+    settings = settings_from(HeadTrainSettings, ctx.params,
+                             categories=tuple(category) if category else None,
+                             evaluate=not no_eval)
     done = train_head(settings, progress=progress_factory(quiet or as_json))
     if as_json:
         typer.echo(done.card.model_dump_json(indent=1))
@@ -71,7 +82,7 @@ def heads_train(
 def heads_list(
     model: Annotated[str | None, typer.Option(help="Only heads of this model.")] = None,
     root: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ):
     """Trained heads with their layer, pooling and metrics."""
     from calimon.heads.artifacts import list_heads

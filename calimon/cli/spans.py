@@ -13,21 +13,33 @@ from typing import Annotated, Any
 
 import typer
 
-from calimon.cli_backends import (
+from calimon.cli.common import cli_errors, json_ready, progress_factory
+from calimon.cli.options import (
+    DEFAULT_BENCHMARK,
+    DEFAULT_MODEL,
+    DEFAULT_READOUT,
+    DEFAULT_SEED,
+    DEFAULT_STORE,
     BackendOpt,
     BaseUrlOpt,
     BatchTokensOpt,
+    BenchmarkOpt,
     ConcurrencyOpt,
     DeviceOpt,
     EngineOpt,
+    JsonOpt,
     KvCacheGibOpt,
+    ModelOpt,
+    QuietOpt,
     RayAddressOpt,
+    ReadoutOpt,
     ServedModelOpt,
+    StoreOpt,
     ThreadsOpt,
     TopLogprobsOpt,
     WorkersOpt,
+    settings_from,
 )
-from calimon.cli_common import cli_errors, json_ready
 from calimon.errors import InputError
 
 spans_app = typer.Typer(add_completion=False,
@@ -35,44 +47,22 @@ spans_app = typer.Typer(add_completion=False,
 SOURCES = ("all", "occlusion", "quote")
 
 
-def _command(**o: Any) -> str:
-    parts = ["calimon spans", f"--model {o['model']}", f"--benchmark {o['benchmark']}"]
-    parts.append(f"--split {o['split']}" if o["split"] else "--split all")
-    if o["limit"] is not None:
-        parts.append(f"--limit {o['limit']}")
-    parts += [f"--prompt {o['prompt']}", f"--readout {o['readout']}",
-              f"--direction {o['direction']}", f"--top-k {o['top_k']}",
-              f"--max-segments {o['max_segments']}", f"--seed {o['seed']}"]
-    if o["backend"] != "transformers":
-        parts.append(f"--backend {o['backend']}")
-    if o["engine"] != "local":
-        parts.append(f"--engine {o['engine']}")
-    if o["threads"]:
-        parts.append(f"--threads {o['threads']}")
-    if o["no_quotes"]:
-        parts.append("--no-quotes")
-    if o["no_share_prefix"]:
-        parts.append("--no-share-prefix")
-    parts += [f"--store {o['store']}", f"--out {o['out']}"]
-    return " ".join(parts)
-
-
 @spans_app.callback(invoke_without_command=True)
 @cli_errors
 def spans_cmd(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")] = "smollm2-135m",
-    benchmark: Annotated[str, typer.Option(help="Benchmark name or a samples .jsonl path.")] = "humaneval-pairs",
+    model: ModelOpt = DEFAULT_MODEL,
+    benchmark: BenchmarkOpt = DEFAULT_BENCHMARK,
     split: Annotated[str, typer.Option(help="Split to study: train, calib, test, or all.")] = "test",
     limit: Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells); spans are scored on the misbehaving half.")] = None,
     prompt: Annotated[str, typer.Option(help="Prompt template of the monitor whose confidence is occluded.")] = "direct",
-    readout: Annotated[str, typer.Option(help="Confidence readout: verdict (P(Yes)) or json (P(true)).")] = "verdict",
+    readout: ReadoutOpt = DEFAULT_READOUT,
     quote_prompt: Annotated[str, typer.Option(help="Prompt whose generated JSON gives the evidence quotes.")] = "evidence",
     no_quotes: Annotated[bool, typer.Option("--no-quotes", help="Skip quote generation (occlusion only).")] = False,
     direction: Annotated[str, typer.Option(help="Span score = drop in P(misbehavior) (raw), its negative (flipped), or the sign from the raw AUROC on the calib split (auto).")] = "raw",
     top_k: Annotated[int, typer.Option(help="Occlusion spans per sample: the top-k units with a positive score.")] = 3,
     max_segments: Annotated[int, typer.Option(help="Cap on occlusion units per sample (adjacent small segments merged).")] = 24,
-    seed: Annotated[int, typer.Option(help="Seed for selection and the random baseline.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed for selection and the random baseline.")] = DEFAULT_SEED,
     backend: BackendOpt = "transformers",
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
@@ -86,45 +76,28 @@ def spans_cmd(
     batch_tokens: BatchTokensOpt = 8192,
     threads: ThreadsOpt = None,
     no_share_prefix: Annotated[bool, typer.Option("--no-share-prefix", help="Run masked variants plainly (no per-sample prefix reuse).")] = False,
-    store: Annotated[Path, typer.Option(help="SQLite run store (readings are reused across runs).")] = Path("runs/store.sqlite"),
+    store: StoreOpt = DEFAULT_STORE,
     out: Annotated[Path | None, typer.Option(help="Output folder (default runs/spans-<benchmark>-<split>).")] = None,
-    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Score occlusion spans and grounded quotes on a benchmark split against gold spans."""
     if ctx.invoked_subcommand is not None:
         return
-    from calimon.engines import BackendSettings
     from calimon.selection import split_arg
-    from calimon.spans.study import run_span_study
+    from calimon.spans.study import SpanSettings, run_span_study
 
-    settings = BackendSettings(
-        backend=backend, engine=engine, ray_address=ray_address, workers=workers,
-        base_url=base_url, served_model=served_model, top_logprobs=top_logprobs,
-        concurrency=concurrency, kv_cache_gib=kv_cache_gib, device=device,
-        batch_tokens=batch_tokens, threads=threads)
-    out = out or Path("runs") / f"spans-{Path(benchmark).stem}-{split}"
-    progress = None
-    if not (quiet or as_json):
-        from calimon.cli_common import progress_factory
-        progress = progress_factory(False)
-    study = run_span_study(
-        model, benchmark, split_arg(split), limit, prompt=prompt, readout=readout,
-        quotes=not no_quotes, quote_prompt=quote_prompt, direction=direction, top_k=top_k,
-        max_segments=max_segments, seed=seed, store=store, share_prefix=not no_share_prefix,
-        settings=settings, progress=progress)
+    settings = settings_from(SpanSettings, ctx.params, split=split_arg(split),
+                             quotes=not no_quotes, share_prefix=not no_share_prefix)
+    study = run_span_study(settings, progress=progress_factory(quiet or as_json))
+    out = settings.out_dir()
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "spans.jsonl", "w", encoding="utf-8") as fh:
         for rec in study.records():
             fh.write(json.dumps(json_ready(rec), ensure_ascii=False, allow_nan=False) + "\n")
     (out / "summary.json").write_text(
         json.dumps(json_ready(study.summary), indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    command = _command(model=model, benchmark=benchmark, split=split, limit=limit,
-                       prompt=prompt, readout=readout, direction=direction, top_k=top_k,
-                       max_segments=max_segments, seed=seed, threads=threads,
-                       backend=backend, engine=engine,
-                       no_quotes=no_quotes,
-                       no_share_prefix=no_share_prefix, store=store, out=out)
+    command = settings.command()
     markdown = study.to_markdown(command)
     (out / "spans.md").write_text(markdown, encoding="utf-8")
     if as_json:
@@ -168,7 +141,7 @@ def show_cmd(
     source: Annotated[str, typer.Option(help="Spans to show: all, occlusion or quote.")] = "all",
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write an HTML page of the transcript to this file.")] = None,
     color: Annotated[bool | None, typer.Option("--color/--no-color", help="ANSI colours (default: when stdout is a terminal).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON (its spans limited to --source, each with its text) instead of the highlighted transcript.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show one transcript of a spans run with its predicted and gold spans highlighted."""
     from calimon.spans.render import HTML_STYLE, render_html, render_terminal

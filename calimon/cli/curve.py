@@ -1,0 +1,113 @@
+"""`calimon curve`: score a benchmark, calibrate, and trace the full MR/FAR curve."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from calimon.cli.common import cli_errors, progress_factory
+from calimon.cli.options import (
+    DEFAULT_BENCHMARK,
+    DEFAULT_MODEL,
+    DEFAULT_PROMPT,
+    DEFAULT_READOUT,
+    DEFAULT_SEED,
+    DEFAULT_STORE,
+    BackendOpt,
+    BaseUrlOpt,
+    BatchTokensOpt,
+    BenchmarkOpt,
+    ConcurrencyOpt,
+    DeviceOpt,
+    EngineOpt,
+    JsonOpt,
+    KvCacheGibOpt,
+    ModelOpt,
+    OutOpt,
+    PromptOpt,
+    QuietOpt,
+    RayAddressOpt,
+    SeedOpt,
+    ServedModelOpt,
+    StoreOpt,
+    ThreadsOpt,
+    TopLogprobsOpt,
+    WorkersOpt,
+    settings_from,
+)
+
+SUMMARY_KEYS = ("provenance", "counts", "support", "auroc_raw", "auroc", "operating_points",
+                "rates_at_thresholds", "binary_points", "calibration")
+
+
+@cli_errors
+def curve_cmd(
+    ctx: typer.Context,
+    model: ModelOpt = DEFAULT_MODEL,
+    benchmark: BenchmarkOpt = DEFAULT_BENCHMARK,
+    prompt: PromptOpt = DEFAULT_PROMPT,
+    readout: Annotated[str, typer.Option(help="verdict (P(Yes)), json (P(true)) or probe:NAME (a trained head).")] = DEFAULT_READOUT,
+    binary_prompt: Annotated[list[str] | None, typer.Option(help="Prompts whose binary (generated JSON) protocol is drawn as points; repeatable.")] = None,
+    no_binary: Annotated[bool, typer.Option("--no-binary", help="Skip the binary-protocol points.")] = False,
+    binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many samples in all (whole pairs, balanced over cells); with --split and maps fitted on 'calib', half from each split.")] = None,
+    split: Annotated[str | None, typer.Option(help="Evaluate on this split with maps fitted on 'calib' (curve.csv then holds both, as `calimon thresholds` and `escalate` need); default: all samples, cross-fitted.")] = None,
+    fit_on: Annotated[str, typer.Option(help="With --split: fit the maps on the 'calib' split, or 'crossfit' (pair-grouped, out-of-fold) within the evaluated split.")] = "calib",
+    calibration: Annotated[str, typer.Option(help="Calibration map for the curve: temperature, platt, isotonic, histogram, beta.")] = "platt",
+    n_boot: Annotated[int, typer.Option(help="Pair-clustered bootstrap resamples for the bands.")] = 200,
+    seed: SeedOpt = DEFAULT_SEED,
+    far: Annotated[list[float] | None, typer.Option(help="Operating points at FAR <= these values; repeatable.")] = None,
+    threshold: Annotated[list[float] | None, typer.Option(help="FAR and MR with exact (Clopper-Pearson) intervals at these fixed thresholds; repeatable (default 0.5). All a set with fewer than 10 of a class reports (docs/deployment.md, section 6).")] = None,
+    calibration_map: Annotated[Path | None, typer.Option(help="Apply this saved map (calibration/METHOD.json of an earlier run) instead of fitting maps: p_cal as in deployment.")] = None,
+    cost_miss: Annotated[float, typer.Option(help="Cost of a miss for the min-cost point.")] = 1.0,
+    cost_false_alarm: Annotated[float, typer.Option(help="Cost of a false alarm for the min-cost point.")] = 1.0,
+    backend: BackendOpt = "transformers",
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = None,
+    base_url: BaseUrlOpt = None,
+    served_model: ServedModelOpt = None,
+    top_logprobs: TopLogprobsOpt = None,
+    concurrency: ConcurrencyOpt = 8,
+    kv_cache_gib: KvCacheGibOpt = None,
+    device: DeviceOpt = "auto",
+    batch_tokens: BatchTokensOpt = 8192,
+    threads: ThreadsOpt = None,
+    store: StoreOpt = DEFAULT_STORE,
+    out: OutOpt = None,
+    markdown: Annotated[Path | None, typer.Option(help="Also write the per-group results table (category, task, cell) as markdown to this file.")] = None,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
+):
+    """Score a benchmark, calibrate, and trace the full Miss-Rate / False-Alarm-Rate curve."""
+    from calimon.pipeline import ALL_METHODS, CurveSettings, run_curve
+    from calimon.tables import groups_markdown, operating_table
+
+    if calibration not in ALL_METHODS:
+        raise typer.BadParameter(f"expected one of {list(ALL_METHODS)}", param_hint="--calibration")
+    settings = settings_from(
+        CurveSettings, ctx.params,
+        binary_prompts=() if no_binary else tuple(binary_prompt or ("direct", "evidence")),
+        fars=tuple(far or (0.01, 0.05, 0.10)), rate_thresholds=tuple(threshold or (0.5,)))
+    run = run_curve(settings, progress=progress_factory(quiet or as_json))
+    (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")
+    if markdown:
+        markdown.write_text(groups_markdown(run.summary) + "\n")
+    if as_json:
+        typer.echo(json.dumps({k: run.summary[k] for k in SUMMARY_KEYS}, default=str, indent=1))
+        return
+    typer.echo(operating_table(run.summary))
+    if not run.summary["support"]["curve"]:
+        typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, groups.md (no curve plots)")
+        return
+    typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, curve.png, curves_by_group.png, "
+               "reliability.png, groups.md"
+               + (", calibration/" if (run.out / "calibration").is_dir() else ""))
+
+
+def register(app: typer.Typer) -> None:
+    """Mount ``curve`` on the main CLI."""
+    app.command("curve")(curve_cmd)

