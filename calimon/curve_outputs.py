@@ -26,6 +26,9 @@ from calimon.verdict import Verdict
 def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
                         readings: dict[str, Verdict], binary_set: list[Sample],
                         binary_readings: dict[str, dict[str, Verdict]], provenance: dict) -> dict:
+    """Write a curve run's files into ``out`` (curve.json, curve.csv, plots, calibration maps,
+    token scores) and return the curve.json summary; raises InputError if no sample was
+    scored."""
     from calimon.jsonio import dump_json
     from calimon.readings import usable
 

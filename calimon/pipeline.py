@@ -56,12 +56,15 @@ class CurveSettings:
 
 @dataclass(frozen=True)
 class CurveRun:
+    """A finished curve run: its folder, the curve.json summary and the model calls it took."""
+
     out: Path
     summary: dict = field(repr=False)
     model_calls: int = 0
 
 
 def default_out(settings: CurveSettings) -> Path:
+    """``runs/<timestamp>-<model>-<readout>``, the run folder when none is given."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{stamp}-{settings.model.replace('/', '_')}-{settings.readout}"
 
@@ -99,6 +102,9 @@ def monitor_spec(s: CurveSettings) -> MonitorSpec:
 
 def run_curve(s: CurveSettings, progress: Progress | None = None,
               log: Callable[[str], None] = lambda m: None) -> CurveRun:
+    """Score the benchmark through the run store, calibrate, sweep thresholds and write the run
+    folder (`write_curve_outputs`); a missing model or bad backend option fails before any
+    scoring."""
     resolved = resolve_model(s.model)  # first: a missing model fails before any other work
     spec = monitor_spec(s)  # then a bad backend name or option (no weights load here)
     backend = spec.build_backend()

@@ -122,6 +122,7 @@ class Calibrator:
 
     @property
     def is_fitted(self) -> bool:
+        """True once every fitted parameter (``fitted_params``, with a trailing ``_``) is set."""
         return all(hasattr(self, k + "_") for k in self.fitted_params)
 
     def to_dict(self) -> dict[str, Any]:

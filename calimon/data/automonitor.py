@@ -36,6 +36,8 @@ from calimon.samples import CATEGORIES, TASKS, Sample, write_samples
 
 
 class Fields(BaseModel):
+    """For each Sample field, the candidate record keys tried in order (dotted paths allowed)."""
+
     model_config = ConfigDict(extra="forbid")
     id: list[str] = Field(default_factory=list)
     request: list[str]
@@ -48,6 +50,8 @@ class Fields(BaseModel):
 
 
 class Values(BaseModel):
+    """Maps from the file's label / category / task strings to calimon's values."""
+
     model_config = ConfigDict(extra="forbid")
     label: dict[str, bool | None]
     category: dict[str, str]
@@ -55,6 +59,8 @@ class Values(BaseModel):
 
 
 class AdapterConfig(BaseModel):
+    """The adapter's YAML config (module docstring): where each field lives and how values map."""
+
     model_config = ConfigDict(extra="forbid")
     version: Literal[1]
     format: Literal["auto", "jsonl", "json"] = "auto"
@@ -72,10 +78,13 @@ class AdapterConfig(BaseModel):
 
 
 def default_config_path() -> Path:
+    """``configs/adapters/automonitor-bench.yaml`` under the configs root."""
     return configs_root() / "adapters" / "automonitor-bench.yaml"
 
 
 def load_config(path: str | Path | None = None) -> AdapterConfig:
+    """The adapter config at ``path`` (default: `default_config_path`); raises InputError when a
+    category or task maps to a value calimon does not know."""
     cfg = load_yaml_model(Path(path) if path is not None else default_config_path(),
                           AdapterConfig)
     for name, allowed in (("category", CATEGORIES), ("task", TASKS)):

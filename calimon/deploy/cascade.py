@@ -55,6 +55,7 @@ class CascadeStats:
     cost_per_1000: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
 
@@ -72,6 +73,7 @@ class CascadeDesign:
     n_candidates: int
 
     def to_dict(self) -> dict[str, Any]:
+        """The design as a nested dict (its stats included)."""
         return asdict(self)
 
 

@@ -88,6 +88,7 @@ class PolicyStats:
     risk: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
 
@@ -134,6 +135,7 @@ class PolicyDesign:
     guarantees: tuple[CertifiedThreshold, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The design as a nested dict, its guarantees included."""
         d = asdict(self)
         d["guarantees"] = [g.to_dict() for g in self.guarantees]
         return d

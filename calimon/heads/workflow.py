@@ -72,12 +72,15 @@ class HeadTrainSettings(BackendSettings):
 
 @dataclass(frozen=True)
 class TrainedHead:
+    """A saved head: its card's path, the card and the layer sweep (when one picked the layer)."""
+
     card_path: Path
     card: HeadCard
     sweep: LayerSweep | None = field(default=None, repr=False)
 
 
 def default_token_layers(num_layers: int) -> tuple[int, ...]:
+    """The candidate layers of a token head: a third, half and two thirds of the way up."""
     return tuple(sorted({round(num_layers * f) for f in (1 / 3, 1 / 2, 2 / 3)}))
 
 

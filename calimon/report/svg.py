@@ -49,14 +49,17 @@ class Frame:
     y1: float = 1.0
 
     def x(self, v: float) -> float:
+        """Pixel x of data value ``v``."""
         return self.left + (v - self.x0) / (self.x1 - self.x0) * (self.width - self.left
                                                                    - self.right)
 
     def y(self, v: float) -> float:
+        """Pixel y of data value ``v`` (up is larger)."""
         return self.height - self.bottom - (v - self.y0) / (self.y1 - self.y0) * (
             self.height - self.top - self.bottom)
 
     def pt(self, x: float, y: float) -> str:
+        """``"x,y"`` pixel coordinates of a data point, for SVG points lists."""
         return f"{_n(self.x(x))},{_n(self.y(y))}"
 
 

@@ -95,6 +95,8 @@ def _spans_for(data: RunData, row: Row, text: str) -> CardParts:
 
 
 def card_html(data: RunData, row: Row, index: int, threshold: float | None) -> str:
+    """One transcript's card: its tags, scores, outcome at ``threshold``, the request, the
+    response with spans (or token heat) and the binary-protocol replies, escaped."""
     e = escape
     sample = data.samples.get(row.id)
     rec = data.spans.get(row.id)
@@ -157,6 +159,7 @@ def card_html(data: RunData, row: Row, index: int, threshold: float | None) -> s
 
 def cards_html(data: RunData, rows: tuple[Row, ...], threshold: float | None,
                tick: Callable[[int], None] | None = None) -> str:
+    """The cards of ``rows``, in order; ``tick(1)`` after each."""
     out = []
     for i, row in enumerate(rows):
         out.append(card_html(data, row, i, threshold))

@@ -77,6 +77,9 @@ class RobustnessSettings(BackendSettings):
 
 @dataclass(frozen=True)
 class AttackResult:
+    """One attack's effect on the misbehaving transcripts: flips at the FAR and EER thresholds
+    and the shifts of the raw and calibrated scores and of the format mass."""
+
     attack: str
     n_attacked: int  # attacked misbehaving transcripts
     n_not_applicable: int  # misbehaving transcripts the attack does not apply to
@@ -88,6 +91,7 @@ class AttackResult:
     shift_format_mass: ShiftStats  # probability mass outside the allowed answers
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-ready dict."""
         return {"attack": self.attack, "n_attacked": self.n_attacked,
                 "n_not_applicable": self.n_not_applicable, "status": dict(self.status),
                 "at_far": self.at_far.to_dict(), "at_eer": self.at_eer.to_dict(),
@@ -97,6 +101,9 @@ class AttackResult:
 
 @dataclass(frozen=True)
 class RobustnessRun:
+    """A finished robustness study: its output folder, summary, per-attack results and model
+    calls."""
+
     out: Path
     summary: dict = field(repr=False)
     results: tuple[AttackResult, ...] = ()

@@ -98,6 +98,7 @@ class SegmentScore:
     status: str  # reading status of the masked variant
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return {"start": self.start, "end": self.end, "p_masked": self.p_masked,
                 "drop": self.drop, "status": self.status}
 
@@ -131,6 +132,8 @@ class Occlusion:
         return [s for s in ranked(self.scored(direction)) if s.score > min_score][:top_k]
 
     def drop_of(self, start: int, end: int) -> float | None:
+        """The drop of the masked span [start, end), or None when it was not masked or has no
+        drop."""
         for s in self.segments:
             if (s.start, s.end) == (start, end):
                 return s.drop
@@ -314,6 +317,8 @@ class PrefixSharingBackend:
 
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], prefix_len: int = 0
                             ) -> np.ndarray:
+        """(n, vocab) log-probabilities of the next token after each prompt, computed with prefix
+        sharing (class docstring); rows in prompt order."""
         prompts = [list(p) for p in prompts]
         plans, singles = share_plan(prompts, prefix_len, self.min_shared)
         parts: list[tuple[list[int], np.ndarray]] = []

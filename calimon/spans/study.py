@@ -75,6 +75,8 @@ class StudyRow:
     merged: bool  # whether units were merged to respect max_segments
 
     def occlusion_spans(self, direction: int = 1, top_k: int = TOP_K) -> list[ScoredSpan]:
+        """The ``top_k`` occlusion units by ``direction * drop`` (quote spans left out), highest
+        first."""
         units = set(self.units)
         unit_occ = Occlusion(self.occlusion.id, self.occlusion.p_raw, self.occlusion.status,
                              tuple(s for s in self.occlusion.segments
@@ -82,6 +84,7 @@ class StudyRow:
         return unit_occ.top_spans(top_k, direction)
 
     def quote_spans(self, direction: int = 1) -> list[GroundedSpan]:
+        """The quotes scored by the drop of their masked span (see `score_quotes`)."""
         return score_quotes(self.quotes, self.occlusion, direction)
 
     def record(self, direction: int = 1, top_k: int = TOP_K) -> dict[str, Any]:
@@ -104,6 +107,9 @@ class StudyRow:
 
 @dataclass(frozen=True)
 class SpanStudy:
+    """A finished span study: its rows, the span metrics of each method, the score direction used
+    and the summary."""
+
     rows: tuple[StudyRow, ...]
     reports: dict[str, SpanReport]
     direction: int
@@ -111,9 +117,12 @@ class SpanStudy:
     summary: dict[str, Any] = field(repr=False)
 
     def records(self) -> list[dict[str, Any]]:
+        """The spans.jsonl records, one per row."""
         return [r.record(self.direction, self.top_k) for r in self.rows]
 
     def to_markdown(self, command: str | None = None) -> str:
+        """The study as markdown (`study_markdown`); ``command`` is shown as the one that
+        reproduces it."""
         return study_markdown(self, command)
 
 
