@@ -51,10 +51,7 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     method = next(iter(after_by_method)) if s.calibration_map else s.calibration
     calibrated = bool(after_by_method)
     p_cal = np.clip(after_by_method[method], 0.0, 1.0) if calibrated else p_raw
-    keys = {"category": [x.category for x in kept], "task": [x.task for x in kept],
-            "cell": [f"{x.category}/{x.task}" for x in kept]}
-    if any(x.source for x in kept):  # per source too, as per category and task
-        keys["source"] = [x.source for x in kept]
+    keys = _group_keys(kept)
     curves = curves_by(p_cal, y, groups, keys=keys, n_boot=s.n_boot, seed=s.seed,
                        min_per_class=MIN_PER_CLASS_CURVE)
     raw_curve = Curve.from_scores(p_raw, y, groups, n_boot=0)
@@ -86,6 +83,16 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     write_token_scores(out / "token_scores.jsonl", evaluate, readings)
     _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
     return summary
+
+
+def _group_keys(kept: list[Sample]) -> dict[str, list[str]]:
+    """The group labels of each kept sample the curves are split by: category, task, cell and,
+    when any sample has one, source."""
+    keys = {"category": [x.category for x in kept], "task": [x.task for x in kept],
+            "cell": [f"{x.category}/{x.task}" for x in kept]}
+    if any(x.source for x in kept):  # per source too, as per category and task
+        keys["source"] = [x.source for x in kept]
+    return keys
 
 
 def _calibration(s, fit, readings, fit_p, cal_support, kept, p_raw, y, groups, out,

@@ -213,6 +213,33 @@ class SharePlan:
     copies: tuple[int, ...] = ()
 
 
+def _group(lists: list[list[int]], order: list[int], sizes: np.ndarray, adj: np.ndarray,
+           lo: int, hi: int, prefix_len: int) -> tuple[int, SharePlan]:
+    """(tokens, plan) of the sorted prompts [lo, hi) as one group (see `share_plan`): ``order``
+    sorts the prompts, ``sizes`` and ``adj`` are the sorted lengths and neighbour LCPs."""
+    n = hi - lo
+    lcp = np.zeros((n, n), dtype=np.int64)
+    for i in range(n):
+        lcp[i, i] = sizes[lo + i]
+        if i + 1 < n:
+            run = np.minimum.accumulate(adj[lo + i:hi - 1])
+            lcp[i, i + 1:] = run
+            lcp[i + 1:, i] = run
+    k = int(np.argmax(lcp.sum(axis=1) - lcp.diagonal()))
+    members, copies, tokens = [], [], int(sizes[lo + k]) - prefix_len
+    for i in range(n):
+        if i == k:
+            continue
+        if lcp[i, k] == sizes[lo + i] == sizes[lo + k]:
+            copies.append(order[lo + i])
+            continue
+        start = min(int(lcp[i, k]), int(sizes[lo + i]) - 1)
+        members.append((order[lo + i], start))
+        tokens += int(sizes[lo + i]) - start
+    members.sort(key=lambda m: (len(lists[m[0]]) - m[1], m[0]))
+    return tokens, SharePlan(order[lo + k], tuple(members), tuple(copies))
+
+
 def share_plan(prompts: Sequence[Sequence[int]], prefix_len: int, min_shared: int = 16
                ) -> tuple[list[SharePlan], list[int]]:
     """How :class:`PrefixSharingBackend` runs ``prompts``: groups of prompts that share more
@@ -233,30 +260,6 @@ def share_plan(prompts: Sequence[Sequence[int]], prefix_len: int, min_shared: in
     plans: list[SharePlan] = []
     singles: list[int] = []
 
-    def group(lo: int, hi: int) -> tuple[int, SharePlan]:
-        """(tokens, plan) of [lo, hi) as one group."""
-        n = hi - lo
-        lcp = np.zeros((n, n), dtype=np.int64)
-        for i in range(n):
-            lcp[i, i] = sizes[lo + i]
-            if i + 1 < n:
-                run = np.minimum.accumulate(adj[lo + i:hi - 1])
-                lcp[i, i + 1:] = run
-                lcp[i + 1:, i] = run
-        k = int(np.argmax(lcp.sum(axis=1) - lcp.diagonal()))
-        members, copies, tokens = [], [], int(sizes[lo + k]) - prefix_len
-        for i in range(n):
-            if i == k:
-                continue
-            if lcp[i, k] == sizes[lo + i] == sizes[lo + k]:
-                copies.append(order[lo + i])
-                continue
-            start = min(int(lcp[i, k]), int(sizes[lo + i]) - 1)
-            members.append((order[lo + i], start))
-            tokens += int(sizes[lo + i]) - start
-        members.sort(key=lambda m: (len(lists[m[0]]) - m[1], m[0]))
-        return tokens, SharePlan(order[lo + k], tuple(members), tuple(copies))
-
     def best(lo: int, hi: int) -> tuple[int, list[SharePlan | int]]:
         if hi - lo == 1:
             return int(sizes[lo]) - prefix_len, [order[lo]]
@@ -265,7 +268,7 @@ def share_plan(prompts: Sequence[Sequence[int]], prefix_len: int, min_shared: in
         split = (left[0] + right[0], left[1] + right[1])
         if adj[cut - 1] <= prefix_len + min_shared:
             return split
-        tokens, plan = group(lo, hi)
+        tokens, plan = _group(lists, order, sizes, adj, lo, hi, prefix_len)
         return split if split[0] < tokens else (tokens, [plan])
 
     if lists:
