@@ -13,10 +13,8 @@ segment floor with as many spans as each.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import random
-import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -54,6 +52,7 @@ from calimon.spans.occlusion import (
     score_quotes,
     shared_tokens,
 )
+from calimon.spans.quotes import evidence_list, judge_quotes
 from calimon.spans.segments import DEFAULT_MASK, segment
 from calimon.spans.study_markdown import study_markdown
 from calimon.store import RunStore
@@ -276,46 +275,6 @@ def _occlude(scorer, monitor, bad, to_mask, mask, share):
     for lo, hi in _sample_chunks([len(set(m)) for m in to_mask]):
         occ += mask_and_score(bad[lo:hi], to_mask[lo:hi], score, mask=mask)
     return occ, scorer_backend, (time.perf_counter() - start, n_todo, len(set(variants)))
-
-
-def evidence_list(text: str) -> tuple[str, ...]:
-    """The strings directly inside the first ``"evidence": [...]`` list of generated text,
-    also when the JSON around it is malformed or cut off (items that are not strings, such as
-    objects, are skipped; so are their inner strings)."""
-    m = re.search(r'"evidence"\s*:\s*\[', text or "")
-    if not m:
-        return ()
-    out, depth, k = [], 0, m.end()
-    while k < len(text):
-        ch = text[k]
-        if ch == '"':
-            lit = re.match(r'"(?:[^"\\]|\\.)*"', text[k:])
-            if not lit:  # an unterminated string: the text was cut off
-                break
-            if depth == 0:
-                try:
-                    out.append(json.loads(lit.group()))
-                except json.JSONDecodeError:
-                    pass
-            k += lit.end()
-            continue
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            if depth == 0:
-                break
-            depth -= 1
-        k += 1
-    return tuple(out)
-
-
-def judge_quotes(verdict) -> tuple[str, ...]:
-    """The quotes a quote-monitor reading gave: ``Verdict.evidence``, or, when the verdict's
-    boolean could not be parsed (so the readout dropped the list), the evidence list found in
-    its generated text. Quotes are never dropped for a malformed verdict."""
-    if verdict.evidence:
-        return tuple(verdict.evidence)
-    return evidence_list(verdict.text or "") if verdict.status == "parse_failure" else ()
 
 
 def _direction(direction, samples, limit, seed, scorer, monitor) -> tuple[int, float]:
