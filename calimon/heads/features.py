@@ -40,8 +40,8 @@ def features_dir() -> Path:
 
 
 def cache_key(model_ref, prompt: PromptTemplate, max_input_tokens: int) -> str:
-    """The cache folder's key: a short hash of the model revision, the verdict template hash and
-    ``max_input_tokens``."""
+    """The cache folder's key: a short hash of the model's name and revision, the verdict
+    template hash and ``max_input_tokens``."""
     payload = json.dumps([model_ref.name, model_ref.revision, prompt.template_hash(READOUT),
                           int(max_input_tokens), 1])
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
