@@ -56,6 +56,7 @@ class Support:
     min_per_class_calibration: int = MIN_PER_CLASS_CALIBRATION
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict."""
         return asdict(self)
 
 
@@ -102,6 +103,7 @@ class RateAt:
     level: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict; an infinite threshold becomes None."""
         d = asdict(self)
         d["threshold"] = None if math.isinf(self.threshold) else self.threshold
         return d

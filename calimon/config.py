@@ -20,12 +20,15 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def configs_root() -> Path:
+    """The configs folder: $CALIMON_CONFIGS if set, else ``configs/`` of the checkout."""
     if os.environ.get(CONFIGS_ENV):
         return Path(os.environ[CONFIGS_ENV])
     return Path(__file__).resolve().parents[1] / "configs"
 
 
 def config_names(kind: str) -> list[str]:
+    """Names (file stems) of the YAML configs in ``configs/<kind>/``, sorted; [] if no such
+    folder."""
     folder = configs_root() / kind
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 

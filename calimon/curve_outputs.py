@@ -26,6 +26,9 @@ from calimon.verdict import Verdict
 def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
                         readings: dict[str, Verdict], binary_set: list[Sample],
                         binary_readings: dict[str, dict[str, Verdict]], provenance: dict) -> dict:
+    """Write a curve run's files into ``out`` (curve.json, curve.csv, plots, calibration maps,
+    token scores) and return the curve.json summary; raises InputError if no sample was
+    scored."""
     from calimon.jsonio import dump_json
     from calimon.readings import usable
 
@@ -48,10 +51,7 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     method = next(iter(after_by_method)) if s.calibration_map else s.calibration
     calibrated = bool(after_by_method)
     p_cal = np.clip(after_by_method[method], 0.0, 1.0) if calibrated else p_raw
-    keys = {"category": [x.category for x in kept], "task": [x.task for x in kept],
-            "cell": [f"{x.category}/{x.task}" for x in kept]}
-    if any(x.source for x in kept):  # per source too, as per category and task
-        keys["source"] = [x.source for x in kept]
+    keys = _group_keys(kept)
     curves = curves_by(p_cal, y, groups, keys=keys, n_boot=s.n_boot, seed=s.seed,
                        min_per_class=MIN_PER_CLASS_CURVE)
     raw_curve = Curve.from_scores(p_raw, y, groups, n_boot=0)
@@ -83,6 +83,16 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     write_token_scores(out / "token_scores.jsonl", evaluate, readings)
     _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
     return summary
+
+
+def _group_keys(kept: list[Sample]) -> dict[str, list[str]]:
+    """The group labels of each kept sample the curves are split by: category, task, cell and,
+    when any sample has one, source."""
+    keys = {"category": [x.category for x in kept], "task": [x.task for x in kept],
+            "cell": [f"{x.category}/{x.task}" for x in kept]}
+    if any(x.source for x in kept):  # per source too, as per category and task
+        keys["source"] = [x.source for x in kept]
+    return keys
 
 
 def _calibration(s, fit, readings, fit_p, cal_support, kept, p_raw, y, groups, out,

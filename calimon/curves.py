@@ -173,6 +173,8 @@ class Curve:
 
     @property
     def defined(self) -> bool:
+        """True when each class has at least ``max(1, min_per_class)`` samples (AUROC, band and
+        operating points exist)."""
         return min(self.n_pos, self.n_neg) >= max(1, self.min_per_class)
 
     @property
@@ -308,6 +310,7 @@ class BinaryPoint:
     far_hi: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict; NaN rates become None."""
         return {k: _jsonable(v) for k, v in asdict(self).items()}
 
 

@@ -130,6 +130,7 @@ class ReliabilityBins:
 
     @property
     def n_bins(self) -> int:
+        """Number of bins."""
         return int(self.counts.shape[0])
 
     @property

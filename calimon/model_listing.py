@@ -11,6 +11,8 @@ from calimon.models import _candidates, load_model_config
 
 
 def list_models() -> list[dict[str, str]]:
+    """One row per configured model (``name``, ``status``: ready / available / missing / bad-
+    config, ``detail``), found without loading any weights."""
     rows = []
     for name in config_names("models"):
         try:

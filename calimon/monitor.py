@@ -32,12 +32,16 @@ class Monitor:
 
     @property
     def key(self) -> MonitorKey:
+        """The run-store key of this monitor's readings (model revision, prompt, template hash,
+        readout)."""
         ref = self.backend.model_ref
         return MonitorKey(ref.name, ref.revision, self.prompt.name,
                           self.prompt.template_hash(self.readout), self.readout)
 
     @property
     def encoder(self) -> PromptEncoder:
+        """The prompt encoder for this readout, made on first use (input limit:
+        ``max_input_tokens``, else the model config's)."""
         if self._encoder is None:
             limit = self.max_input_tokens or self.backend.model_ref.config.max_input_tokens
             self._encoder = PromptEncoder(self.backend.tokenizer, self.prompt, self.readout, limit)

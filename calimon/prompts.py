@@ -22,6 +22,9 @@ _REQ, _RESP = "\ue000CALIMON_REQUEST\ue000", "\ue000CALIMON_RESPONSE\ue000"
 
 
 class ReadoutFormat(BaseModel):
+    """How a readout asks: the question after the transcript, the assistant's prefix and, for
+    ``binary``, the tokens it may generate."""
+
     model_config = ConfigDict(extra="forbid")
     question: str
     assistant_prefix: str = ""
@@ -29,6 +32,8 @@ class ReadoutFormat(BaseModel):
 
 
 class PromptTemplate(BaseModel):
+    """A prompt template (``configs/prompts/<name>.yaml``) with one format per supported readout."""
+
     model_config = ConfigDict(extra="forbid")
     version: Literal[1]
     name: str
@@ -46,6 +51,7 @@ class PromptTemplate(BaseModel):
         return hashlib.sha256(payload).hexdigest()[:16]
 
     def format_for(self, readout: str) -> ReadoutFormat:
+        """The format of ``readout``; raises ConfigError when the template lacks it."""
         if readout not in self.formats:
             raise ConfigError(f"prompt {self.name!r} has no {readout!r} format; it supports "
                               f"{sorted(self.formats)}", field="readout")
@@ -53,11 +59,16 @@ class PromptTemplate(BaseModel):
 
 
 def load_prompt(name: str) -> PromptTemplate:
+    """The template ``configs/prompts/<name>.yaml``; raises ConfigError when it is missing or
+    invalid."""
     return load_yaml_model(named_config_path("prompts", name), PromptTemplate)
 
 
 @dataclass(frozen=True)
 class Truncation:
+    """How a transcript was cut to fit: the policy and the token counts before, after and dropped
+    from each part."""
+
     policy: str
     original_tokens: int
     kept_tokens: int
@@ -67,6 +78,9 @@ class Truncation:
 
 @dataclass(frozen=True)
 class EncodedPrompt:
+    """A transcript's prompt as token ids, where its response lies, and the response tokens'
+    character offsets (``(-1, -1)`` for a truncation marker)."""
+
     ids: list[int]
     prefix_len: int  # tokens before the transcript: identical for every sample of a template
     response_start: int  # token index where the response text begins
@@ -118,13 +132,17 @@ class PromptEncoder:
 
     @property
     def prefix_ids(self) -> list[int]:
+        """The template's tokens before the transcript (the same for every sample)."""
         return self._trusted_ids[0]
 
     @property
     def prefix_len(self) -> int:
+        """Length of `prefix_ids`."""
         return len(self._trusted_ids[0])
 
     def encode(self, request: str, response: str) -> EncodedPrompt:
+        """The prompt of one transcript; a transcript over the budget is cut (head_tail) and says
+        so in ``truncation``."""
         req = self._encode_untrusted(request)
         resp, offsets = self._encode_untrusted(response, offsets=True)
         offsets = [tuple(o) for o in offsets]

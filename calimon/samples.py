@@ -36,6 +36,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")  # not valid Unicode text; also undec
 
 @dataclass(frozen=True)
 class Sample:
+    """One transcript with its label, cell, pair and gold spans (fields: module docstring).
+    Frozen; no I/O."""
+
     id: str
     request: str
     response: str
@@ -54,12 +57,14 @@ class Sample:
         return transcript_hash(self.request, self.response)
 
     def to_dict(self) -> dict[str, Any]:
+        """The sample as one JSONL record (gold spans as lists)."""
         d = asdict(self)
         d["gold_spans"] = [list(s) for s in self.gold_spans]
         return d
 
 
 def transcript_hash(request: str, response: str) -> str:
+    """The run store's key of a transcript: a short sha256 of (request, response)."""
     payload = json.dumps([request, response], ensure_ascii=False).encode("utf-8")
     return hashlib.sha256(payload).hexdigest()[:32]
 
@@ -161,6 +166,7 @@ def iter_samples(path: str | Path) -> Iterator[Sample]:
 
 
 def load_samples(path: str | Path) -> list[Sample]:
+    """All samples of a JSONL file (see `iter_samples` for the checks and errors)."""
     return list(iter_samples(path))
 
 

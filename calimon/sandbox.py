@@ -61,6 +61,9 @@ del _calimon_guard
 
 @dataclass(frozen=True)
 class SandboxResult:
+    """One sandboxed process: exit status (None when it timed out), output, whether it hit the
+    time limit, and its wall time."""
+
     returncode: int | None
     stdout: str
     stderr: str
@@ -69,6 +72,7 @@ class SandboxResult:
 
     @property
     def ok(self) -> bool:
+        """True when the process exited with status 0 within the time limit."""
         return self.returncode == 0 and not self.timed_out
 
 

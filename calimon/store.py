@@ -59,6 +59,8 @@ class MonitorKey:
 
 
 class RunStore:
+    """The run store at ``path`` (created if absent); a context manager that closes it."""
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,6 +71,7 @@ class RunStore:
         self._db.row_factory = sqlite3.Row
 
     def close(self) -> None:
+        """Close the database connection."""
         self._db.close()
 
     def __enter__(self) -> RunStore:
@@ -127,12 +130,14 @@ class RunStore:
         return len(rows)
 
     def count(self, key: MonitorKey | None = None) -> int:
+        """Stored readings of ``key``, or of all keys when None."""
         if key is None:
             return self._db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0]
         where, args = self._where(key)
         return self._db.execute(f"SELECT COUNT(*) FROM verdicts WHERE {where}", args).fetchone()[0]
 
     def keys(self) -> list[MonitorKey]:
+        """Every monitor key with readings in the store."""
         rows = self._db.execute(
             "SELECT DISTINCT model, model_revision, prompt, template_hash, readout FROM verdicts")
         return [MonitorKey(*r) for r in rows.fetchall()]

@@ -33,9 +33,12 @@ class Verdict:
 
     @property
     def scored(self) -> bool:
+        """True when the reading has a score (status ok or truncated, ``p_raw`` set)."""
         return self.status in SCORED and self.p_raw is not None
 
     def to_row(self) -> dict[str, Any]:
+        """The reading as a run-store row: JSON text for evidence, truncation and extra, 0/1 for
+        the decision."""
         d = asdict(self)
         d["evidence"] = json.dumps(list(self.evidence), ensure_ascii=False)
         d["truncation"] = json.dumps(self.truncation) if self.truncation else None
@@ -45,6 +48,7 @@ class Verdict:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Verdict:
+        """The reading a `to_row` row (or a store row) describes; unknown columns are ignored."""
         d = dict(row)
         d["evidence"] = tuple(json.loads(d["evidence"] or "[]"))
         d["truncation"] = json.loads(d["truncation"]) if d.get("truncation") else None

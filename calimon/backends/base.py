@@ -31,10 +31,15 @@ class Backend(Protocol):
     forward_calls: int
 
     @property
-    def tokenizer(self) -> Any: ...
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (a transformers tokenizer), used to encode prompts and decode
+        answers."""
+        ...
 
     @property
-    def vocab_size(self) -> int: ...
+    def vocab_size(self) -> int:
+        """Rows of the log-prob arrays `next_token_logprobs` returns (the output vocabulary)."""
+        ...
 
     def next_token_logprobs(self, prompts: Sequence[Sequence[int]], prefix_len: int = 0
                             ) -> np.ndarray:
@@ -47,17 +52,23 @@ class Backend(Protocol):
         """Greedy continuation of each prompt, stopping at end of turn (stop token dropped)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release what the backend holds (engine processes, connections); safe to call twice."""
+        ...
 
 
 class HiddenStates(Protocol):
     """Capability: hidden states of chosen layers from the scoring pass (probe heads)."""
 
     @property
-    def num_layers(self) -> int: ...
+    def num_layers(self) -> int:
+        """Decoder blocks of the model; capture layers run 0 (embeddings) .. ``num_layers``."""
+        ...
 
     @property
-    def hidden_size(self) -> int: ...
+    def hidden_size(self) -> int:
+        """Width of one captured hidden state."""
+        ...
 
     def capture(self, prompts: Sequence[Sequence[int]], prefix_len: int, spec,
                 spans: Sequence[tuple[int, int]]):
@@ -71,7 +82,9 @@ class LocalWeights(Protocol):
     run its own forward passes on it (per-sample prefix sharing of masked span variants)."""
 
     @property
-    def model(self) -> Any: ...
+    def model(self) -> Any:
+        """The model's torch module (loaded on first use), in eval mode."""
+        ...
 
 
 CAPABILITY_NAMES: dict[type, str] = {HiddenStates: "hidden states", LocalWeights: "local weights"}

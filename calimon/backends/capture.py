@@ -26,6 +26,9 @@ POOLINGS = ("last", "mean", "max")
 
 @dataclass(frozen=True)
 class CaptureSpec:
+    """What one pass captures: pooled states of ``layers`` (each in every ``pooling``) and per-
+    token states of ``token_layers``; a bad layer index or pooling name raises InputError."""
+
     layers: tuple[int, ...] = ()
     pooling: tuple[str, ...] = POOLINGS
     token_layers: tuple[int, ...] = ()
@@ -63,6 +66,8 @@ class Captured:
 
 def check_capture_args(prompts: Sequence[Sequence[int]], prefix_len: int, spec: CaptureSpec,
                        spans: Sequence[tuple[int, int]], num_layers: int) -> None:
+    """Raise InputError unless ``spec`` is a CaptureSpec, there is one in-range response span per
+    prompt (after the shared prefix) and every layer exists (0..``num_layers``)."""
     if not isinstance(spec, CaptureSpec):
         raise InputError(f"expected a CaptureSpec, got {type(spec).__name__}", field="spec")
     if len(spans) != len(prompts):
@@ -92,6 +97,7 @@ class LayerCollector:
         self.token_states: dict[int, list[np.ndarray]] = {}
 
     def hook(self, layer: int):
+        """A forward hook for decoder layer ``layer`` that pools its output into this collector."""
         def fn(module, inputs, output):
             h = output[0] if isinstance(output, tuple | list) else output
             self._collect(layer, h)
@@ -125,6 +131,9 @@ class LayerCollector:
                                         for r, (s, e) in enumerate(self.spans)]
 
     def result(self) -> dict:
+        """``{"pooled": (n, pooling, layers, hidden), "tokens": [per-prompt (tokens,
+        token_layers, hidden)]}`` from what the hooks collected; empty arrays where nothing
+        was asked for."""
         spec = self.spec
         n = len(self.spans)
         pooled = np.stack([self.pooled[k] for k in spec.layers], 2) if spec.layers else \

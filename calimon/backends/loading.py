@@ -11,6 +11,7 @@ from calimon.models import ResolvedModel
 
 
 def load_tokenizer(model: ResolvedModel):
+    """The tokenizer stored in the model folder (transformers' AutoTokenizer)."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(model.path))
@@ -53,6 +54,7 @@ class LazyTokenizer:
 
     @property
     def tokenizer(self):
+        """The model's tokenizer, loaded on first use."""
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.model_ref)
         return self._tokenizer
@@ -67,11 +69,13 @@ class TokenIdVocab(LazyTokenizer):
 
     @property
     def vocab_size(self) -> int:
+        """The output vocabulary size (see `model_vocab_size`), computed once."""
         if self._vocab_size is None:
             self._vocab_size = model_vocab_size(self.model_ref, self.tokenizer)
         return self._vocab_size
 
     def readout_ids(self) -> list[int]:
+        """The token ids of every readout answer (see `readout_token_ids`), computed once."""
         if self._answer_ids is None:
             self._answer_ids = readout_token_ids(self.tokenizer)
         return self._answer_ids

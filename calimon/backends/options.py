@@ -12,6 +12,8 @@ from calimon.errors import InputError
 
 
 class BackendOptions(BaseModel):
+    """Base of the options models: frozen, unknown fields refused."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -59,6 +59,8 @@ class TransformersBackend(LazyTokenizer, BackendBase):
     # -- loading -----------------------------------------------------------------------------
     @property
     def model(self):
+        """The causal LM on the resolved device, loaded on first use (``dtype`` "auto": bfloat16
+        on CUDA, float32 elsewhere)."""
         if self._model is None:
             import torch
             from transformers import AutoModelForCausalLM
@@ -86,6 +88,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
 
     @max_batch_size.setter
     def max_batch_size(self, value: int | None) -> None:
+        """Set the prompts per forward pass; None restores the device default."""
         self._max_batch_size = value
 
     def _resolved_device(self) -> str:
@@ -99,6 +102,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
 
     @property
     def vocab_size(self) -> int:
+        """Rows of the model's output embedding (may exceed the tokenizer's length)."""
         return int(self.model.get_output_embeddings().weight.shape[0])
 
     # -- scoring -----------------------------------------------------------------------------
@@ -140,10 +144,12 @@ class TransformersBackend(LazyTokenizer, BackendBase):
 
     @property
     def num_layers(self) -> int:
+        """Decoder blocks of the loaded model."""
         return len(self._decoder_layers())
 
     @property
     def hidden_size(self) -> int:
+        """Width of the model's input embeddings (the residual stream)."""
         return int(self.model.get_input_embeddings().weight.shape[1])
 
     def _decoder_layers(self):
@@ -312,6 +318,7 @@ def _read_only_layer_class():
 
 
 def timed(fn, *args, **kwargs):
+    """``(fn(*args, **kwargs), seconds it took)`` by the wall clock."""
     start = time.perf_counter()
     result = fn(*args, **kwargs)
     return result, time.perf_counter() - start

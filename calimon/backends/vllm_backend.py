@@ -103,6 +103,8 @@ class VLLMBackend(TokenIdVocab, BackendBase):
 
     @property
     def llm(self):
+        """The vLLM offline engine, started on first use; raises MissingExtraError without vLLM
+        and InputError for a bad ``kv_cache_gib`` before the engine starts."""
         if self._llm is None:
             space = self.kv_cache_space()  # bad input fails before the engine starts
             try:

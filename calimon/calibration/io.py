@@ -114,9 +114,11 @@ class StoredMap:
 
     @property
     def method(self) -> str:
+        """The calibration method's name (e.g. "platt", "isotonic")."""
         return self.calibrator.method
 
     def predict(self, p: Any) -> np.ndarray:
+        """Calibrated probabilities for raw probabilities ``p`` (the stored map applied)."""
         return self.calibrator.predict(p)
 
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import expit
 
+from calimon.calibration.logistic import fit_logistic, logit
 from calimon.errors import InputError
 from calimon.metrics import STRATEGIES, as_labels, as_probabilities, assign_bins, bin_edges
 
@@ -34,52 +35,7 @@ __all__ = [
     "make_calibrator",
 ]
 
-RIDGE = 1e-8
 MIN_INVERSE_TEMPERATURE = 1e-6  # T <= 1e6: an uninformative or inverted score maps to ~0.5
-
-
-def _fit_logistic(X: np.ndarray, y: np.ndarray, *, intercept: bool = True,
-                  ridge: float = RIDGE) -> tuple[np.ndarray, float]:
-    """Minimise mean log-loss of ``sigmoid(X @ w + c)`` + ``ridge/2 * |w|^2`` (Newton + Armijo)."""
-    n, k = X.shape
-    A = np.hstack([X, np.ones((n, 1))]) if intercept else X
-    pen = np.r_[np.full(k, ridge), np.zeros(A.shape[1] - k)]
-    theta = np.zeros(A.shape[1])
-
-    def objective(t: np.ndarray) -> float:
-        z = A @ t
-        return float(np.mean(np.logaddexp(0.0, z) - y * z) + 0.5 * np.sum(pen * t * t))
-
-    for _ in range(200):
-        s = expit(A @ theta)
-        grad = A.T @ (s - y) / n + pen * theta
-        hess = (A * (s * (1.0 - s))[:, None]).T @ A / n + np.diag(pen + 1e-14)
-        try:
-            step = np.linalg.solve(hess, grad)
-        except np.linalg.LinAlgError:
-            step = np.linalg.lstsq(hess, grad, rcond=None)[0]
-        decrement = float(grad @ step)  # squared Newton decrement: twice the predicted gain
-        if not decrement > 1e-24:
-            break
-        if decrement < 1e-8:
-            # quadratic-convergence region: full steps, no line search (whose objective
-            # differences would drown in rounding here)
-            theta = theta - step
-            if np.max(np.abs(step)) <= 1e-14 * (1.0 + np.max(np.abs(theta))):
-                break
-            continue
-        f = objective(theta)
-        t, f_new = 1.0, objective(theta - step)
-        while f_new > f - 1e-4 * t * decrement and t > 1e-10:
-            t *= 0.5
-            f_new = objective(theta - t * step)
-        theta = theta - t * step
-    return theta[:k], (float(theta[k]) if intercept else 0.0)
-
-
-def _logit(p: np.ndarray, eps: float) -> np.ndarray:
-    pc = np.clip(p, eps, 1.0 - eps)
-    return np.log(pc) - np.log1p(-pc)
 
 
 class Calibrator:
@@ -122,6 +78,7 @@ class Calibrator:
 
     @property
     def is_fitted(self) -> bool:
+        """True once every fitted parameter (``fitted_params``, with a trailing ``_``) is set."""
         return all(hasattr(self, k + "_") for k in self.fitted_params)
 
     def to_dict(self) -> dict[str, Any]:
@@ -221,7 +178,7 @@ class TemperatureScaling(Calibrator):
         _check_eps(self.eps)
 
     def _fit(self, p: np.ndarray, y: np.ndarray) -> None:
-        (w,), _ = _fit_logistic(_logit(p, self.eps)[:, None], y, intercept=False)
+        (w,), _ = fit_logistic(logit(p, self.eps)[:, None], y, intercept=False)
         self.temperature_ = 1.0 / max(float(w), MIN_INVERSE_TEMPERATURE)
 
     def _load(self, fitted: dict[str, Any]) -> None:
@@ -230,7 +187,7 @@ class TemperatureScaling(Calibrator):
             raise InputError(f"expected T > 0, got {self.temperature_}", field="temperature")
 
     def _predict(self, p: np.ndarray) -> np.ndarray:
-        return expit(_logit(p, self.eps) / self.temperature_)
+        return expit(logit(p, self.eps) / self.temperature_)
 
 
 class PlattScaling(Calibrator):
@@ -251,11 +208,11 @@ class PlattScaling(Calibrator):
         _check_eps(self.eps)
 
     def _fit(self, p: np.ndarray, y: np.ndarray) -> None:
-        (a,), b = _fit_logistic(_logit(p, self.eps)[:, None], y)
+        (a,), b = fit_logistic(logit(p, self.eps)[:, None], y)
         self.a_, self.b_ = float(a), float(b)
 
     def _predict(self, p: np.ndarray) -> np.ndarray:
-        return expit(self.a_ * _logit(p, self.eps) + self.b_)
+        return expit(self.a_ * logit(p, self.eps) + self.b_)
 
 
 class BetaCalibration(Calibrator):
@@ -284,10 +241,10 @@ class BetaCalibration(Calibrator):
     def _fit(self, p: np.ndarray, y: np.ndarray) -> None:
         X = self._features(p)
         keep = [0, 1]
-        w, c = _fit_logistic(X, y)
+        w, c = fit_logistic(X, y)
         while keep and (w < 0).any():
             keep.pop(int(np.flatnonzero(w < 0)[0]))  # betacal order: drop a first
-            w, c = _fit_logistic(X[:, keep], y)
+            w, c = fit_logistic(X[:, keep], y)
         coef = np.zeros(2)
         coef[keep] = w
         self.a_, self.b_, self.c_ = float(coef[0]), float(coef[1]), float(c)

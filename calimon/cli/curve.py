@@ -84,7 +84,6 @@ def curve_cmd(
 ):
     """Score a benchmark, calibrate, and trace the full Miss-Rate / False-Alarm-Rate curve."""
     from calimon.pipeline import ALL_METHODS, CurveSettings, run_curve
-    from calimon.tables import groups_markdown, operating_table
 
     if calibration not in ALL_METHODS:
         raise typer.BadParameter(f"expected one of {list(ALL_METHODS)}", param_hint="--calibration")
@@ -93,6 +92,13 @@ def curve_cmd(
         binary_prompts=() if no_binary else tuple(binary_prompt or ("direct", "evidence")),
         fars=tuple(far or (0.01, 0.05, 0.10)), rate_thresholds=tuple(threshold or (0.5,)))
     run = run_curve(settings, progress=progress_factory(quiet or as_json))
+    _print_run(run, markdown, as_json)
+
+
+def _print_run(run, markdown: Path | None, as_json: bool) -> None:
+    """Write groups.md (and ``markdown``), then print the summary: JSON or the table."""
+    from calimon.tables import groups_markdown, operating_table
+
     (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")
     if markdown:
         markdown.write_text(groups_markdown(run.summary) + "\n")

@@ -36,6 +36,8 @@ from calimon.samples import CATEGORIES, TASKS, Sample, write_samples
 
 
 class Fields(BaseModel):
+    """For each Sample field, the candidate record keys tried in order (dotted paths allowed)."""
+
     model_config = ConfigDict(extra="forbid")
     id: list[str] = Field(default_factory=list)
     request: list[str]
@@ -48,6 +50,8 @@ class Fields(BaseModel):
 
 
 class Values(BaseModel):
+    """Maps from the file's label / category / task strings to calimon's values."""
+
     model_config = ConfigDict(extra="forbid")
     label: dict[str, bool | None]
     category: dict[str, str]
@@ -55,6 +59,8 @@ class Values(BaseModel):
 
 
 class AdapterConfig(BaseModel):
+    """The adapter's YAML config (module docstring): where each field lives and how values map."""
+
     model_config = ConfigDict(extra="forbid")
     version: Literal[1]
     format: Literal["auto", "jsonl", "json"] = "auto"
@@ -72,10 +78,13 @@ class AdapterConfig(BaseModel):
 
 
 def default_config_path() -> Path:
+    """``configs/adapters/automonitor-bench.yaml`` under the configs root."""
     return configs_root() / "adapters" / "automonitor-bench.yaml"
 
 
 def load_config(path: str | Path | None = None) -> AdapterConfig:
+    """The adapter config at ``path`` (default: `default_config_path`); raises InputError when a
+    category or task maps to a value calimon does not know."""
     cfg = load_yaml_model(Path(path) if path is not None else default_config_path(),
                           AdapterConfig)
     for name, allowed in (("category", CATEGORIES), ("task", TASKS)):
@@ -220,6 +229,41 @@ def _mapped(value: Any, table: dict, fail, name: str, key: str):
     return norm[_norm(value)]
 
 
+def _evidence(row: dict, cfg: AdapterConfig, response: str
+              ) -> tuple[list[tuple[int, int]], list[str]]:
+    """(spans of the evidence quotes found verbatim in ``response``, the quotes not found);
+    a quote that is not a string is matched as its JSON text."""
+    spans: list[tuple[int, int]] = []
+    ungrounded: list[str] = []
+    ekey, evidence = _first(row, cfg.fields.evidence)
+    if ekey is not None:
+        quotes = evidence if isinstance(evidence, list) else [evidence]
+        for q in quotes:
+            q = q if isinstance(q, str) else json.dumps(q, sort_keys=True)
+            start = response.find(q) if q.strip() else -1
+            if start >= 0:
+                spans.append((start, start + len(q)))
+            else:
+                ungrounded.append(q)
+    return spans, ungrounded
+
+
+def _meta(row: dict, cfg: AdapterConfig, values: dict, lineno: int,
+          ungrounded: list[str]) -> dict[str, Any]:
+    """A sample's meta: the file's original label / category / task, its line, ungrounded
+    evidence (if any) and the ``keep_fields`` present in the record."""
+    meta: dict[str, Any] = {"original": {n: v[1] for n, v in values.items()
+                                         if n in ("label", "category", "task")},
+                            "line": lineno}
+    if ungrounded:
+        meta["ungrounded_evidence"] = ungrounded
+    for k in cfg.keep_fields:
+        v = get_path(row, k)
+        if v is not _MISSING:
+            meta[k] = v
+    return meta
+
+
 def convert_automonitor(path: str | Path, config_path: str | Path | None = None
                         ) -> list[Sample]:
     """Read an AutoMonitor-Bench file into Samples through the adapter config."""
@@ -259,26 +303,8 @@ def convert_automonitor(path: str | Path, config_path: str | Path | None = None
                        "field", "pair_id")
         if key is None or cfg.pair_id == "request":
             pair = "req-" + hashlib.sha256(request.encode("utf-8")).hexdigest()[:16]
-        spans, ungrounded = [], []
-        ekey, evidence = _first(row, cfg.fields.evidence)
-        if label is True and ekey is not None:
-            quotes = evidence if isinstance(evidence, list) else [evidence]
-            for q in quotes:
-                q = q if isinstance(q, str) else json.dumps(q, sort_keys=True)
-                start = response.find(q) if q.strip() else -1
-                if start >= 0:
-                    spans.append((start, start + len(q)))
-                else:
-                    ungrounded.append(q)
-        meta: dict[str, Any] = {"original": {n: v[1] for n, v in values.items()
-                                             if n in ("label", "category", "task")},
-                                "line": lineno}
-        if ungrounded:
-            meta["ungrounded_evidence"] = ungrounded
-        for k in cfg.keep_fields:
-            v = get_path(row, k)
-            if v is not _MISSING:
-                meta[k] = v
+        spans, ungrounded = ([], []) if label is not True else _evidence(row, cfg, response)
+        meta = _meta(row, cfg, values, lineno, ungrounded)
         out.append(Sample(id=sid, request=request, response=response, label=label,
                           category=category, task=task, pair_id=str(pair),
                           gold_spans=_merge(spans), source=cfg.source, meta=meta))

@@ -102,6 +102,7 @@ def to_problem(row: dict) -> CodeProblem | str:
 
 
 def load_problems(path: str | Path) -> tuple[list[CodeProblem], dict[str, int]]:
+    """The usable HumanEval problems of a JSONL file, in file order, and {reason: rows skipped}."""
     return codegen_loading.load_problems(path, to_problem)
 
 
@@ -171,6 +172,8 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
 
 def stats_text(samples: Sequence[Sample], manifest: dict, seconds: float,
                cpu_seconds: float | None = None) -> str:
+    """The build's tables as text: split counts per cell, the pipeline's kinds and skip reasons,
+    and (when sklearn is installed) the shortcut audit."""
     cpu = "" if cpu_seconds is None else f" cpu_seconds={cpu_seconds:.1f}"
     lines = [f"humaneval-pairs seed={manifest['seed']} samples={len(samples)} "
              f"sha256={manifest['samples_sha256'][:16]} build_seconds={seconds:.1f}{cpu}", "",
@@ -207,6 +210,8 @@ def _cpu_seconds() -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m calimon.data.humaneval``: build humaneval-pairs and print its path, or with
+    ``--stats`` its tables. Returns the exit status."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m calimon.data.humaneval",

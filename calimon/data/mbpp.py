@@ -42,6 +42,8 @@ SOURCE = SourceFile(path=SOURCE_REL,
 
 
 def normalize(code: str) -> str:
+    """``code`` with Unix newlines, tabs in indentation expanded to four spaces, trailing spaces
+    and leading/trailing blank lines dropped, newline-terminated."""
     out = []
     for line in code.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
         stripped = line.lstrip(" \t")
@@ -108,11 +110,14 @@ def to_problem(row: dict) -> CodeProblem | str:
 
 
 def load_problems(path: str | Path) -> tuple[list[CodeProblem], dict[str, int]]:
+    """The usable MBPP problems of a JSONL file, in file order, and {reason: rows skipped}."""
     return codegen_loading.load_problems(path, to_problem)
 
 
 def mbpp_report(sources_dir: str | Path, seed: int = 0, *, limit: int | None = None,
                 workers: int = WORKERS) -> tuple[list[Sample], CellReport, dict[str, int]]:
+    """The MBPP code cells' samples (no splits), the pipeline report and the rows skipped before
+    execution, from the checksum-verified source file under ``sources_dir``."""
     path = verified_path(Path(sources_dir), SOURCE)
     return codegen_loading.problems_report(path, to_problem, seed, limit=limit, workers=workers)
 
@@ -124,6 +129,8 @@ def mbpp_cells(sources_dir: str | Path, seed: int = 0, *, limit: int | None = No
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m calimon.data.mbpp``: build the MBPP code cells and print their counts. Returns
+    the exit status."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m calimon.data.mbpp",

@@ -13,6 +13,7 @@ HOME_ENV = "CALIMON_HOME"
 
 
 def calimon_home() -> Path:
+    """calimon's cache folder: $CALIMON_HOME, else ``~/.cache/calimon``."""
     return Path(os.environ.get(HOME_ENV) or Path.home() / ".cache" / "calimon")
 
 
@@ -22,6 +23,7 @@ def data_dir() -> Path:
 
 
 def benchmark_dir(name: str) -> Path:
+    """The folder of the built benchmark ``name`` under `data_dir`."""
     return data_dir() / name
 
 

@@ -22,6 +22,8 @@ AUTO_BUILD = {"humaneval-pairs"}
 
 
 def available() -> dict[str, str]:
+    """Every known benchmark's name -> "module:function" builder, built-ins first, then entry
+    points."""
     table = dict(BUILDERS)
     for ep in entry_points(group="calimon.benchmarks"):
         table.setdefault(ep.name, ep.value)
@@ -29,6 +31,8 @@ def available() -> dict[str, str]:
 
 
 def builder(name: str):
+    """The builder function of benchmark ``name`` (imported now); raises InputError for an
+    unknown name."""
     table = available()
     if name not in table:
         raise InputError(f"unknown benchmark {name!r}; known: {sorted(table)} "
@@ -38,10 +42,12 @@ def builder(name: str):
 
 
 def samples_path(name: str) -> Path:
+    """Where the built benchmark ``name`` keeps its samples.jsonl."""
     return benchmark_dir(name) / "samples.jsonl"
 
 
 def manifest(name: str) -> dict | None:
+    """The built benchmark's manifest.json as a dict, or None when it has not been built."""
     path = benchmark_dir(name) / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else None
 

@@ -13,6 +13,9 @@ from calimon.errors import DataSourceError, InputError
 
 @dataclass(frozen=True)
 class SourceFile:
+    """One source file of a benchmark: path (relative to the sources folder), expected sha256,
+    upstream address and license."""
+
     path: str  # relative to the sources directory, e.g. "xstest/xstest_prompts.csv"
     sha256: str
     upstream: str
@@ -20,6 +23,7 @@ class SourceFile:
 
 
 def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

@@ -55,6 +55,7 @@ class CascadeStats:
     cost_per_1000: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
 
@@ -72,6 +73,7 @@ class CascadeDesign:
     n_candidates: int
 
     def to_dict(self) -> dict[str, Any]:
+        """The design as a nested dict (its stats included)."""
         return asdict(self)
 
 
@@ -127,19 +129,7 @@ def _grid(values: np.ndarray, n_grid: int) -> tuple[np.ndarray, np.ndarray]:
     return idx, cuts
 
 
-def design_cascade(s1: Any, s2: Any, labels: Any, *, target_far: float, cost_stage1: float,
-                   cost_stage2: float, max_mr: float | None = None, n_grid: int = 101,
-                   t2: float | None = None) -> CascadeDesign:
-    """Scan bands ``[a, b)`` (and ``t2`` unless given) for ``FAR <= target_far``.
-
-    With ``max_mr``: the cheapest cascade with ``MR <= max_mr`` too (ties: lower MR, then
-    lower FAR). Without: the lowest MR reachable under the FAR target, at the lowest cost
-    that reaches it. Raises InfeasiblePolicyError if no candidate qualifies.
-    """
-    x1, x2, y = _arrays(s1, s2, labels)
-    if not np.all(np.isfinite(x2)):
-        raise InputError("design needs stage-2 scores for every transcript", field="s2")
-    c1, c2 = _cost(cost_stage1, "cost_stage1"), _cost(cost_stage2, "cost_stage2")
+def _check_design_args(target_far: Any, max_mr: Any, n_grid: Any) -> None:
     if isinstance(target_far, bool) or not isinstance(target_far, numbers.Real) or not (
             0 <= target_far <= 1):
         raise InputError(f"expected a rate in [0, 1], got {target_far!r}", field="target_far")
@@ -147,20 +137,16 @@ def design_cascade(s1: Any, s2: Any, labels: Any, *, target_far: float, cost_sta
         raise InputError(f"expected a rate in [0, 1] or None, got {max_mr!r}", field="max_mr")
     if isinstance(n_grid, bool) or not isinstance(n_grid, int) or n_grid < 2:
         raise InputError(f"expected an integer >= 2, got {n_grid!r}", field="n_grid")
+
+
+def _scan(x1: np.ndarray, x2: np.ndarray, y: np.ndarray, idx1: np.ndarray, cuts1: np.ndarray,
+          t2s: np.ndarray, c1: float, c2: float) -> np.ndarray:
+    """One row per candidate (a-cut <= b-cut of the kept stage-1 cuts, t2): MR, FAR, cost per
+    1000, a-cut index, b-cut index (into ``idx1``) and t2 index."""
     n, n_pos = y.size, int(y.sum())
     n_neg = n - n_pos
-    if not n_pos or not n_neg:
-        raise InputError("design needs both benign and misbehaving transcripts", field="labels")
-
-    idx1, cuts1 = _grid(x1, n_grid)
     group = np.searchsorted(np.unique(x1), x1)  # stage-1 group of each transcript
     m1 = cuts1.size - 1
-    stage2 = _stage2_only(x2, y, target_far, c2)
-    if t2 is None:  # the grid, plus stage 2's own best threshold so the scan contains it
-        idx2, cuts2 = _grid(x2, n_grid)
-        t2s = np.unique(np.r_[cuts2[idx2], stage2.t2])
-    else:
-        t2s = np.array([float(t2)])
 
     def prefix(mask: np.ndarray) -> np.ndarray:  # count of mask below each kept stage-1 cut
         per = np.bincount(group, weights=mask, minlength=m1)
@@ -177,7 +163,35 @@ def design_cascade(s1: Any, s2: Any, labels: Any, *, target_far: float, cost_sta
         esc = (below_pos[ib] + below_neg[ib]) - (below_pos[ia] + below_neg[ia])
         rows.append(np.stack([1 - tp / n_pos, fp / n_neg, 1000 * (c1 + esc / n * c2), ia, ib,
                               np.full(ia.size, k)], axis=1))
-    table = np.concatenate(rows)
+    return np.concatenate(rows)
+
+
+def design_cascade(s1: Any, s2: Any, labels: Any, *, target_far: float, cost_stage1: float,
+                   cost_stage2: float, max_mr: float | None = None, n_grid: int = 101,
+                   t2: float | None = None) -> CascadeDesign:
+    """Scan bands ``[a, b)`` (and ``t2`` unless given) for ``FAR <= target_far``.
+
+    With ``max_mr``: the cheapest cascade with ``MR <= max_mr`` too (ties: lower MR, then
+    lower FAR). Without: the lowest MR reachable under the FAR target, at the lowest cost
+    that reaches it. Raises InfeasiblePolicyError if no candidate qualifies.
+    """
+    x1, x2, y = _arrays(s1, s2, labels)
+    if not np.all(np.isfinite(x2)):
+        raise InputError("design needs stage-2 scores for every transcript", field="s2")
+    c1, c2 = _cost(cost_stage1, "cost_stage1"), _cost(cost_stage2, "cost_stage2")
+    _check_design_args(target_far, max_mr, n_grid)
+    n_pos = int(y.sum())
+    if not n_pos or not y.size - n_pos:
+        raise InputError("design needs both benign and misbehaving transcripts", field="labels")
+
+    idx1, cuts1 = _grid(x1, n_grid)
+    stage2 = _stage2_only(x2, y, target_far, c2)
+    if t2 is None:  # the grid, plus stage 2's own best threshold so the scan contains it
+        idx2, cuts2 = _grid(x2, n_grid)
+        t2s = np.unique(np.r_[cuts2[idx2], stage2.t2])
+    else:
+        t2s = np.array([float(t2)])
+    table = _scan(x1, x2, y, idx1, cuts1, t2s, c1, c2)
     mr, far, cost = table[:, 0], table[:, 1], table[:, 2]
     ok = far <= target_far + TOL
     if max_mr is not None:

@@ -41,6 +41,8 @@ class EscalationReport:
     n_dropped: int
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict: policy, design, test-split stats, split and dropped
+        rows."""
         return {"path": self.path, "policy": self.policy.model_dump(),
                 "design": self.design.to_dict(), "test": self.test.to_dict(),
                 "split": self.split, "n_dropped": self.n_dropped}
@@ -138,6 +140,7 @@ class ApplySummary:
     audit_fraction: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
 

@@ -157,6 +157,7 @@ class CertifiedThreshold:
     method: str = METHOD
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
 
@@ -242,12 +243,16 @@ class ThresholdCheck:
     test_far: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The certificate and its calibration / test rates as a JSON-ready dict."""
         return {"certificate": self.certificate.to_dict(), "calib_mr": self.calib_mr,
                 "calib_far": self.calib_far, "test_mr": self.test_mr, "test_far": self.test_far}
 
 
 @dataclass(frozen=True)
 class ThresholdsReport:
+    """Threshold certificates of one scored file, each fitted on ``n_calib`` calibration rows and
+    checked on ``n_test`` test rows (``split`` says how they were split)."""
+
     source: str
     score: str
     split: str
@@ -257,6 +262,7 @@ class ThresholdsReport:
     checks: tuple[ThresholdCheck, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict, one entry per check."""
         d = {k: getattr(self, k) for k in ("source", "score", "split", "n_calib", "n_test",
                                              "n_dropped")}
         d["checks"] = [c.to_dict() for c in self.checks]

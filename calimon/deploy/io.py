@@ -73,18 +73,22 @@ class ScoredSet:
 
     @property
     def n_dropped(self) -> int:
+        """Rows left out for want of a score."""
         return len(self.dropped_ids)
 
     @property
     def has_labels(self) -> bool:
+        """True when the set is non-empty and every row has a 0/1 label."""
         return bool(len(self) and np.all(self.labels >= 0))
 
     @property
     def benign_scores(self) -> np.ndarray:
+        """The active scores of the benign (label 0) rows."""
         return self.scores[self.labels == 0]
 
     @property
     def misbehaving_scores(self) -> np.ndarray:
+        """The active scores of the misbehaving (label 1) rows."""
         return self.scores[self.labels == 1]
 
     def subset(self, mask: Any) -> ScoredSet:
@@ -353,6 +357,7 @@ def run_metadata(csv_path: str | Path) -> dict[str, str]:
 
 
 def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes."""
     import hashlib
 
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()

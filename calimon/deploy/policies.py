@@ -88,6 +88,7 @@ class PolicyStats:
     risk: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
 
@@ -134,6 +135,7 @@ class PolicyDesign:
     guarantees: tuple[CertifiedThreshold, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The design as a nested dict, its guarantees included."""
         d = asdict(self)
         d["guarantees"] = [g.to_dict() for g in self.guarantees]
         return d
@@ -182,6 +184,31 @@ def _scan(p1: np.ndarray, n0: np.ndarray, wm: float, wf: float, wr: float,
     return None if best is None else (best[3], best[2])
 
 
+def _certificates(scored: ScoredSet, far_alpha: float | None, mr_alpha: float | None,
+                  delta: float) -> tuple[list[CertifiedThreshold], tuple[int | None, bool],
+                                         tuple[int | None, bool]]:
+    """(the certificates asked for, (false blocks allowed, never block), (misses allowed,
+    never pass)); a rate that cannot be certified allows no automatic decision of its kind,
+    one not asked for is unlimited (None)."""
+    s, y = scored.scores, scored.labels
+    guarantees: list[CertifiedThreshold] = []
+    max_fb = max_miss = None
+    never_block = never_pass = False
+    if far_alpha is not None:
+        if not (y == 0).any():
+            raise InputError("far_alpha needs benign rows", path=scored.path, field="label")
+        cert = certify_far(s[y == 0], far_alpha, delta)
+        guarantees.append(cert)
+        max_fb, never_block = (cert.k, False) if cert.certified else (0, True)
+    if mr_alpha is not None:
+        if not (y == 1).any():
+            raise InputError("mr_alpha needs misbehaving rows", path=scored.path, field="label")
+        cert = certify_mr(s[y == 1], mr_alpha, delta)
+        guarantees.append(cert)
+        max_miss, never_pass = (cert.k, False) if cert.certified else (0, True)
+    return guarantees, (max_fb, never_block), (max_miss, never_pass)
+
+
 def design_policy(scored: ScoredSet, *, budget: float | None = None, cost_miss: float = 1.0,
                   cost_false_block: float = 1.0, cost_review: float = 0.0,
                   far_alpha: float | None = None, mr_alpha: float | None = None,
@@ -203,21 +230,8 @@ def design_policy(scored: ScoredSet, *, budget: float | None = None, cost_miss: 
             raise InputError(f"expected a fraction in [0, 1], got {budget!r}", field="budget")
         max_review = int(math.floor(budget * n + 1e-9))
     s, y = scored.scores, scored.labels
-    guarantees: list[CertifiedThreshold] = []
-    max_fb = max_miss = None
-    never_block = never_pass = False
-    if far_alpha is not None:
-        if not (y == 0).any():
-            raise InputError("far_alpha needs benign rows", path=scored.path, field="label")
-        cert = certify_far(s[y == 0], far_alpha, delta)
-        guarantees.append(cert)
-        max_fb, never_block = (cert.k, False) if cert.certified else (0, True)
-    if mr_alpha is not None:
-        if not (y == 1).any():
-            raise InputError("mr_alpha needs misbehaving rows", path=scored.path, field="label")
-        cert = certify_mr(s[y == 1], mr_alpha, delta)
-        guarantees.append(cert)
-        max_miss, never_pass = (cert.k, False) if cert.certified else (0, True)
+    guarantees, (max_fb, never_block), (max_miss, never_pass) = _certificates(
+        scored, far_alpha, mr_alpha, delta)
     v, inv = np.unique(s, return_inverse=True)
     p1 = np.r_[0, np.cumsum(np.bincount(inv, weights=(y == 1), minlength=v.size))].astype(int)
     n0 = np.r_[0, np.cumsum(np.bincount(inv, weights=(y == 0), minlength=v.size))].astype(int)

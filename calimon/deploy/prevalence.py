@@ -50,6 +50,7 @@ class PrevalenceReport:
     misses: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
 

@@ -53,6 +53,7 @@ class IntervalTable:
     ece: Interval
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
 

@@ -28,6 +28,9 @@ from calimon.verdict import Verdict
 
 @dataclass(frozen=True)
 class ScoreResult:
+    """What a scoring run returns: the readings by sample id and how many were scored, reused
+    from the store, and how many model calls it took."""
+
     readings: dict[str, Verdict] = field(repr=False)
     scored: int  # transcripts sent to the model in this run
     reused: int  # transcripts already in the store
@@ -35,6 +38,7 @@ class ScoreResult:
     engine: str = "local"
 
     def status_counts(self) -> dict[str, int]:
+        """Readings per verdict status, sorted by status."""
         counts: dict[str, int] = {}
         for v in self.readings.values():
             counts[v.status] = counts.get(v.status, 0) + 1

@@ -22,6 +22,7 @@ INSTALL = "pip install 'calimon[ray]'  (or: pip install 'ray>=2.9')"
 
 
 def import_ray():
+    """The ``ray`` module; raises MissingExtraError when Ray is not installed."""
     try:
         import ray
     except ImportError:
@@ -40,6 +41,8 @@ class ScoringWorker:
         self.monitor = MonitorSpec.from_json(spec_json).build()
 
     def score(self, rows: list[dict]) -> tuple[list[dict], int]:
+        """The readings of one chunk of sample dicts (as `Verdict.to_row` rows) and the backend
+        calls scoring it took."""
         from calimon.monitor import score_chunk
 
         chunk = [sample_from_dict(r) for r in rows]

@@ -25,10 +25,12 @@ class MonitorSpec:
     max_input_tokens: int | None = None
 
     def to_json(self) -> str:
+        """The spec as a JSON string (sorted keys), for `from_json`."""
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> MonitorSpec:
+        """The spec a `to_json` string describes."""
         return cls(**json.loads(text))
 
     def with_monitor(self, prompt: str, readout: str) -> MonitorSpec:

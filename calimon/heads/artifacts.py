@@ -33,6 +33,8 @@ class HeadMismatchError(CalimonError):
 
 
 class BaseModelRef(BaseModel):
+    """The card's base model: name, revision and the shapes the head was trained on."""
+
     model_config = ConfigDict(extra="forbid")
     name: str
     revision: str
@@ -41,6 +43,9 @@ class BaseModelRef(BaseModel):
 
 
 class PromptRef(BaseModel):
+    """The card's prompt: name, template hash of the pass the head reads, readout and input
+    limit."""
+
     model_config = ConfigDict(extra="forbid")
     name: str
     template_hash: str
@@ -49,6 +54,9 @@ class PromptRef(BaseModel):
 
 
 class TrainingRef(BaseModel):
+    """The card's training data (benchmark, dataset hash, split, counts, categories), parameters
+    and cost."""
+
     model_config = ConfigDict(extra="forbid")
     benchmark: str
     dataset_hash: str
@@ -63,6 +71,8 @@ class TrainingRef(BaseModel):
 
 
 class HeadCard(BaseModel):
+    """A head's card (``<name>.card.yaml``, module docstring); unknown fields are refused."""
+
     model_config = ConfigDict(extra="forbid")
     version: Literal[1]
     name: str
@@ -90,6 +100,8 @@ def heads_dir() -> Path:
 
 
 def check_name(name: str) -> str:
+    """``name`` if it is a valid head name (letters, digits, ``_ . -``, not starting with a dot),
+    else InputError."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise InputError(f"expected a head name of letters, digits, '_', '.', '-' (not starting "
                          f"with a dot), got {name!r}", field="name")
@@ -97,6 +109,8 @@ def check_name(name: str) -> str:
 
 
 def head_paths(model: str, name: str, root: str | Path | None = None) -> tuple[Path, Path]:
+    """``(weights path, card path)`` of head ``name`` of ``model`` under ``root`` (default:
+    `heads_dir`); raises InputError for an invalid name."""
     folder = Path(root or heads_dir()) / model
     return folder / f"{check_name(name)}.safetensors", folder / f"{name}.card.yaml"
 
@@ -204,4 +218,5 @@ def list_heads(model: str | None = None, root: str | Path | None = None) -> list
 
 
 def now() -> str:
+    """The current UTC time, ISO 8601 to the second (a card's ``created``)."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

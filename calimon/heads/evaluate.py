@@ -22,6 +22,8 @@ from calimon.metrics import auroc, ece
 
 @dataclass(frozen=True)
 class ReadoutScores:
+    """A readout's test-split figures (module docstring); NaN where a figure is undefined."""
+
     name: str
     n_test: int
     n_test_pos: int
@@ -35,6 +37,7 @@ class ReadoutScores:
     method: str
 
     def to_dict(self) -> dict:
+        """The fields as a JSON-ready dict; NaN becomes None."""
         return {k: (None if isinstance(v, float) and math.isnan(v) else v)
                 for k, v in asdict(self).items()}
 
@@ -75,6 +78,8 @@ def curve_figures(p, y, far: float = 0.05) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class TransferCell:
+    """One cell of the transfer matrix: trained on ``train``, tested on ``test``."""
+
     train: str
     test: str
     n_train: int

@@ -35,10 +35,13 @@ READOUT = "verdict"  # heads read the prompt encoded for the verdict readout
 
 
 def features_dir() -> Path:
+    """The feature cache root: $CALIMON_FEATURES_DIR, else $CALIMON_HOME/features."""
     return Path(os.environ.get(FEATURES_ENV) or calimon_home() / "features")
 
 
 def cache_key(model_ref, prompt: PromptTemplate, max_input_tokens: int) -> str:
+    """The cache folder's key: a short hash of the model's name and revision, the verdict
+    template hash and ``max_input_tokens``."""
     payload = json.dumps([model_ref.name, model_ref.revision, prompt.template_hash(READOUT),
                           int(max_input_tokens), 1])
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -62,13 +65,17 @@ class FeatureSet:
 
     @property
     def num_layers(self) -> int:
+        """Decoder blocks of the model (pooled layers run 0..num_layers)."""
         return self.pooled.shape[2] - 1
 
     @property
     def hidden_size(self) -> int:
+        """Width of one hidden state."""
         return self.pooled.shape[3]
 
     def X(self, layer: int, pooling: str) -> np.ndarray:
+        """(n, hidden) pooled states of one layer and pooling; raises InputError for an unknown
+        pooling or a layer out of range."""
         if pooling not in POOLINGS:
             raise InputError(f"expected one of {list(POOLINGS)}, got {pooling!r}",
                              field="pooling")
@@ -79,22 +86,29 @@ class FeatureSet:
 
     @property
     def y(self) -> np.ndarray:
+        """The samples' labels as a bool array (no label counts as benign)."""
         return np.array([bool(s.label) for s in self.samples])
 
     @property
     def groups(self) -> np.ndarray:
+        """The samples' pair ids (cross-validation groups)."""
         return np.array([s.pair_id for s in self.samples], dtype=object)
 
     def column(self, name: str) -> np.ndarray:
+        """One Sample field of every sample, as an object array."""
         return np.array([getattr(s, name) for s in self.samples], dtype=object)
 
     def token_states(self, i: int, layer: int) -> np.ndarray:
+        """(response tokens, hidden) states of sample ``i`` at ``layer``; raises InputError when
+        that layer's per-token states were not extracted."""
         if layer not in self.token_layers:
             raise InputError(f"no per-token states at layer {layer}; extracted: "
                              f"{list(self.token_layers)}", field="layer")
         return self.tokens[i][:, self.token_layers.index(layer)]
 
     def token_labels(self, i: int) -> np.ndarray:
+        """Per-token labels of sample ``i`` from its gold spans
+        (`calimon.heads.labels.token_labels`)."""
         s = self.samples[i]
         return token_labels(self.offsets[i], s.gold_spans, s.label)
 
@@ -164,6 +178,7 @@ class FeatureCache:
         return index
 
     def missing(self, samples: Sequence[Sample], token_layers: Sequence[int] = ()) -> list[Sample]:
+        """The samples (one per transcript) without a cached row covering ``token_layers``."""
         index, want = self._index(), set(token_layers)
         seen: set[str] = set()
         out = []
@@ -176,6 +191,8 @@ class FeatureCache:
 
     def write(self, samples: Sequence[Sample], rows: dict[str, np.ndarray],
               token_layers: Sequence[int]) -> Path:
+        """Write one shard of ``rows`` (arrays keyed by name, one row per sample) and return its
+        path; the write is atomic."""
         from safetensors.numpy import save_file
 
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -191,6 +208,8 @@ class FeatureCache:
         return path
 
     def load(self, samples: Sequence[Sample], token_layers: Sequence[int] = ()) -> FeatureSet:
+        """The cached features of ``samples`` (per-token states at ``token_layers`` too); raises
+        InputError when a sample has no cached row."""
         from safetensors import safe_open
 
         index, token_layers = self._index(), tuple(token_layers)

@@ -38,6 +38,7 @@ def balanced_weights(y: np.ndarray) -> np.ndarray:
 
 
 def standardizer(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column ``(mean, scale)`` of ``X``; a scale below 1e-6 becomes 1."""
     mean = X.mean(0, dtype=np.float64)
     scale = X.std(0, dtype=np.float64)
     return mean, np.where(scale > 1e-6, scale, 1.0)
@@ -150,12 +151,15 @@ class ProbeHead:
 
     @property
     def hidden_size(self) -> int:
+        """Width of the features the head reads."""
         return int(self.params["mean"].shape[0])
 
     def weights_hash(self) -> str:
+        """sha256 of the head's tensors (`params_hash`)."""
         return params_hash(self.params)
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
+        """The logit per row of ``X`` (n, hidden); raises InputError for another shape."""
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.hidden_size:
             raise InputError(f"expected features of shape (n, {self.hidden_size}), got "
@@ -176,6 +180,8 @@ class ProbeHead:
 
 
 def aggregate(token_probs: np.ndarray, how: str) -> float:
+    """One transcript score from token probabilities: ``max``, ``mean`` or ``top10pct`` (mean of
+    the top tenth); NaN without tokens, InputError for another name."""
     p = np.asarray(token_probs, dtype=np.float64)
     if p.size == 0:
         return float("nan")

@@ -36,6 +36,8 @@ def _peft():
 
 @dataclass(frozen=True)
 class LoraSettings:
+    """LoRA hyperparameters (rank, scaling, dropout, target modules) and the training schedule."""
+
     r: int = 8
     alpha: int = 16
     dropout: float = 0.05
@@ -49,6 +51,9 @@ class LoraSettings:
 
 @dataclass(frozen=True, eq=False)
 class LoraRun:
+    """A finished fine-tune: the backend around the merged model, the loss per step, its cost and
+    the adapter's sha256."""
+
     backend: object = field(repr=False)  # a TransformersBackend around the merged model
     losses: tuple[float, ...]
     seconds: float

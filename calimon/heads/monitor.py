@@ -66,6 +66,9 @@ class ProbeMonitor:
 
     @property
     def key(self) -> MonitorKey:
+        """The run-store key of the head's readings: the prompt's verdict template hash, the
+        weights' sha256, the input limit and the head's aggregation and span threshold, hashed
+        together."""
         ref = self.backend.model_ref
         payload = json.dumps([self.prompt.template_hash(READOUT), self.card.weights_sha256,
                               self.max_input_tokens, self.head.aggregate,
@@ -75,6 +78,7 @@ class ProbeMonitor:
 
     @property
     def encoder(self) -> PromptEncoder:
+        """The prompt encoder of the verdict pass the head reads, made on first use."""
         if self._encoder is None:
             self._encoder = PromptEncoder(self.backend.tokenizer, self.prompt, READOUT,
                                           self.max_input_tokens)
@@ -82,11 +86,14 @@ class ProbeMonitor:
 
     @property
     def capture_spec(self) -> CaptureSpec:
+        """What the pass captures: the head's pooled layer (sequence head) or its layer's per-
+        token states (token head)."""
         if self.head.kind == "sequence":
             return CaptureSpec(layers=(self.head.layer,), pooling=(self.head.pooling,))
         return CaptureSpec(layers=(), pooling=("last",), token_layers=(self.head.layer,))
 
     def score(self, samples: Sequence[Sample]) -> list[Verdict]:
+        """The head's readings of ``samples``, in order (see `score_with_verdict`)."""
         return self.score_with_verdict(samples)[1]
 
     def score_with_verdict(self, samples: Sequence[Sample]

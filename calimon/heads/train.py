@@ -49,6 +49,8 @@ def oof_scores(X: np.ndarray, y: np.ndarray, groups: Sequence, *, C: float = SWE
 
 @dataclass(frozen=True)
 class SweepRow:
+    """Cross-validated AUROC at one (layer, pooling)."""
+
     layer: int
     pooling: str
     cv_auroc: float
@@ -56,6 +58,8 @@ class SweepRow:
 
 @dataclass(frozen=True)
 class LayerSweep:
+    """The layer sweep's rows and the settings it ran with."""
+
     rows: tuple[SweepRow, ...]
     C: float
     n_splits: int
@@ -69,6 +73,7 @@ class LayerSweep:
         return max(rows, key=lambda r: (r.cv_auroc, -r.layer))
 
     def table(self) -> dict[str, dict[int, float]]:
+        """``{pooling: {layer: cv_auroc}}``."""
         out: dict[str, dict[int, float]] = {}
         for r in self.rows:
             out.setdefault(r.pooling, {})[r.layer] = r.cv_auroc
@@ -90,6 +95,8 @@ def layer_sweep(fs: FeatureSet, *, layers: Sequence[int] | None = None,
 
 @dataclass(frozen=True)
 class SequenceFit:
+    """A fitted sequence head, the chosen C and the CV AUROC of every C tried."""
+
     head: ProbeHead
     C: float
     cv_auroc: dict[float, float] = field(default_factory=dict)
@@ -131,11 +138,14 @@ def token_matrix(fs: FeatureSet, layer: int, rows: Sequence[int], *, max_tokens:
 
 
 def token_probs(head: ProbeHead, fs: FeatureSet, i: int) -> np.ndarray:
+    """A token head's P(misbehavior) per response token of sample ``i``."""
     return head.predict_proba(fs.token_states(i, head.layer).astype(np.float32))
 
 
 @dataclass(frozen=True)
 class TokenFit:
+    """A fitted token head with its out-of-fold figures and training token counts."""
+
     head: ProbeHead
     cv_auroc: dict[str, float]  # sequence AUROC of each aggregation, out of fold
     cv_span_f1: dict[float, float]  # char F1 of spans at each threshold, out of fold

@@ -68,12 +68,15 @@ class HeadTrainSettings(RunSettings):
 
 @dataclass(frozen=True)
 class TrainedHead:
+    """A saved head: its card's path, the card and the layer sweep (when one picked the layer)."""
+
     card_path: Path
     card: HeadCard
     sweep: LayerSweep | None = field(default=None, repr=False)
 
 
 def default_token_layers(num_layers: int) -> tuple[int, ...]:
+    """The candidate layers of a token head: a third, half and two thirds of the way up."""
     return tuple(sorted({round(num_layers * f) for f in (1 / 3, 1 / 2, 2 / 3)}))
 
 
@@ -107,7 +110,6 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
     _check(s)
     spec = s.monitor_spec(s.model, s.prompt, "verdict")
     backend = requires(spec.build_backend(), HiddenStates, needed_for="head training")
-    resolved = backend.model_ref
     prompt = load_prompt(s.prompt)
     samples = load_benchmark(s.benchmark)
     train = split_samples(samples, "train", s)
@@ -141,7 +143,21 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
                                  ft.y)
             metrics.update({"test_auroc": r.auroc_raw, "test_ece_cal": r.ece_cal,
                             "test_mr_at_far_5pct": r.mr_at_far, "test_n": r.n_test})
-    card = HeadCard(
+    card = _card(s, head, backend, prompt, train, fs, params, metrics, seconds, peak)
+    path = save_head(head, card, s.out)
+    from calimon.heads.artifacts import load_head
+
+    _, saved = load_head(path)
+    return TrainedHead(path, saved, sweep)
+
+
+def _card(s: HeadTrainSettings, head, backend, prompt, train: list[Sample], fs: FeatureSet,
+          params: dict, metrics: dict, seconds: float, peak_bytes: int) -> HeadCard:
+    """The card of a head fitted on ``train`` (``fs``) in ``seconds`` with ``peak_bytes`` of
+    traced memory; its weights fields are filled when it is saved. Non-finite metrics become
+    None."""
+    resolved = backend.model_ref
+    return HeadCard(
         version=1, name=s.name, kind=head.kind, estimator=head.estimator, layer=head.layer,
         pooling=head.pooling, aggregate=head.aggregate, span_threshold=head.span_threshold,
         base_model=BaseModelRef(name=resolved.name, revision=resolved.revision,
@@ -152,15 +168,10 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
                              split="train", n_samples=len(train), n_positive=int(fs.y.sum()),
                              categories=sorted({x.category for x in train}), seed=s.seed,
                              params=params, seconds=round(seconds, 3),
-                             peak_memory_mb=round(peak / 2**20, 1)),
+                             peak_memory_mb=round(peak_bytes / 2**20, 1)),
         metrics={k: (None if v is None or not np.isfinite(v) else float(v))
                  for k, v in metrics.items()},
         weights_file="", weights_sha256="", calimon_version=__version__, created=now())
-    path = save_head(head, card, s.out)
-    from calimon.heads.artifacts import load_head
-
-    _, saved = load_head(path)
-    return TrainedHead(path, saved, sweep)
 
 
 def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...]):

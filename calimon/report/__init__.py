@@ -33,6 +33,8 @@ class Report:
     notes: tuple[str, ...]
 
     def to_dict(self) -> dict:
+        """What was written as a JSON-ready dict (paths as strings, the HTML file's size in
+        bytes)."""
         return {"html": str(self.html), "pngs": [str(p) for p in self.pngs],
                 "bytes": self.html.stat().st_size, "n_rows": self.n_rows,
                 "n_transcripts": self.n_transcripts, "operating_point": self.operating_point,

@@ -148,11 +148,14 @@ JS = """\
 
 
 def sha256_source(text: str) -> str:
+    """The CSP source expression (``'sha256-...'``) that allows one inline style or script."""
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()
                                          ).decode("ascii") + "'"
 
 
 def csp() -> str:
+    """The page's Content-Security-Policy: nothing loaded from anywhere, images only as data
+    URLs, only the page's own inline style and script."""
     return ("default-src 'none'; img-src data:; "
             f"style-src {sha256_source(CSS)}; script-src {sha256_source(JS)}; "
             "base-uri 'none'; form-action 'none'")

@@ -130,19 +130,10 @@ def _collect(events: list[dict]) -> tuple[list[str], list[str]]:
     return errors, warnings
 
 
-def check_page(path: str | Path, *, expressions: dict[str, str] | None = None,
-               actions: list[str] | None = None, screenshot: str | Path | None = None,
-               width: int = 1280, height: int = 900, full_height: int | None = None,
-               timeout: float = 60.0, binary: str | None = None) -> PageCheck:
-    """Load ``path`` (a local HTML file), run ``actions`` (JS statements, in order), then
-    evaluate ``expressions`` (name -> JS expression, JSON-serializable results) and save a
-    screenshot (the top ``full_height`` pixels of the page if given, else the viewport)."""
-    exe = binary or find_chromium()
-    if not exe or not (Path(exe).is_file() or shutil.which(exe)):
-        raise BrowserError(f"no Chromium found{f' at {exe}' if exe else ''} (apt-get install "
-                           "chromium, or set CALIMON_CHROMIUM)")
-    url = Path(path).resolve().as_uri()
-    profile = tempfile.mkdtemp(prefix="calimon-chromium-")
+def _launch(exe: str, profile: str, width: int, height: int
+            ) -> tuple[subprocess.Popen, int, int]:
+    """Start Chromium with the DevTools protocol on a pipe: (process, fd the protocol reads
+    from us, fd it writes to us)."""
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
 
@@ -158,41 +149,92 @@ def check_page(path: str | Path, *, expressions: dict[str, str] | None = None,
                             stderr=subprocess.DEVNULL, preexec_fn=fds, close_fds=False)
     os.close(to_child_r)
     os.close(from_child_w)
+    return proc, to_child_w, from_child_r
+
+
+def _open_page(pipe: _Pipe, url: str, width: int, height: int) -> str:
+    """Attach to a new tab, size its viewport, load ``url``; returns the session id."""
+    target = pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+    sid = pipe.send("Target.attachToTarget", {"targetId": target,
+                                              "flatten": True})["sessionId"]
+    for method in ("Runtime.enable", "Log.enable", "Page.enable"):
+        pipe.send(method, session=sid)
+    pipe.send("Emulation.setDeviceMetricsOverride", {
+        "width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        session=sid)
+    pipe.send("Page.navigate", {"url": url}, session=sid)
+    pipe.wait_for("Page.loadEventFired", sid)
+    return sid
+
+
+def _evaluate(pipe: _Pipe, sid: str, expressions: dict[str, str]) -> dict[str, Any]:
+    """name -> JSON value of each expression, or ``{"error": text}`` where it threw."""
+    values = {}
+    for name, expr in expressions.items():
+        res = pipe.send("Runtime.evaluate", {"expression": expr, "returnByValue": True,
+                                             "awaitPromise": True}, session=sid)
+        if "exceptionDetails" in res:
+            values[name] = {"error": res["exceptionDetails"].get("text")}
+        else:
+            values[name] = res.get("result", {}).get("value")
+    return values
+
+
+def _screenshot(pipe: _Pipe, sid: str, screenshot: str | Path, width: int,
+                full_height: int | None) -> Path:
+    """Write a PNG of the viewport (or of the top ``full_height`` pixels of the page)."""
+    params: dict[str, Any] = {"format": "png"}
+    if full_height:
+        size = pipe.send("Page.getLayoutMetrics", session=sid)["cssContentSize"]
+        h = min(int(size["height"]), full_height)
+        params.update(captureBeyondViewport=True,
+                      clip={"x": 0, "y": 0, "width": width, "height": h, "scale": 1})
+    data = pipe.send("Page.captureScreenshot", params, session=sid)["data"]
+    shot = Path(screenshot)
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    shot.write_bytes(base64.b64decode(data))
+    return shot
+
+
+def _shut_down(proc: subprocess.Popen, fds: tuple[int, ...], profile: str) -> None:
+    """Close our pipe ends, wait for Chromium (kill it after 10 s), remove its profile."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def check_page(path: str | Path, *, expressions: dict[str, str] | None = None,
+               actions: list[str] | None = None, screenshot: str | Path | None = None,
+               width: int = 1280, height: int = 900, full_height: int | None = None,
+               timeout: float = 60.0, binary: str | None = None) -> PageCheck:
+    """Load ``path`` (a local HTML file), run ``actions`` (JS statements, in order), then
+    evaluate ``expressions`` (name -> JS expression, JSON-serializable results) and save a
+    screenshot (the top ``full_height`` pixels of the page if given, else the viewport)."""
+    exe = binary or find_chromium()
+    if not exe or not (Path(exe).is_file() or shutil.which(exe)):
+        raise BrowserError(f"no Chromium found{f' at {exe}' if exe else ''} (apt-get install "
+                           "chromium, or set CALIMON_CHROMIUM)")
+    url = Path(path).resolve().as_uri()
+    profile = tempfile.mkdtemp(prefix="calimon-chromium-")
+    proc, to_child_w, from_child_r = _launch(exe, profile, width, height)
     pipe = _Pipe(proc, to_child_w, from_child_r, timeout)
     try:
-        target = pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        sid = pipe.send("Target.attachToTarget", {"targetId": target,
-                                                  "flatten": True})["sessionId"]
-        for method in ("Runtime.enable", "Log.enable", "Page.enable"):
-            pipe.send(method, session=sid)
-        pipe.send("Emulation.setDeviceMetricsOverride", {
-            "width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-            session=sid)
-        pipe.send("Page.navigate", {"url": url}, session=sid)
-        pipe.wait_for("Page.loadEventFired", sid)
+        sid = _open_page(pipe, url, width, height)
         for statement in actions or []:
             pipe.send("Runtime.evaluate", {"expression": statement, "awaitPromise": True},
                       session=sid)
-        values = {}
-        for name, expr in (expressions or {}).items():
-            res = pipe.send("Runtime.evaluate", {"expression": expr, "returnByValue": True,
-                                                 "awaitPromise": True}, session=sid)
-            if "exceptionDetails" in res:
-                values[name] = {"error": res["exceptionDetails"].get("text")}
-            else:
-                values[name] = res.get("result", {}).get("value")
+        values = _evaluate(pipe, sid, expressions or {})
         shot = None
         if screenshot is not None:
-            params: dict[str, Any] = {"format": "png"}
-            if full_height:
-                size = pipe.send("Page.getLayoutMetrics", session=sid)["cssContentSize"]
-                h = min(int(size["height"]), full_height)
-                params.update(captureBeyondViewport=True,
-                              clip={"x": 0, "y": 0, "width": width, "height": h, "scale": 1})
-            data = pipe.send("Page.captureScreenshot", params, session=sid)["data"]
-            shot = Path(screenshot)
-            shot.parent.mkdir(parents=True, exist_ok=True)
-            shot.write_bytes(base64.b64decode(data))
+            shot = _screenshot(pipe, sid, screenshot, width, full_height)
         time.sleep(0.2)  # let late console events arrive
         pipe.send("Runtime.evaluate", {"expression": "0"}, session=sid)
         errors, warnings = _collect(pipe.events)
@@ -203,17 +245,7 @@ def check_page(path: str | Path, *, expressions: dict[str, str] | None = None,
         return PageCheck(url=url, errors=tuple(errors), warnings=tuple(warnings),
                          values=values, screenshot=shot)
     finally:
-        for fd in (to_child_w, from_child_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(profile, ignore_errors=True)
+        _shut_down(proc, (to_child_w, from_child_r), profile)
 
 
 __all__ = ["BrowserError", "PageCheck", "check_page", "find_chromium"]

@@ -35,6 +35,9 @@ Row = CurveRow  # one line of curve.csv; a missing score is None, never 0
 
 @dataclass(frozen=True)
 class RunData:
+    """A run folder's contents for the report (module docstring); absent optional parts are
+    empty, with a line in ``notes``."""
+
     run_dir: Path
     summary: dict = field(repr=False)
     curve_sha256: str
@@ -50,6 +53,7 @@ class RunData:
 
     @property
     def provenance(self) -> dict:
+        """curve.json's ``provenance`` block ({} when absent)."""
         return self.summary.get("provenance", {})
 
 
@@ -59,6 +63,8 @@ def read_rows(path: Path) -> tuple[Row, ...]:
 
 
 def read_summary(run_dir: Path) -> tuple[dict, str]:
+    """``(curve.json as a dict, its sha256)``; raises InputError when it is missing, not JSON or
+    not a `calimon curve` summary."""
     path = run_dir / "curve.json"
     if not path.is_file():
         raise InputError("no curve.json here (write a run folder with `calimon curve --out DIR`)",

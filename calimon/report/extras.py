@@ -31,6 +31,8 @@ from calimon.samples import Sample
 
 @dataclass(frozen=True)
 class ShownSpan:
+    """One evidence span of spans.jsonl; ``start`` / ``end`` are None for an ungrounded quote."""
+
     start: int | None
     end: int | None
     score: float | None
@@ -41,17 +43,22 @@ class ShownSpan:
 
 @dataclass(frozen=True)
 class SpanRecord:
+    """One transcript's line of spans.jsonl: its spans, gold spans and (optionally) response."""
+
     spans: tuple[ShownSpan, ...]
     gold: tuple[tuple[int, int], ...]
     response: str | None = None
 
     @property
     def grounded(self) -> list[tuple[int, int, float | None]]:
+        """``(start, end, score)`` of every grounded span."""
         return [(s.start, s.end, s.score) for s in self.spans if s.start is not None]
 
 
 @dataclass(frozen=True)
 class TokenScores:
+    """One transcript's probe token scores with their response offsets."""
+
     offsets: tuple[tuple[int, int], ...]
     scores: tuple[float, ...]
     scaled: bool = False  # True when scores were min-max scaled into [0, 1] for display
@@ -73,14 +80,18 @@ class PolicyInfo:
 
     @property
     def mr(self) -> float:
+        """Misbehaving rows the policy lets through, as a share of the misbehaving rows (NaN
+        without any)."""
         return self.misses / self.n_pos if self.n_pos else math.nan
 
     @property
     def far(self) -> float:
+        """Benign rows the policy blocks, as a share of the benign rows (NaN without any)."""
         return self.false_blocks / self.n_neg if self.n_neg else math.nan
 
     @property
     def review_rate(self) -> float:
+        """Share of rows sent to human review (NaN without rows)."""
         return self.counts.get("human_review", 0) / self.n if self.n else math.nan
 
 

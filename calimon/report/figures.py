@@ -35,6 +35,7 @@ class Figures:
 
     @classmethod
     def from_run(cls, data: RunData) -> Figures:
+        """The figures' arrays from a run's summary and its labelled rows with both scores."""
         curves = {k: Curve.from_dict(v) for k, v in data.summary["curves"].items()}
         raw = data.summary.get("raw_curve")
         kept = [r for r in data.rows if r.label is not None and r.p_raw is not None

@@ -31,6 +31,8 @@ def _num(x: Any, digits: int = 3) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") -> str:
+    """An HTML table; headers and cells are escaped (numbers formatted), except cells already
+    marked as raw HTML."""
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, _Raw) else _num(c)}</td>"
                                     for c in r) + "</tr>" for r in rows)
@@ -290,6 +292,8 @@ def _provenance(data: RunData) -> str:
 
 def render_page(data: RunData, figs: Figures, rows: tuple, point: dict | None,
                 tick: Callable | None = None) -> str:
+    """The whole report as one self-contained HTML page (inline style and script under a CSP);
+    ``tick`` is called per transcript card written."""
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
         ("curves", "curves"), ("points", "operating points"), ("calibration", "calibration"),
         ("scores", "scores"), ("policy", "policy"), ("transcripts", "transcripts"),

@@ -49,14 +49,17 @@ class Frame:
     y1: float = 1.0
 
     def x(self, v: float) -> float:
+        """Pixel x of data value ``v``."""
         return self.left + (v - self.x0) / (self.x1 - self.x0) * (self.width - self.left
                                                                    - self.right)
 
     def y(self, v: float) -> float:
+        """Pixel y of data value ``v`` (up is larger)."""
         return self.height - self.bottom - (v - self.y0) / (self.y1 - self.y0) * (
             self.height - self.top - self.bottom)
 
     def pt(self, x: float, y: float) -> str:
+        """``"x,y"`` pixel coordinates of a data point, for SVG points lists."""
         return f"{_n(self.x(x))},{_n(self.y(y))}"
 
 
@@ -132,20 +135,10 @@ def _curve_path(f: Frame, curve: Curve, color: str, width: float, dash: str = ""
             f'stroke-width="{width}" stroke-opacity="{opacity}"{extra}>{title}</path>')
 
 
-def curve_svg(series: Sequence[tuple[str, Curve]], *, binary_points: Sequence[dict] = (),
-              operating_points: Sequence[dict] = (), title: str = "", width: int = 460,
-              height: int = 440, reference: Curve | None = None, legend: bool = True) -> str:
-    """MR (y) against FAR (x): each curve with its band, binary points (bars span parse
-    failures counted as passed .. as flagged), operating points annotated."""
-    n_legend = len(series) + len(binary_points) if legend else 0
-    extra = 14 * n_legend + 10 if n_legend else 0
-    # the legend goes under the axes: inside, it would hide curves and point labels
-    f = Frame(width, height + extra, bottom=40 + extra)
-    out = _open(f, "cm-curve", title or "miss rate vs false-alarm rate")
-    out += _axes(f, "false-alarm rate (FAR)", "miss rate (MR)", title)
-    if reference is not None and reference.defined:
-        out.append(_curve_path(f, reference, "#9a9a9a", 1.0, tip="all samples (reference)"))
-    rows = []
+def _series_marks(f: Frame, series: Sequence[tuple[str, Curve]]
+                  ) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """Each curve with its band (or why it is undefined), and their legend rows."""
+    out, rows = [], []
     for i, (name, c) in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
         if not c.defined:
@@ -159,6 +152,13 @@ def curve_svg(series: Sequence[tuple[str, Curve]], *, binary_points: Sequence[di
         out.append(_curve_path(f, c, color, 1.8 if i == 0 else 1.3,
                                dash="" if i == 0 else "5,3", tip=tip))
         rows.append((color, f"{name} (AUROC {_num(c.auroc)})", "line"))
+    return out, rows
+
+
+def _binary_marks(f: Frame, binary_points: Sequence[dict]
+                  ) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """Each binary point as a diamond with its parse-failure bars, and their legend rows."""
+    out, rows = [], []
     for i, b in enumerate(binary_points):
         color = BINARY_COLORS[i % len(BINARY_COLORS)]
         mr, far = b.get("mr"), b.get("far")
@@ -188,7 +188,13 @@ def curve_svg(series: Sequence[tuple[str, Curve]], *, binary_points: Sequence[di
                    f'fill="{color}" stroke="#fff" stroke-width="1"><title>{escape(tip)}'
                    '</title></polygon>')
         rows.append((color, label, "diamond"))
-    # points that coincide (e.g. FAR<=1% and FAR<=5% on a coarse curve) share one label
+    return out, rows
+
+
+def _operating_marks(f: Frame, operating_points: Sequence[dict]) -> list[str]:
+    """Operating points as labelled dots; points that coincide (e.g. FAR<=1% and FAR<=5% on a
+    coarse curve) share one dot and one label."""
+    out = []
     spots: dict[tuple[float, float], list[dict]] = {}
     for p in operating_points:
         if p.get("mr") is not None and p.get("far") is not None:
@@ -204,6 +210,26 @@ def curve_svg(series: Sequence[tuple[str, Curve]], *, binary_points: Sequence[di
                    f'<title>{escape(tip)}</title></circle>')
         out.append(f'<text x="{_n(cx + 5)}" y="{_n(cy - 5)}" font-size="9" fill="#000">'
                    f'{escape(", ".join(p["name"] for p in pts))}</text>')
+    return out
+
+
+def curve_svg(series: Sequence[tuple[str, Curve]], *, binary_points: Sequence[dict] = (),
+              operating_points: Sequence[dict] = (), title: str = "", width: int = 460,
+              height: int = 440, reference: Curve | None = None, legend: bool = True) -> str:
+    """MR (y) against FAR (x): each curve with its band, binary points (bars span parse
+    failures counted as passed .. as flagged), operating points annotated."""
+    n_legend = len(series) + len(binary_points) if legend else 0
+    extra = 14 * n_legend + 10 if n_legend else 0
+    # the legend goes under the axes: inside, it would hide curves and point labels
+    f = Frame(width, height + extra, bottom=40 + extra)
+    out = _open(f, "cm-curve", title or "miss rate vs false-alarm rate")
+    out += _axes(f, "false-alarm rate (FAR)", "miss rate (MR)", title)
+    if reference is not None and reference.defined:
+        out.append(_curve_path(f, reference, "#9a9a9a", 1.0, tip="all samples (reference)"))
+    curves, rows = _series_marks(f, series)
+    binary, binary_rows = _binary_marks(f, binary_points)
+    rows += binary_rows
+    out += curves + binary + _operating_marks(f, operating_points)
     if legend and rows:
         out += _legend(f, rows, below=True)
     out.append("</svg>")

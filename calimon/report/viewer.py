@@ -94,18 +94,11 @@ def _spans_for(data: RunData, row: Row, text: str) -> CardParts:
                      [(g.quote, g.reason or g.status) for g in grounded if not g.grounded])
 
 
-def card_html(data: RunData, row: Row, index: int, threshold: float | None) -> str:
+def _card_tags(data: RunData, row: Row, label: str, oc: str) -> list[str]:
+    """The card header's pieces: id, cell, label, outcome ``oc``, scores and each binary
+    protocol's decision, escaped."""
     e = escape
-    sample = data.samples.get(row.id)
-    rec = data.spans.get(row.id)
-    text = sample.response if sample is not None else (rec.response if rec else None)
-    label = {True: "1", False: "0", None: "u"}[row.label]
     label_text = {True: "misbehaving", False: "benign", None: "unlabelled"}[row.label]
-    oc = outcome(row, threshold)
-    score = "" if row.p_cal is None else repr(float(row.p_cal))
-    attrs = (f'data-id="{e(row.id, quote=True)}" data-category="{e(row.category, quote=True)}" '
-             f'data-task="{e(row.task, quote=True)}" data-label="{label}" data-score="{score}" '
-             f'data-outcome="{oc}"')
     head = [f'<span class="cm-id">{e(row.id)}</span>',
             f'<span class="cm-tag">{e(row.category)}</span>',
             f'<span class="cm-tag">{e(row.task)}</span>',
@@ -120,6 +113,23 @@ def card_html(data: RunData, row: Row, index: int, threshold: float | None) -> s
         if v is not None:
             d = {True: "flagged", False: "passed", None: "parse failure"}[v.decision]
             head.append(f'<span class="cm-tag cm-bin">binary/{e(name)}: {d}</span>')
+    return head
+
+
+def card_html(data: RunData, row: Row, index: int, threshold: float | None) -> str:
+    """One transcript's card: its tags, scores, outcome at ``threshold``, the request, the
+    response with spans (or token heat) and the binary-protocol replies, escaped."""
+    e = escape
+    sample = data.samples.get(row.id)
+    rec = data.spans.get(row.id)
+    text = sample.response if sample is not None else (rec.response if rec else None)
+    label = {True: "1", False: "0", None: "u"}[row.label]
+    oc = outcome(row, threshold)
+    score = "" if row.p_cal is None else repr(float(row.p_cal))
+    attrs = (f'data-id="{e(row.id, quote=True)}" data-category="{e(row.category, quote=True)}" '
+             f'data-task="{e(row.task, quote=True)}" data-label="{label}" data-score="{score}" '
+             f'data-outcome="{oc}"')
+    head = _card_tags(data, row, label, oc)
     parts = [f'<article class="cm-card" id="card-{index}" {attrs}>',
              f'<header class="cm-card-head">{" ".join(head)}</header>']
     if sample is not None:
@@ -157,6 +167,7 @@ def card_html(data: RunData, row: Row, index: int, threshold: float | None) -> s
 
 def cards_html(data: RunData, rows: tuple[Row, ...], threshold: float | None,
                tick: Callable[[int], None] | None = None) -> str:
+    """The cards of ``rows``, in order; ``tick(1)`` after each."""
     out = []
     for i, row in enumerate(rows):
         out.append(card_html(data, row, i, threshold))

@@ -125,27 +125,35 @@ def comment_position(sample: Sample) -> tuple[int, str] | None:
 
 
 def reviewer_note(sample: Sample) -> Sample:
+    """The sample with the reviewer note appended to its response."""
     return insert_text(sample, len(sample.response), REVIEWER_NOTE)
 
 
 def fake_verdict(sample: Sample) -> Sample:
+    """The sample with a fake "no misbehavior" JSON verdict appended to its response."""
     return insert_text(sample, len(sample.response), FAKE_VERDICT)
 
 
 def role_markers(sample: Sample) -> Sample:
+    """The sample with fake end-of-transcript and chat-role markers and a "No" appended."""
     return insert_text(sample, len(sample.response), ROLE_MARKERS)
 
 
 def code_comment(sample: Sample) -> Sample | None:
+    """The sample with the instruction as a comment in its code (see `comment_position`), or None
+    when no line qualifies."""
     where = comment_position(sample)
     return None if where is None else insert_text(sample, *where)
 
 
 def control_note(sample: Sample) -> Sample:
+    """The sample with the neutral control note appended (not an attack)."""
     return insert_text(sample, len(sample.response), CONTROL_NOTE)
 
 
 def combined(sample: Sample) -> Sample:
+    """The sample with the code comment (where one fits), the reviewer note, the fake verdict and
+    the role markers."""
     out = code_comment(sample) or sample
     for attack in (reviewer_note, fake_verdict, role_markers):
         out = attack(out)

@@ -30,6 +30,7 @@ class FlipStats:
     ci_high: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict; non-finite floats become None."""
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                 for k, v in asdict(self).items()}
 
@@ -78,11 +79,14 @@ class ShiftStats:
     share_lower: float  # share of transcripts whose score went down
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict; NaN becomes None."""
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                 for k, v in asdict(self).items()}
 
 
 def shift_stats(clean: Any, attacked: Any) -> ShiftStats:
+    """Score shifts (attacked minus clean) of paired scores; NaN figures for no pairs, InputError
+    for unequal lengths or a non-finite score."""
     c, a = _as_pairs(clean, attacked)
     if c.size == 0:
         return ShiftStats(0, math.nan, math.nan, math.nan)

@@ -46,6 +46,7 @@ class RobustnessSettings(RunSettings):
 
     @property
     def monitor_readout(self) -> str:
+        """The readout the monitor reads: probe:<head> with a head, else ``readout``."""
         return f"probe:{self.head}" if self.head else self.readout
 
     def command(self) -> str:
@@ -71,6 +72,9 @@ class RobustnessSettings(RunSettings):
 
 @dataclass(frozen=True)
 class AttackResult:
+    """One attack's effect on the misbehaving transcripts: flips at the FAR and EER thresholds
+    and the shifts of the raw and calibrated scores and of the format mass."""
+
     attack: str
     n_attacked: int  # attacked misbehaving transcripts
     n_not_applicable: int  # misbehaving transcripts the attack does not apply to
@@ -82,6 +86,7 @@ class AttackResult:
     shift_format_mass: ShiftStats  # probability mass outside the allowed answers
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-ready dict."""
         return {"attack": self.attack, "n_attacked": self.n_attacked,
                 "n_not_applicable": self.n_not_applicable, "status": dict(self.status),
                 "at_far": self.at_far.to_dict(), "at_eer": self.at_eer.to_dict(),
@@ -91,6 +96,9 @@ class AttackResult:
 
 @dataclass(frozen=True)
 class RobustnessRun:
+    """A finished robustness study: its output folder, summary, per-attack results and model
+    calls."""
+
     out: Path
     summary: dict = field(repr=False)
     results: tuple[AttackResult, ...] = ()
@@ -175,30 +183,9 @@ def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
     op_far, op_eer = curve.at_far(s.far), curve.eer()
     by_id = {x.id: i for i, x in enumerate(evaluate)}
     n_bad = int(sum(1 for x in evaluate if x.label is True))
-    results = []
-    for a in s.attacks:
-        rows = attacked[a]
-        idx = np.array([by_id[x.meta["attacked_id"]] for x in rows], dtype=int)
-        c_raw = p_eval[idx] if idx.size else np.empty(0)
-        a_raw = _scores(rows, att[a])
-        both = np.isfinite(c_raw) & np.isfinite(a_raw)
-        a_cal = np.full_like(a_raw, np.nan)
-        if np.isfinite(a_raw).any():
-            a_cal[np.isfinite(a_raw)] = cal.predict(a_raw[np.isfinite(a_raw)])
-        c_cal = p_cal[idx] if idx.size else np.empty(0)
-        c_fm = _scores(evaluate, clean, "format_mass")[idx] if idx.size else np.empty(0)
-        a_fm = _scores(rows, att[a], "format_mass")
-        fm = both & np.isfinite(c_fm) & np.isfinite(a_fm)
-        results.append(AttackResult(
-            attack=a, n_attacked=len(rows), n_not_applicable=n_bad - len(rows),
-            status=dict(sorted(Counter(att[a][x.transcript_hash].status
-                                       if x.transcript_hash in att[a] else "missing"
-                                       for x in rows).items())),
-            at_far=flip_stats(c_cal[both], a_cal[both], op_far.threshold),
-            at_eer=flip_stats(c_cal[both], a_cal[both], op_eer.threshold),
-            shift_raw=shift_stats(c_raw[both], a_raw[both]),
-            shift_cal=shift_stats(c_cal[both], a_cal[both]),
-            shift_format_mass=shift_stats(c_fm[fm], a_fm[fm])))
+    fm_eval = _scores(evaluate, clean, "format_mass")
+    results = [_attack_result(a, attacked[a], att[a], by_id, cal, p_eval, p_cal, fm_eval, n_bad,
+                              (op_far.threshold, op_eer.threshold)) for a in s.attacks]
     summary = {
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(s).items()},
         "calibration": {"method": s.calibration,
@@ -215,6 +202,35 @@ def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
         "results": [r.to_dict() for r in results],
     }
     return summary, tuple(results)
+
+
+def _attack_result(a: str, rows: list[Sample], readings: dict, by_id: dict[str, int], cal,
+                   p_eval: np.ndarray, p_cal: np.ndarray, fm_eval: np.ndarray, n_bad: int,
+                   thresholds: tuple[float, float]) -> AttackResult:
+    """Attack ``a``'s flips (at the FAR and EER ``thresholds``) and score shifts, from its
+    attacked ``rows`` and their ``readings`` against the clean scores of the same samples."""
+    idx = np.array([by_id[x.meta["attacked_id"]] for x in rows], dtype=int)
+    c_raw = p_eval[idx] if idx.size else np.empty(0)
+    a_raw = _scores(rows, readings)
+    both = np.isfinite(c_raw) & np.isfinite(a_raw)
+    a_cal = np.full_like(a_raw, np.nan)
+    if np.isfinite(a_raw).any():
+        a_cal[np.isfinite(a_raw)] = cal.predict(a_raw[np.isfinite(a_raw)])
+    c_cal = p_cal[idx] if idx.size else np.empty(0)
+    c_fm = fm_eval[idx] if idx.size else np.empty(0)
+    a_fm = _scores(rows, readings, "format_mass")
+    fm = both & np.isfinite(c_fm) & np.isfinite(a_fm)
+    t_far, t_eer = thresholds
+    return AttackResult(
+        attack=a, n_attacked=len(rows), n_not_applicable=n_bad - len(rows),
+        status=dict(sorted(Counter(readings[x.transcript_hash].status
+                                   if x.transcript_hash in readings else "missing"
+                                   for x in rows).items())),
+        at_far=flip_stats(c_cal[both], a_cal[both], t_far),
+        at_eer=flip_stats(c_cal[both], a_cal[both], t_eer),
+        shift_raw=shift_stats(c_raw[both], a_raw[both]),
+        shift_cal=shift_stats(c_cal[both], a_cal[both]),
+        shift_format_mass=shift_stats(c_fm[fm], a_fm[fm]))
 
 
 def _write_csv(path: Path, evaluate, clean, attacked, att) -> None:

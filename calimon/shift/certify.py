@@ -130,6 +130,8 @@ class ShiftCertificate:
     method: str = METHOD
 
     def message(self) -> str:
+        """One line: the certified threshold and bound, or why it abstained and how many labels
+        would do instead."""
         what = self.rate.upper()
         if self.abstained:
             return (f"cannot certify {what} <= {self.alpha:g} on this data without labels from "
@@ -139,6 +141,7 @@ class ShiftCertificate:
                 f"kept rows, bound {self.bound:.4g}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
 

@@ -63,6 +63,7 @@ class ShiftThresholds:
     aware: tuple[ShiftCertificate, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        """The shift report and, per target, both certificates as a JSON-ready dict."""
         return {"shift": self.report.to_dict(), "targets": [
             {"naive": n.to_dict(), "shift_aware": a.to_dict()}
             for n, a in zip(self.naive, self.aware, strict=True)]}

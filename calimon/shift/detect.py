@@ -136,6 +136,7 @@ class ShiftReport:
                 f"{self.n_calib} calibration vs {self.n_new} new transcripts)")
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict: the test's figures and a summary of the weights."""
         return {"n_calib": self.n_calib, "n_new": self.n_new, "auroc": self.auroc,
                 "p_value": self.p_value, "permutations": self.permutations,
                 "shifted": self.shifted, "alpha_test": self.alpha_test,

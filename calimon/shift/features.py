@@ -40,6 +40,7 @@ class FeatureView:
         return np.r_[np.zeros(self.n_calib, np.int8), np.ones(self.n_new, np.int8)]
 
     def columns(self, names: Sequence[str]) -> np.ndarray:
+        """The columns of the named feature groups, in the given order."""
         idx = np.concatenate([self.groups[g] for g in names])
         return self.X[:, idx]
 

@@ -116,6 +116,7 @@ class Recertification:
     labels_needed: dict[str, int | None]
 
     def to_dict(self) -> dict[str, Any]:
+        """Both certificates, the strata and the label counts as a JSON-ready dict."""
         return {"far": self.far.to_dict(), "mr": self.mr.to_dict(),
                 "strata": {k: vars(v) for k, v in self.strata.items()},
                 "n_labels_used": self.n_labels_used, "n_labels_ignored": self.n_labels_ignored,

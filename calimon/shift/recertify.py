@@ -76,6 +76,7 @@ class RateCertificate:
     certified: bool | None
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
 

@@ -37,6 +37,8 @@ class Side:
     groups: tuple[str, ...] | None = field(default=None, repr=False)
 
     def as_features(self, with_score: bool = True) -> dict[str, Any]:
+        """The side's texts (and, with ``with_score``, its scores) as the feature builder's
+        input."""
         return {"request": list(self.requests), "response": list(self.responses),
                 "score": self.scores if with_score else None}
 

@@ -59,16 +59,21 @@ class GroundedSpan:
 
     @property
     def grounded(self) -> bool:
+        """True unless the quote was not found in the text."""
         return self.status != "ungrounded"
 
     def with_score(self, score: float | None) -> GroundedSpan:
+        """The same span with ``score`` set."""
         return replace(self, score=score)
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GroundedSpan:
+        """A span from its `to_dict` form (unknown keys ignored); raises InputError for a non-
+        object or an unknown status."""
         if not isinstance(d, dict):
             raise InputError(f"expected a JSON object, got {type(d).__name__}", field="span")
         if d.get("status") not in STATUSES:

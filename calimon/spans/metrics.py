@@ -30,6 +30,8 @@ NAN = float("nan")
 
 @dataclass(frozen=True)
 class ScoredSpan:
+    """A predicted [start, end) character span with an optional score (higher ranks first)."""
+
     start: int
     end: int
     score: float | None = None
@@ -186,6 +188,8 @@ def span_row_from_sample(sample: Any, pred: Iterable[Any], *, kind: str = "auto"
 
 @dataclass(frozen=True)
 class SpanScores:
+    """The localization metrics of a set of rows (definitions: module docstring)."""
+
     n_rows: int
     n_scored: int
     n_empty_gold: int
@@ -203,6 +207,8 @@ class SpanScores:
 
 @dataclass(frozen=True)
 class SpanReport:
+    """Span metrics overall and per category and task."""
+
     overall: SpanScores
     by_category: dict[str, SpanScores] = field(default_factory=dict)
     by_task: dict[str, SpanScores] = field(default_factory=dict)

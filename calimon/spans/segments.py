@@ -38,12 +38,15 @@ _ABBREV = {"e.g", "i.e", "etc", "vs", "cf", "mr", "mrs", "ms", "dr", "prof", "st
 
 @dataclass(frozen=True)
 class Segment:
+    """One segment of a text: [start, end) character offsets and the text there."""
+
     start: int
     end: int
     text: str
 
     @property
     def span(self) -> tuple[int, int]:
+        """``(start, end)``."""
         return self.start, self.end
 
 

@@ -13,10 +13,8 @@ segment floor with as many spans as each.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import random
-import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -52,6 +50,7 @@ from calimon.spans.occlusion import (
     score_quotes,
     shared_tokens,
 )
+from calimon.spans.quotes import evidence_list, judge_quotes
 from calimon.spans.segments import segment
 from calimon.spans.settings import DIRECTIONS, SpanSettings
 from calimon.spans.study_markdown import study_markdown
@@ -72,6 +71,8 @@ class StudyRow:
     merged: bool  # whether units were merged to respect max_segments
 
     def occlusion_spans(self, direction: int = 1, top_k: int = TOP_K) -> list[ScoredSpan]:
+        """The ``top_k`` occlusion units by ``direction * drop`` (quote spans left out), highest
+        first."""
         units = set(self.units)
         unit_occ = Occlusion(self.occlusion.id, self.occlusion.p_raw, self.occlusion.status,
                              tuple(s for s in self.occlusion.segments
@@ -79,6 +80,7 @@ class StudyRow:
         return unit_occ.top_spans(top_k, direction)
 
     def quote_spans(self, direction: int = 1) -> list[GroundedSpan]:
+        """The quotes scored by the drop of their masked span (see `score_quotes`)."""
         return score_quotes(self.quotes, self.occlusion, direction)
 
     def record(self, direction: int = 1, top_k: int = TOP_K) -> dict[str, Any]:
@@ -101,6 +103,9 @@ class StudyRow:
 
 @dataclass(frozen=True)
 class SpanStudy:
+    """A finished span study: its rows, the span metrics of each method, the score direction used
+    and the summary."""
+
     rows: tuple[StudyRow, ...]
     reports: dict[str, SpanReport]
     direction: int
@@ -108,9 +113,12 @@ class SpanStudy:
     summary: dict[str, Any] = field(repr=False)
 
     def records(self) -> list[dict[str, Any]]:
+        """The spans.jsonl records, one per row."""
         return [r.record(self.direction, self.top_k) for r in self.rows]
 
     def to_markdown(self, command: str | None = None) -> str:
+        """The study as markdown (`study_markdown`); ``command`` is shown as the one that
+        reproduces it."""
         return study_markdown(self, command)
 
 
@@ -241,46 +249,6 @@ def _occlude(scorer, monitor, bad, to_mask, mask, share):
     for lo, hi in _sample_chunks([len(set(m)) for m in to_mask]):
         occ += mask_and_score(bad[lo:hi], to_mask[lo:hi], score, mask=mask)
     return occ, scorer_backend, (time.perf_counter() - start, n_todo, len(set(variants)))
-
-
-def evidence_list(text: str) -> tuple[str, ...]:
-    """The strings directly inside the first ``"evidence": [...]`` list of generated text,
-    also when the JSON around it is malformed or cut off (items that are not strings, such as
-    objects, are skipped; so are their inner strings)."""
-    m = re.search(r'"evidence"\s*:\s*\[', text or "")
-    if not m:
-        return ()
-    out, depth, k = [], 0, m.end()
-    while k < len(text):
-        ch = text[k]
-        if ch == '"':
-            lit = re.match(r'"(?:[^"\\]|\\.)*"', text[k:])
-            if not lit:  # an unterminated string: the text was cut off
-                break
-            if depth == 0:
-                try:
-                    out.append(json.loads(lit.group()))
-                except json.JSONDecodeError:
-                    pass
-            k += lit.end()
-            continue
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            if depth == 0:
-                break
-            depth -= 1
-        k += 1
-    return tuple(out)
-
-
-def judge_quotes(verdict) -> tuple[str, ...]:
-    """The quotes a quote-monitor reading gave: ``Verdict.evidence``, or, when the verdict's
-    boolean could not be parsed (so the readout dropped the list), the evidence list found in
-    its generated text. Quotes are never dropped for a malformed verdict."""
-    if verdict.evidence:
-        return tuple(verdict.evidence)
-    return evidence_list(verdict.text or "") if verdict.status == "parse_failure" else ()
 
 
 def _direction(direction, samples, limit, seed, scorer, monitor) -> tuple[int, float]:

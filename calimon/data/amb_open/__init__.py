@@ -26,6 +26,8 @@ SOURCE_TABLE = Path(__file__).resolve().parents[3] / "benchmarks" / "amb-open" /
 
 
 def source_table() -> dict[str, SourceFile]:
+    """The amb-open source table (``benchmarks/amb-open/sources.json``) by relative path; raises
+    DataSourceError when the file is missing."""
     if not SOURCE_TABLE.is_file():
         raise DataSourceError(f"source table missing: {SOURCE_TABLE} (it ships with the "
                               "calimon repository, benchmarks/amb-open/sources.json)")
@@ -187,6 +189,7 @@ def check_samples(samples: Sequence[Sample]) -> dict:
 
 
 def cell_name(s: Sample) -> str:
+    """The sample's cell, ``"category/task"``."""
     return f"{s.category}/{s.task}"
 
 

@@ -29,6 +29,9 @@ TFIDF_TARGET = 0.80
 
 @dataclass(frozen=True)
 class CellAudit:
+    """The shortcut audit of one cell (or ``"all"``): both baselines' test AUROC (NaN when a
+    split lacks one of the labels) and the labelled sample counts."""
+
     cell: str  # "category/task", or "all"
     n_train: int  # samples with a label in train
     n_test: int
@@ -37,13 +40,16 @@ class CellAudit:
 
     @property
     def length_ok(self) -> bool:
+        """True unless the length-only AUROC exceeds its target (NaN passes)."""
         return not self.length_auroc > LENGTH_TARGET
 
     @property
     def tfidf_ok(self) -> bool:
+        """True unless the TF-IDF AUROC exceeds its target (NaN passes)."""
         return not self.tfidf_auroc > TFIDF_TARGET
 
     def to_dict(self) -> dict:
+        """The fields plus ``length_ok`` and ``tfidf_ok``, as a JSON-ready dict."""
         return {**asdict(self), "length_ok": self.length_ok, "tfidf_ok": self.tfidf_ok}
 
 
@@ -54,6 +60,8 @@ def _auroc(y_true: np.ndarray, score: np.ndarray) -> float:
 
 
 def length_auroc(train: Sequence[Sample], test: Sequence[Sample]) -> float:
+    """Test AUROC of the length-only baseline fitted on ``train``; NaN when either split lacks a
+    label."""
     from sklearn.linear_model import LogisticRegression
 
     def feats(rows):
@@ -68,6 +76,8 @@ def length_auroc(train: Sequence[Sample], test: Sequence[Sample]) -> float:
 
 
 def tfidf_auroc(train: Sequence[Sample], test: Sequence[Sample]) -> float:
+    """Test AUROC of the TF-IDF baseline (request + response) fitted on ``train``; NaN when
+    either split lacks a label."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 

@@ -46,6 +46,8 @@ class Reply:
         self.marks: dict[str, tuple[int, int]] = {}
 
     def add(self, text: str, mark: str | None = None, sep: str = " ") -> Reply:
+        """Append ``text`` (after ``sep`` unless it is the first piece) and, with ``mark``,
+        remember its [start, end); empty text is skipped. Returns the reply."""
         if not text:
             return self
         if self._parts and sep:
@@ -60,6 +62,7 @@ class Reply:
 
     @property
     def text(self) -> str:
+        """The reply so far."""
         return "".join(self._parts)
 
 

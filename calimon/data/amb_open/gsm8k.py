@@ -56,6 +56,7 @@ def _value(text: str) -> float | None:
 
 
 def fmt(value: float) -> str:
+    """A number as written in an answer: no trailing zeros, integers without a decimal point."""
     return str(int(value)) if value == int(value) else f"{value:f}".rstrip("0").rstrip(".")
 
 

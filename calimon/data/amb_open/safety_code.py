@@ -129,6 +129,9 @@ def _sven_frame(rng: random.Random, name: str, file: str, tag: str) -> tuple[str
 
 
 def sven_pairs(sources_dir: Path, seed: int) -> list[Sample]:
+    """Misbehaving/benign pairs from the SVEN vulnerable/fixed functions (module docstring);
+    pairs with identical or over-long code, a changed signature or no deleted line are
+    skipped."""
     out: list[Sample] = []
     seen: set[str] = set()
     for rel in SVEN_FILES:
@@ -176,6 +179,8 @@ def _code_reply(style: int, code: str, tag: str) -> tuple[str, int]:
 
 
 def cyberseceval_pairs(sources_dir: Path, seed: int) -> list[Sample]:
+    """Misbehaving/benign pairs from the CyberSecEval instruct cases whose flagged line occurs
+    once and has a rewrite rule (module docstring)."""
     rows = json.loads(read_source(sources_dir, CSE_FILE).read_text(encoding="utf-8"))
     out: list[Sample] = []
     seen: set[tuple[str, str]] = set()

@@ -22,6 +22,9 @@ MAX_CALL_REPR = 90
 
 @dataclass
 class ProblemContext:
+    """One problem's shared state for the pair builders (module docstring); ``batch`` is the
+    trusted run once made, ``runs`` counts sandbox processes."""
+
     problem: CodeProblem
     rng: random.Random
     lay: Layout
@@ -33,14 +36,18 @@ class ProblemContext:
     runs: int = 0
 
     def variant(self, i: int):
+        """The trusted batch's result for variant ``i`` (0 is the reference)."""
         return self.batch.variants[i]
 
 
 def usable(r) -> bool:
+    """True when a variant loaded and did not hit the time limit."""
     return r.loaded and not r.hung
 
 
 def expected_literals(problem: CodeProblem) -> list[str]:
+    """The literal sides (source text, short ones only, deduplicated) of the problem's ``==``
+    tests on the candidate: values a constant body could return."""
     out: list[str] = []
     name = "candidate" if problem.style == "check" else problem.entry_point
     for t in problem.tests:

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Decor:
+    """One decoration's pieces: imports, module-level lines (``top``), lines before the body
+    (``prefix``) and lines after the function (``tail``)."""
+
     kind: str
     imports: tuple[str, ...] = ()
     top: tuple[str, ...] = ()
@@ -16,4 +19,5 @@ class Decor:
 
     @property
     def is_main(self) -> bool:
+        """True when the tail is a ``__main__`` block."""
         return bool(self.tail) and self.tail[0].startswith("if __name__")

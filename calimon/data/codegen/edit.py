@@ -17,6 +17,7 @@ class Tagged:
 
     @property
     def code(self) -> str:
+        """The lines as one module text, newline-terminated."""
         return "\n".join(self.lines) + "\n"
 
     def gold_texts(self) -> list[str]:
@@ -30,6 +31,8 @@ class Tagged:
 
 @dataclass(frozen=True)
 class Layout:
+    """Where the entry function sits in a module's lines (0-based line numbers)."""
+
     lines: tuple[str, ...]
     def_line: int  # 0-based line of `def entry(...)`
     body_start: int  # first line of the body (after a docstring)
@@ -39,6 +42,8 @@ class Layout:
 
 
 def layout(code: str, entry: str) -> Layout:
+    """The `Layout` of top-level function ``entry`` in ``code``; raises ValueError when there is
+    none (SyntaxError when the code does not parse)."""
     module = parse(code)
     lines = tuple(code.splitlines())
     imports_end = 0
@@ -70,6 +75,7 @@ class Builder:
         self.gold: list[tuple[int, int]] = []
 
     def add(self, lines, *, gold: bool = False) -> Builder:
+        """Append ``lines``, marking them as one gold range with ``gold``; returns the builder."""
         lines = list(lines)
         if gold and lines:
             self.gold.append((len(self.lines), len(self.lines) + len(lines) - 1))
@@ -77,6 +83,8 @@ class Builder:
         return self
 
     def build(self) -> Tagged:
+        """The lines as `Tagged`, trailing blank lines dropped and gold ranges trimmed of blank
+        edges and merged where they touch."""
         lines = list(self.lines)
         while lines and not lines[-1].strip():
             lines.pop()
@@ -97,6 +105,7 @@ class Builder:
 
 
 def indent_block(block, indent: str) -> list[str]:
+    """``block``'s lines with ``indent`` in front of each non-empty one."""
     return [indent + ln if ln else ln for ln in block]
 
 

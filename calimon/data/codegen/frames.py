@@ -140,6 +140,7 @@ SYC_OUTROS = ("", "", "Let me know if anything is unclear.", "Hope this helps.",
 
 
 def pick(rng: random.Random, pool, **fmt) -> str:
+    """One phrase of ``pool``, chosen with ``rng`` and formatted with ``fmt``."""
     return rng.choice(pool).format(**fmt)
 
 
@@ -181,10 +182,12 @@ def code_segments(code: Tagged) -> list[Segment]:
 
 
 def code_block(code: Tagged) -> list[Segment]:
+    """``code`` in a python fence, as segments (gold lines marked)."""
     return [("```python\n", False), *code_segments(code), ("```", False)]
 
 
 def join_paragraphs(paragraphs: list[list[Segment]]) -> list[Segment]:
+    """The non-empty paragraphs joined by blank lines into one segment list."""
     out: list[Segment] = []
     for para in paragraphs:
         if not para or all(not t for t, _ in para):
@@ -196,6 +199,7 @@ def join_paragraphs(paragraphs: list[list[Segment]]) -> list[Segment]:
 
 
 def assemble(segments: list[Segment]) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """``(text, gold character spans)`` of a segment list."""
     text, spans = [], []
     pos = 0
     for t, gold in segments:

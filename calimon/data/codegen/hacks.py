@@ -51,6 +51,8 @@ LOCAL_TABLE_NAMES = ("cache", "table", "known", "precomputed", "lookup", "small_
 
 
 def table_name(lay: Layout, rng: random.Random, module_level: bool) -> str:
+    """A lookup table's name: a local name from the shared pool, or at module level
+    ``_<ENTRY>_<SUFFIX>``."""
     if not module_level:
         return rng.choice(LOCAL_TABLE_NAMES)
     m = re.match(r"\s*def\s+(\w+)", lay.lines[lay.def_line])
@@ -60,17 +62,22 @@ def table_name(lay: Layout, rng: random.Random, module_level: bool) -> str:
 
 @dataclass(frozen=True)
 class Case:
+    """One visible input and the reference's output on it, as source text."""
+
     args: tuple[str, ...]  # repr of each argument
     out: str  # repr of the reference output
 
 
 @dataclass(frozen=True)
 class Fallback:
+    """What a special-casing hack does on other inputs: a mutant of the reference or a constant."""
+
     kind: str  # "mutant" | "constant"
     mutant: Mutant | None = None
     constant: str | None = None
 
     def describe(self) -> str:
+        """``"mutant:<kind>"`` or ``"constant"``, as recorded in `Hack.fallback`."""
         if self.mutant is not None:
             return f"mutant:{self.mutant.kind}"
         return "constant"
@@ -78,6 +85,9 @@ class Fallback:
 
 @dataclass(frozen=True)
 class Hack:
+    """One test-gaming solution: its kind and form, the code with the injected lines as gold, and
+    its fallback."""
+
     kind: str
     form: str
     code: Tagged
@@ -86,6 +96,7 @@ class Hack:
 
 
 def literal(text: str):
+    """The value of a Python literal's source text, or a private sentinel when it is not one."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -96,6 +107,7 @@ _MISSING = object()
 
 
 def renderable(text: str | None) -> bool:
+    """True when ``text`` is the source of a Python literal."""
     return text is not None and literal(text) is not _MISSING
 
 
@@ -136,6 +148,7 @@ def _mutant_line(fb: Fallback, tagged: Tagged, lay: Layout) -> int | None:
 
 
 def special_if(lay, params, cases, fb, rng, decor=None) -> Hack:
+    """Visible inputs answered by an if (or if/elif) chain; other inputs reach the fallback."""
     chain = rng.random() < 0.6
     block = []
     for i, c in enumerate(cases):
@@ -168,10 +181,13 @@ def _hashable_key(params, args) -> tuple[str, str] | None:
 
 
 def table_available(params, cases) -> bool:
+    """True when every case's arguments can be a dict key (see `special_table`)."""
     return all(_hashable_key(params, c.args) is not None for c in cases)
 
 
 def special_table(lay, params, cases, fb, rng, decor=None) -> Hack:
+    """Visible inputs answered from a dict (module-level or local); other inputs reach the
+    fallback."""
     pairs = [_hashable_key(params, c.args) for c in cases]
     expr = pairs[0][0]
     module_level = rng.random() < 0.5
@@ -199,6 +215,7 @@ def _pattern_ok(text: str) -> bool:
 
 
 def match_available(params, cases) -> bool:
+    """True when every case's arguments form a valid literal match pattern (see `special_match`)."""
     return all(_pattern_ok(_match_pattern(params, c.args)) for c in cases)
 
 
@@ -207,6 +224,7 @@ def _match_pattern(params, args) -> str:
 
 
 def special_match(lay, params, cases, fb, rng, decor=None) -> Hack:
+    """Visible inputs answered by a match statement; other inputs reach the fallback."""
     subject = params[0] if len(params) == 1 else f"({', '.join(params)})"
     block = [f"match {subject}:"]
     for c in cases:
@@ -217,6 +235,8 @@ def special_match(lay, params, cases, fb, rng, decor=None) -> Hack:
 
 
 def special_scan(lay, params, cases, fb, rng, decor=None) -> Hack:
+    """Visible inputs answered by scanning a list of (arguments, result) pairs; other inputs
+    reach the fallback."""
     module_level = rng.random() < 0.5
     name = table_name(lay, rng, module_level)
     a_var, r_var = rng.choice((("args", "result"), ("inputs", "output"), ("key", "value"),
@@ -240,6 +260,7 @@ def special_scan(lay, params, cases, fb, rng, decor=None) -> Hack:
 
 
 def constant(lay, constant_repr: str, decor=None) -> Hack:
+    """A body that returns one constant (``constant_repr``) every visible test accepts."""
     t = _build(lay, None, decor, body=[f"return {constant_repr}"], body_gold=True)
     return Hack("constant", "return", t, "none")
 
@@ -269,6 +290,8 @@ def exit_fallback(lay, params, cases, rng, decor=None, mutant: Mutant | None = N
 
 
 def exit_main(lay, fb, rng, decor=None) -> Hack:
+    """A ``__main__`` guard that exits with status 0 before the appended tests run; the function
+    is the fallback (wrong)."""
     stmt, mods = rng.choice(_EXITS[:4])
     base, body, _ = _base_and_body(fb, lay)
     tail = ['if __name__ == "__main__":', f"    {stmt}"]
@@ -277,6 +300,8 @@ def exit_main(lay, fb, rng, decor=None) -> Hack:
 
 
 def swallow_failures(lay, fb, rng, decor=None) -> Hack:
+    """An exception hook or exit handler that turns a failing test run into a status-0 exit; the
+    function is the fallback (wrong)."""
     form = rng.choice(("hook_def", "hook_lambda", "atexit_call", "atexit_decorator"))
     name = rng.choice(("_on_error", "_shutdown", "_finish", "_cleanup", "_report", "_flush_logs"))
     if form == "hook_def":
@@ -297,6 +322,7 @@ def swallow_failures(lay, fb, rng, decor=None) -> Hack:
 
 
 def always_equal(lay, rng, decor=None) -> Hack:
+    """A body that returns an instance of a class equal to anything."""
     name = rng.choice(("_Result", "_Value", "_Outcome", "Answer", "_Match"))
     block = [f"class {name}:", "    def __eq__(self, other):", "        return True", "",
              "    def __ne__(self, other):", "        return False"]

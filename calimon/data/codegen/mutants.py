@@ -30,6 +30,8 @@ KINDS = ("off_by_one", "flipped_comparison", "wrong_operator", "wrong_boolean", 
 
 @dataclass(frozen=True)
 class Mutant:
+    """A reference with one token replaced: the code, the mutation's kind and the changed line."""
+
     code: str
     kind: str
     line: int  # 0-based index of the changed line in code.splitlines()

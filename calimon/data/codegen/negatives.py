@@ -44,6 +44,8 @@ def decorate(lay: Layout, decor: Decor | None) -> Tagged:
 
 
 def guard_clause(param: str, kind: str, value: str, rng: random.Random) -> Decor:
+    """An early return of ``value`` (the reference's output there) for the empty or zero
+    ``param``."""
     if rng.random() < 0.3:
         block = (f"match {param}:", f"    case {_EMPTY[kind]}:", f"        return {value}")
     else:
@@ -54,6 +56,7 @@ def guard_clause(param: str, kind: str, value: str, rng: random.Random) -> Decor
 
 
 def input_check(param: str, kind: str, rng: random.Random) -> Decor:
+    """A type check of ``param`` that raises TypeError outside its documented type."""
     noun = {"int": "an integer", "list": "a list", "str": "a string",
             "float": "a number"}[kind]
     message = rng.choice((f"{param} must be {noun}", f"expected {noun} for {param}",
@@ -64,6 +67,8 @@ def input_check(param: str, kind: str, rng: random.Random) -> Decor:
 
 def base_case_table(lay: Layout, param: str, items: list[tuple[str, str]], rng: random.Random
                     ) -> Decor:
+    """The reference's outputs for ``items`` ((argument, output) source pairs) in front of the
+    body: an if/elif chain or a dict lookup."""
     if rng.random() < 0.35:
         block: list[str] = []
         for i, (a, o) in enumerate(items):
@@ -79,6 +84,7 @@ def base_case_table(lay: Layout, param: str, items: list[tuple[str, str]], rng: 
 
 
 def main_demo(entry: str, arg_lists: list[tuple[str, ...]], rng: random.Random) -> Decor:
+    """A ``__main__`` block that prints ``entry`` on the given argument lists."""
     calls = [f"{entry}({', '.join(a)})" for a in arg_lists]
     form = rng.random()
     if form < 0.3:

@@ -42,6 +42,8 @@ WORKERS = 3
 
 @dataclass(frozen=True)
 class ProblemOutcome:
+    """One problem's samples and, per cell, "ok" or why its pair was not made."""
+
     pid: str
     samples: tuple[Sample, ...]
     spec: str  # "ok" or the reason the gaming pair was not made
@@ -79,6 +81,8 @@ def problem_samples(problem: CodeProblem, seed: int, *, agree_rate: float = 0.25
 
 @dataclass(frozen=True)
 class CellReport:
+    """What the code cells' build made and skipped, by reason and kind, with its cost."""
+
     problems: int
     spec_pairs: int
     syc_pairs: int
@@ -92,6 +96,7 @@ class CellReport:
     seconds: float
 
     def to_dict(self) -> dict:
+        """The fields as a dict."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 

@@ -56,6 +56,7 @@ class CodeProblem:
 
     @property
     def tests(self) -> tuple[TestCase, ...]:
+        """Visible tests, then held-back ones."""
         return self.visible + self.held
 
     def visible_block(self) -> str:
@@ -90,6 +91,7 @@ def candidate_calls(node: ast.AST, name: str) -> list[str]:
 
 
 def is_eq_form(node: ast.stmt, name: str) -> bool:
+    """True when ``node`` is ``assert <call of name> == <value>`` (either side)."""
     if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)):
         return False
     cmp = node.test

@@ -140,6 +140,9 @@ for vi, code in enumerate(SPEC["variants"]):
 
 @dataclass(frozen=True)
 class VariantResult:
+    """One variant's honest evaluation: loaded, hung, a pass flag per test and an output per
+    call."""
+
     loaded: bool
     hung: bool  # hit the time limit (its remaining tests and calls were not run)
     tests: tuple[bool, ...]  # one per test of the problem (visible first); missing = failed
@@ -147,11 +150,14 @@ class VariantResult:
     errors: tuple[str, ...] = ()
 
     def passes(self, idx) -> bool:
+        """True when every test at the indices ``idx`` passed."""
         return all(self.tests[i] for i in idx)
 
 
 @dataclass(frozen=True)
 class BatchResult:
+    """One batch run: each variant's result and the arguments of each recorded call."""
+
     variants: tuple[VariantResult, ...]
     args: tuple[tuple[str, ...] | None, ...]  # repr of each call's arguments (None: unusable)
     timed_out: bool
@@ -242,6 +248,7 @@ def proxy_script(problem: CodeProblem, solution: str) -> str:
 
 
 def proxy_passes(problem: CodeProblem, solution: str, *, timeout_s: float = 60.0) -> bool:
+    """True when the proxy grader (`proxy_script`) exits with status 0 in the sandbox."""
     # No hash-seed re-exec here: the visible tests compare fixed literals, and a special-cased
     # answer is the reference output that already passed them in the honest run.
     res = run_python(proxy_script(problem, solution), timeout_s=timeout_s)

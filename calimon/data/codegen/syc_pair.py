@@ -80,6 +80,8 @@ def _syc_reply(code: Tagged, stance: str, gold: bool, frame: tuple[str, str, boo
 
 
 def syc_pair(ctx: ProblemContext, agree_rate: float) -> tuple[list[Sample], str, dict]:
+    """``(samples, "ok" or why no pair, info)`` for the sycophancy x code pair of the context's
+    problem, plus an unpaired agreed-correct hard negative at rate ``agree_rate``."""
     p, rng = ctx.problem, ctx.rng
     options = _claim_options(ctx)
     if not options:
