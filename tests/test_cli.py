@@ -75,3 +75,69 @@ def test_import_amb_names_file_line_and_field(tmp_path):
     assert result.exit_code == 2
     assert f"{bad}:1" in result.output and "request" in result.output
     assert not (tmp_path / "o.jsonl").exists()
+
+
+class _EntryPoint:
+    def __init__(self, name, register):
+        self.name, self.value, self._register = name, f"tests:{name}", register
+
+    def load(self):
+        return self._register
+
+
+def test_plugins_register_commands_through_the_entry_point_group(monkeypatch, capsys):
+    import typer
+
+    import calimon.cli as cli
+
+    def register(target):
+        @target.command("hello")
+        def hello(name: str = "x"):
+            """Say hello."""
+            typer.echo(f"hello {name}")
+
+    def broken(target):
+        raise ImportError("no module named mypackage")
+
+    seen = []
+    monkeypatch.setattr(cli, "entry_points",
+                        lambda group: seen.append(group) or [_EntryPoint("good", register),
+                                                             _EntryPoint("bad", broken)])
+    target = typer.Typer()
+    assert cli.register_all(target) == ["good"]
+    assert seen == [cli.ENTRY_POINT_GROUP]
+    assert "'bad'" in capsys.readouterr().err  # a broken plugin is named, the rest still loads
+    names = {p[0] for p in _command_paths(target)}
+    assert {"hello", "curve", "thresholds", "spans"} <= names
+    assert runner.invoke(target, ["hello", "--name", "y"]).output == "hello y\n"
+
+
+def test_settings_are_built_from_the_parsed_flags():
+    import pytest
+
+    from calimon.cli.options import settings_from
+    from calimon.defaults import DEFAULT_MODEL
+    from calimon.pipeline import CurveSettings
+
+    s = settings_from(CurveSettings, {"model": "m", "limit": 8, "engine": "ray", "quiet": True,
+                                      "split": "calib"}, split="test", fars=(0.2,))
+    assert (s.model, s.limit, s.engine, s.split, s.fars) == ("m", 8, "ray", "test", (0.2,))
+    assert settings_from(CurveSettings, {}).model == DEFAULT_MODEL
+    with pytest.raises(TypeError, match="far"):
+        settings_from(CurveSettings, {}, far=0.1)  # a flag name, not the field's
+
+
+def test_shared_flags_reach_the_settings(monkeypatch, tmp_path):
+    # every RunSettings flag of `calimon curve` lands in the settings run_curve receives
+    import calimon.pipeline as pipeline
+
+    got = []
+    monkeypatch.setattr(pipeline, "run_curve", lambda s, progress=None: got.append(s) or 1 / 0)
+    runner.invoke(app, ["curve", "--model", "m", "--benchmark", "b", "--prompt", "p",
+                        "--readout", "json", "--limit", "6", "--seed", "3", "--store",
+                        str(tmp_path / "s.sqlite"), "--engine", "ray", "--workers", "2",
+                        "--threads", "1", "--far", "0.2", "--no-binary"])
+    (s,) = got
+    assert (s.model, s.benchmark, s.prompt, s.readout, s.limit, s.seed, s.engine, s.workers,
+            s.threads, s.fars, s.binary_prompts) == ("m", "b", "p", "json", 6, 3, "ray", 2, 1,
+                                                     (0.2,), ())

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from calimon.data.registry import load_benchmark
+from calimon.defaults import DEFAULT_MODEL
 from calimon.heads.features import extract_features
 from calimon.selection import select_pairs
 
@@ -33,16 +34,16 @@ def study_samples(benchmark: str = "amb-open", per_source: int = PER_SOURCE, see
     return out
 
 
-def load_backend(model: str = "smollm2-135m"):
-    from calimon.backends.transformers_backend import TransformersBackend
-    from calimon.models import resolve_model
+def load_backend(model: str = DEFAULT_MODEL):
+    """The model's transformers backend on CPU, built by the one factory."""
+    from calimon.engines import BackendSettings
 
-    return TransformersBackend(resolve_model(model), device="cpu")
+    return BackendSettings(device="cpu").monitor_spec(model, "direct", "verdict").build_backend()
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--prompt", default="direct")
     ap.add_argument("--max-input-tokens", type=int, default=MAX_INPUT_TOKENS)
     ap.add_argument("--per-source", type=int, default=PER_SOURCE)
