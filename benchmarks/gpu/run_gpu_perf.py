@@ -49,24 +49,21 @@ TINY = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hi
 
 # Dense (no 2:4 sparsity) bf16 tensor-core peaks in TFLOP/s, matched on
 # torch.cuda.get_device_name(). NVIDIA's datasheets print the with-sparsity figure (marked *);
-# the dense peak is half of it. A device matching none of these gets MFU n/a.
+# the dense peak is half of it. A device matching none of these (an H100 NVL, H200 NVL, L40,
+# GH200, ...) gets MFU n/a: no peak is guessed.
 PEAKS = (
-    (r"\bH200 NVL\b", "H200 NVL", 835.5, "nvidia.com/en-us/data-center/h200/: BF16 Tensor Core "
-     "1,671 TFLOPS with sparsity"),
-    (r"\bH200\b", "H200 SXM", 989.5, "nvidia.com/en-us/data-center/h200/: BF16 Tensor Core 1,979 "
-     "TFLOPS with sparsity"),
-    (r"\bH100 NVL\b", "H100 NVL", 835.5, "nvidia.com/en-us/data-center/h100/: BF16 Tensor Core "
-     "1,671 TFLOPS with sparsity"),
-    (r"\bH100 PCIe\b", "H100 PCIe", 756.5, "nvidia.com/en-us/data-center/h100/: BF16 Tensor Core "
-     "1,513 TFLOPS with sparsity"),
-    (r"\bH100 (SXM|80GB HBM3)\b", "H100 SXM", 989.5, "nvidia.com/en-us/data-center/h100/: BF16 "
-     "Tensor Core 1,979 TFLOPS with sparsity"),
-    (r"\bA100\b", "A100", 312.0, "nvidia.com/en-us/data-center/a100/: BF16 Tensor Core 312 TFLOPS "
-     "(624 with sparsity), SXM and PCIe"),
-    (r"\bL40S\b", "L40S", 362.05, "nvidia.com/en-us/data-center/l40s/: BF16 Tensor Core 362.05 "
-     "TFLOPS (733 with sparsity)"),
-    (r"\bL4\b", "L4", 121.0, "nvidia.com/en-us/data-center/l4/: BF16 Tensor Core 242 TFLOPS with "
-     "sparsity"),
+    (r"\bH200(?! NVL)\b", "H200 (SXM)", 989.5, "NVIDIA H200 datasheet / nvidia.com/en-us/data-"
+     "center/h200/: BF16 Tensor Core 1,979 TFLOPS*"),
+    (r"\bH100 PCIe\b", "H100 PCIe", 756.5, "NVIDIA H100 datasheet / nvidia.com/en-us/data-center/"
+     "h100/: BF16 Tensor Core 1,513 TFLOPS*"),
+    (r"\bH100 (SXM|80GB HBM3)\b", "H100 SXM", 989.5, "NVIDIA H100 datasheet / nvidia.com/en-us/"
+     "data-center/h100/: BF16 Tensor Core 1,979 TFLOPS*"),
+    (r"\bA100\b", "A100", 312.0, "NVIDIA A100 datasheet / nvidia.com/en-us/data-center/a100/: "
+     "BF16 Tensor Core 312 TFLOPS (624*), SXM and PCIe, 40 and 80 GB"),
+    (r"\bL40S\b", "L40S", 362.05, "NVIDIA L40S datasheet / nvidia.com/en-us/data-center/l40s/: "
+     "BF16 Tensor Core 362.05 TFLOPS (733*)"),
+    (r"\bL4\b", "L4", 121.0, "NVIDIA L4 datasheet / nvidia.com/en-us/data-center/l4/: BF16 Tensor "
+     "Core 242 TFLOPS*"),
 )
 
 COLUMNS = ("path", "prompt tokens", "batch", "samples", "padding", "s per run (median, min-max)",
@@ -421,7 +418,8 @@ def device_line(bench: Bench, peak) -> tuple[str, float | None]:
         return f"{name}; peak {args.peak_tflops} TFLOP/s as given by --peak-tflops", args.peak_tflops
     if peak:
         label, tflops, source = peak
-        return f"{name}; dense bf16 peak of the {label}: {tflops} TFLOP/s ({source})", tflops
+        return (f"{name}; dense bf16 peak of the {label}: {tflops} TFLOP/s ({source}; * = with "
+                f"2:4 sparsity, twice the dense figure)"), tflops
     return f"{name}; no known dense bf16 peak for this device: MFU n/a (--peak-tflops sets one)", None
 
 
@@ -479,9 +477,9 @@ def render(bench: Bench, meta: dict, sections: dict, argv: list[str], peak_text:
 
 # -- command line ----------------------------------------------------------------------------------
 DEFAULTS = {
-    "qwen3-4b": {"dtype": "bfloat16", "lengths": [600, 4000], "batch_sizes": [1, 4, 16, 32],
+    "qwen3-4b": {"dtype": "bfloat16", "lengths": [600, 4000], "batch_sizes": [1, 8, 32],
                  "padding_batch_sizes": [8, 32], "samples": 32, "prefix_tokens": 218,
-                 "repeats": 5, "warmup": 1},
+                 "repeats": 3, "warmup": 1},
     "tiny": {"dtype": "float32", "lengths": [48, 96], "batch_sizes": [1, 2, 4],
              "padding_batch_sizes": [2, 4], "samples": 4, "prefix_tokens": 8, "repeats": 2,
              "warmup": 1},
