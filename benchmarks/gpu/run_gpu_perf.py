@@ -198,7 +198,7 @@ class Bench:
 
         self.torch, self.args = torch, args
         self.cuda = args.device.startswith("cuda")
-        if self.cuda:
+        if self.cuda and torch.device(args.device).index is not None:  # "cuda": the current one
             torch.cuda.set_device(torch.device(args.device))
         self.shape = Shape.from_config(cfg)
         kwargs = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type")}
@@ -468,7 +468,8 @@ def render(bench: Bench, meta: dict, sections: dict, argv: list[str], peak_text:
         f"is TFLOP/s over the peak above. Padding: the share of computed positions that are "
         f"padding. Peak GiB: torch.cuda.max_memory_allocated over the case, weights included.", "",
         "Outputs checked finite in the warm-up runs: " +
-        ("all" if not bad else "NOT FINITE in " + "; ".join(bad)) + ".", ""]
+        ("all, in every case that ran" if not bad else "NOT FINITE in " + "; ".join(bad)) + ".",
+        ""]
     for title, rows in sections.items():
         lines += [f"## {title}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
