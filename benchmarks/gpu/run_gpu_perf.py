@@ -1,0 +1,578 @@
+"""Prefill throughput of calimon's scoring paths on a random-weight Qwen3-4B (bf16), one GPU run.
+
+    python benchmarks/gpu/run_gpu_perf.py                      # -> benchmarks/results/perf-gpu.md
+    python benchmarks/gpu/run_gpu_perf.py --peak-tflops 989.5  # a GPU missing from PEAKS
+    python benchmarks/gpu/run_gpu_perf.py --tiny --out runs/perf-gpu-tiny.md  # CPU smoke run
+
+Needs torch and transformers; no download, no network: the model is Qwen3-4B's published
+configuration (qwen3-4b.json, sources named there) with random weights, so every figure is a cost,
+never a score. The calimon rows run calimon's own code from this repository
+(`TransformersBackend.next_token_logprobs`: the verdict readout; `TransformersBackend.capture`: a
+probe head); where calimon's dependencies are missing they say why and the plain rows still run.
+
+For each prompt length (default 600 and 4,000 tokens): the verdict readout (one prefill, logits at
+the answer position only; plain: ``model(input_ids, logits_to_keep=1)``), the probe path stopped
+at its layer (decoder cut after --probe-layer, hidden states pooled over the response, no output
+layer), batch sizes, equal- against mixed-length (padded) batches; samples/s, prompt tokens/s,
+TFLOP/s of useful FLOPs, MFU against the GPU's dense bf16 peak (n/a for a device missing from
+PEAKS unless --peak-tflops is given) and torch.cuda.max_memory_allocated. Each case: --warmup
+untimed runs, then the median of --repeats timed runs (torch.cuda.synchronize around each).
+benchmarks/results/perf-gpu.md does not exist until this script has run on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import random
+import re
+import shlex
+import statistics
+import sys
+import time
+import types
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "perf-gpu.md"
+
+# Test-only model: the same architecture, small enough for a CPU in a few seconds.
+TINY = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "max_position_embeddings": 4096, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True}
+
+# Dense (no 2:4 sparsity) bf16 tensor-core peaks in TFLOP/s, matched on
+# torch.cuda.get_device_name(). NVIDIA's datasheets print the with-sparsity figure (marked *);
+# the dense peak is half of it. A device matching none of these (an H100 NVL, H200 NVL, L40,
+# GH200, ...) gets MFU n/a: no peak is guessed.
+PEAKS = (
+    (r"\bH200(?! NVL)\b", "H200 (SXM)", 989.5, "NVIDIA H200 datasheet / nvidia.com/en-us/data-"
+     "center/h200/: BF16 Tensor Core 1,979 TFLOPS*"),
+    (r"\bH100 PCIe\b", "H100 PCIe", 756.5, "NVIDIA H100 datasheet / nvidia.com/en-us/data-center/"
+     "h100/: BF16 Tensor Core 1,513 TFLOPS*"),
+    (r"\bH100 (SXM|80GB HBM3)\b", "H100 SXM", 989.5, "NVIDIA H100 datasheet / nvidia.com/en-us/"
+     "data-center/h100/: BF16 Tensor Core 1,979 TFLOPS*"),
+    (r"\bA100\b", "A100", 312.0, "NVIDIA A100 datasheet / nvidia.com/en-us/data-center/a100/: "
+     "BF16 Tensor Core 312 TFLOPS (624*), SXM and PCIe, 40 and 80 GB"),
+    (r"\bL40S\b", "L40S", 362.05, "NVIDIA L40S datasheet / nvidia.com/en-us/data-center/l40s/: "
+     "BF16 Tensor Core 362.05 TFLOPS (733*)"),
+    (r"\bL4\b", "L4", 121.0, "NVIDIA L4 datasheet / nvidia.com/en-us/data-center/l4/: BF16 Tensor "
+     "Core 242 TFLOPS*"),
+)
+
+COLUMNS = ("path", "prompt tokens", "batch", "samples", "padding", "s per run (median, min-max)",
+           "samples/s", "prompt tokens/s", "TFLOP/s", "MFU", "peak GiB")
+
+
+def device_peak(name: str) -> tuple[str, float, str] | None:
+    """(label, dense bf16 TFLOP/s, source) of the first PEAKS entry matching a CUDA device name."""
+    for pattern, label, tflops, source in PEAKS:
+        if re.search(pattern, name):
+            return label, tflops, source
+    return None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Qwen3 decoder's matmul shapes; FLOPs counted as benchmarks/perf/flops.py counts them
+    (tests/test_gpu_bench.py checks that the two agree): weight matmuls and causal attention over
+    the real context, 2 FLOPs per multiply-add; norms, rotary, activations and padding not."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> Shape:
+        """The shape of a Qwen3Config given as a dict."""
+        return cls(cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"],
+                   cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
+                   cfg["vocab_size"], bool(cfg.get("tie_word_embeddings", False)))
+
+    @property
+    def layer_params(self) -> int:
+        """Weights one token multiplies through in one layer (q, k, v, o, gate, up, down)."""
+        attn = 2 * self.hidden * self.head_dim * (self.heads + self.kv_heads)
+        return attn + 3 * self.hidden * self.intermediate
+
+    def parameters(self) -> tuple[int, int]:
+        """(all parameters, non-embedding parameters), norms included, tied embeddings once."""
+        per_layer = self.layer_params + 2 * self.hidden + 2 * self.head_dim  # + 4 RMSNorms
+        body = self.layers * per_layer + self.hidden
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return body + embeddings, body
+
+    def tokens(self, start: int, end: int, layers: int | None = None) -> float:
+        """FLOPs of positions [start, end) through `layers` layers (default all), attending to
+        every position before them."""
+        n = max(0, end - start)
+        layers = self.layers if layers is None else layers
+        context = (start + end + 1) * n / 2.0
+        return layers * (2.0 * self.layer_params * n + 4.0 * self.heads * self.head_dim * context)
+
+    def logits(self, positions: int = 1) -> float:
+        """FLOPs of the output layer at `positions` positions."""
+        return 2.0 * self.hidden * self.vocab * positions
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured configuration: which path, on which prompts, in batches of `batch`."""
+
+    section: str
+    path: str  # calimon | plain
+    kind: str  # verdict | probe
+    lengths: tuple[int, ...]
+    batch: int | None  # None: calimon's default batching
+    label: str
+
+    def flops(self, shape: Shape, prefix: int, layer: int) -> float:
+        """Useful FLOPs of one run; calimon computes the shared prefix once, before timing."""
+        start = prefix if self.path == "calimon" else 0
+        depth = layer if self.kind == "probe" else None
+        out = sum(shape.tokens(start, n, depth) for n in self.lengths)
+        if self.kind == "verdict" or self.path == "calimon":  # capture still reads the answer
+            out += shape.logits(len(self.lengths))
+        return out
+
+
+def sorted_batches(lengths, batch: int) -> list[list[int]]:
+    """Indices grouped as calimon groups them: longest first, `batch` at a time."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[i:i + batch] for i in range(0, len(order), batch)]
+
+
+def padding_share(lengths, batch: int) -> float:
+    """Share of padding among the positions computed when `lengths` run in sorted batches."""
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in sorted_batches(lengths, batch))
+    return 1.0 - sum(lengths) / padded if padded else 0.0
+
+
+def mixed_lengths(mean: int, n: int, seed: int) -> tuple[int, ...]:
+    """`n` lengths evenly spread over [mean/2, 3*mean/2], shuffled (mean ~ `mean`)."""
+    lo, hi = mean // 2, (3 * mean) // 2
+    out = [round(lo + (hi - lo) * i / max(1, n - 1)) for i in range(n)]
+    random.Random(seed).shuffle(out)
+    return tuple(out)
+
+
+def plan(args, shape: Shape) -> list[Case]:
+    """Every case of a run, in the order they run and are printed."""
+    n, cases = args.samples, []
+    for L in args.lengths:
+        eq = (L,) * n
+        cases.append(Case("verdict readout", "calimon", "verdict", eq, None, "calimon default"))
+        for b in args.batch_sizes:
+            cases += [Case("verdict readout", p, "verdict", eq, b, "equal") for p in
+                      ("calimon", "plain")]
+    for L in args.lengths:
+        for b in args.batch_sizes:
+            cases += [Case(f"probe stopped at layer {args.probe_layer} of {shape.layers}", p,
+                           "probe", (L,) * n, b, "equal") for p in ("calimon", "plain")]
+    for L in args.lengths:
+        mixed = mixed_lengths(L, n, args.seed)
+        for b in args.padding_batch_sizes:
+            for p in ("calimon", "plain"):
+                cases += [Case("padding (verdict readout)", p, "verdict", (L,) * n, b, "equal"),
+                          Case("padding (verdict readout)", p, "verdict", mixed, b, "mixed")]
+    return cases
+
+
+class Bench:
+    """The model, its prompts and the calimon pieces, shared by every case of one run."""
+
+    def __init__(self, args, cfg: dict):
+        import torch
+        from transformers import AutoModelForCausalLM, Qwen3Config
+
+        self.torch, self.args = torch, args
+        self.cuda = args.device.startswith("cuda")
+        if self.cuda and torch.device(args.device).index is not None:  # "cuda": the current one
+            torch.cuda.set_device(torch.device(args.device))
+        self.shape = Shape.from_config(cfg)
+        kwargs = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type")}
+        torch.manual_seed(args.seed)
+        with torch.device(args.device):
+            self.model = AutoModelForCausalLM.from_config(
+                Qwen3Config(**kwargs), dtype=getattr(torch, args.dtype),
+                attn_implementation=args.attn).eval()
+        self.weights_bytes = torch.cuda.memory_allocated() if self.cuda else None
+        gen = torch.Generator().manual_seed(args.seed)
+        self.prefix = torch.randint(0, self.shape.vocab, (args.prefix_tokens,), generator=gen)
+        self.tails = torch.randint(0, self.shape.vocab, (args.samples, max(args.lengths) * 2),
+                                   generator=gen)
+        self.calimon, self.calimon_error = _calimon_parts()
+        self.nonfinite: set[str] = set()
+        self.checking = False  # outputs are checked in the untimed warm-up runs only
+
+    def prompts(self, lengths) -> list[list[int]]:
+        """Prompt i: the shared prefix, then random tokens up to lengths[i]."""
+        p = self.args.prefix_tokens
+        return [self.prefix.tolist() + self.tails[i, :n - p].tolist()
+                for i, n in enumerate(lengths)]
+
+    def spans(self, lengths) -> list[tuple[int, int]]:
+        """The response a probe pools over: the second half of each prompt after the prefix."""
+        p = self.args.prefix_tokens
+        return [(p + (n - p) // 2, n) for n in lengths]
+
+    def _calimon_runner(self, case: Case):
+        parts = self.calimon
+        ref = parts.model_ref(self.args)
+        opts = {} if case.batch is None else {"max_batch_size": case.batch,
+                                                "batch_tokens": case.batch * max(case.lengths)}
+        backend = parts.Backend.from_loaded(ref, self.model, types.SimpleNamespace(pad_token_id=0),
+                                            **opts)
+        prompts, p = self.prompts(case.lengths), self.args.prefix_tokens
+        if case.kind == "verdict":
+            return lambda: self._check(case, backend.next_token_logprobs(prompts, prefix_len=p))
+        spec = parts.CaptureSpec(layers=(self.args.probe_layer,), pooling=("mean",))
+        spans = self.spans(case.lengths)
+        return lambda: self._check(case, backend.capture(prompts, p, spec, spans).pooled)
+
+    def _plain_runner(self, case: Case):
+        torch, model = self.torch, self.model
+        dev, prompts = self.args.device, self.prompts(case.lengths)
+        spans = self.spans(case.lengths)
+        groups = [(idx, *_right_padded([prompts[i] for i in idx], dev, torch))
+                  for idx in sorted_batches(case.lengths, case.batch)]  # on the device, untimed
+
+        def run():
+            with torch.inference_mode():
+                for idx, ids, mask, last in groups:
+                    if case.kind == "probe":
+                        h = model.model(input_ids=ids, attention_mask=mask,
+                                        use_cache=False).last_hidden_state
+                        out = torch.stack([h[r, spans[i][0]:spans[i][1]].float().mean(0)
+                                           for r, i in enumerate(idx)])
+                    elif mask is None:
+                        logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+                        out = torch.log_softmax(logits[:, -1].float(), dim=-1)
+                    else:
+                        h = model.model(input_ids=ids, attention_mask=mask,
+                                        use_cache=False).last_hidden_state
+                        logits = model.lm_head(h[torch.arange(len(idx), device=dev), last])
+                        out = torch.log_softmax(logits.float(), dim=-1)
+                    self._check(case, out)
+        return run
+
+    def _check(self, case: Case, out) -> None:
+        if self.checking and not bool(self.torch.isfinite(self.torch.as_tensor(out)).all()):
+            self.nonfinite.add(f"{case.section} / {case.path} / {case.label}")
+
+    def measure(self, case: Case) -> dict:
+        """Median seconds of --repeats timed runs after --warmup untimed ones, and peak memory."""
+        torch = self.torch
+        sync = torch.cuda.synchronize if self.cuda else (lambda: None)
+        cut = self.args.probe_layer if case.kind == "probe" else None
+        with _stopped_at(self.model, cut):
+            if self.cuda:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            run = (self._calimon_runner if case.path == "calimon" else self._plain_runner)(case)
+            self.checking = True
+            for _ in range(self.args.warmup):
+                run()
+            self.checking = False
+            times = []
+            for _ in range(self.args.repeats):
+                sync()
+                start = time.perf_counter()
+                run()
+                sync()
+                times.append(time.perf_counter() - start)
+        peak = torch.cuda.max_memory_allocated() if self.cuda else None
+        return {"times": times, "peak_bytes": peak}
+
+
+def _right_padded(prompts, dev, torch):
+    """(ids, attention mask or None when all rows are full, index of each row's last token)."""
+    lengths = [len(p) for p in prompts]
+    width = max(lengths)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, :len(p)] = torch.tensor(p)
+        mask[r, :len(p)] = 1
+    last = torch.tensor(lengths, device=dev) - 1
+    return ids.to(dev), (None if min(lengths) == width else mask.to(dev)), last
+
+
+@contextlib.contextmanager
+def _stopped_at(model, layer: int | None):
+    """The decoder cut after block `layer` (None: whole) for the duration of the block."""
+    if layer is None:
+        yield
+        return
+    import torch
+
+    inner = model.model
+    full = inner.layers
+    inner.layers = torch.nn.ModuleList(list(full)[:layer])
+    try:
+        yield
+    finally:
+        inner.layers = full
+
+
+def _calimon_parts():
+    """(namespace of the calimon pieces used, None) or (None, why calimon cannot be imported)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    try:
+        import calimon
+        from calimon.backends.capture import CaptureSpec
+        from calimon.backends.transformers_backend import TransformersBackend
+        from calimon.models import ModelConfig, ModelSource, ResolvedModel
+    except ImportError as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+    def model_ref(args):
+        cfg = ModelConfig(version=1, name=f"{args.config}-random", source=ModelSource(kind="local"),
+                          path=str(HERE), dtype=args.dtype, max_input_tokens=max(args.lengths) * 2)
+        return ResolvedModel(cfg.name, HERE, f"random-init-seed-{args.seed}", cfg)
+
+    return types.SimpleNamespace(Backend=TransformersBackend, CaptureSpec=CaptureSpec,
+                                 model_ref=model_ref, version=calimon.__version__), None
+
+
+# -- running the cases -----------------------------------------------------------------------------
+def run_case(bench: Bench, case: Case) -> dict:
+    """The case's measurement, or {"error": why it has none} (calimon missing, out of memory,
+    or any other failure, printed in full to stderr) so that one failed case keeps the rest."""
+    if case.path == "calimon" and bench.calimon is None:
+        return {"error": f"not run: calimon not importable ({bench.calimon_error})"}
+    try:
+        return bench.measure(case)
+    except Exception as exc:  # noqa: BLE001 - recorded in the table, traceback on stderr
+        import traceback
+
+        traceback.print_exc()
+        if bench.cuda:
+            bench.torch.cuda.empty_cache()
+        why = f"error: {type(exc).__name__}: {exc}"[:160].replace("|", "/").replace("\n", " ")
+        return {"error": "out of memory" if "OutOfMemory" in type(exc).__name__ else why}
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def default_batch(bench: Bench, length: int) -> int:
+    """Prompts per forward pass under calimon's default batching (equal lengths): at most
+    max_batch_size, at most batch_tokens padded tokens."""
+    backend = bench.calimon.Backend.from_loaded(bench.calimon.model_ref(bench.args), bench.model,
+                                                types.SimpleNamespace(pad_token_id=0))
+    return max(1, min(backend.max_batch_size, backend.batch_tokens // length))
+
+
+def table_row(bench: Bench, case: Case, res: dict, peak: float | None) -> list[str]:
+    """One markdown row (COLUMNS) of a measured case."""
+    lengths, p = case.lengths, bench.args.prefix_tokens
+    mean = sum(lengths) / len(lengths)
+    tokens = str(lengths[0]) if len(set(lengths)) == 1 else \
+        f"{min(lengths)}-{max(lengths)} (mean {mean:.0f})"
+    if case.batch is not None:
+        batch = str(case.batch)
+    else:
+        batch = f"{default_batch(bench, lengths[0]) if bench.calimon else '?'} (calimon default)"
+    computed = [n - p for n in lengths] if case.path == "calimon" else list(lengths)
+    pad = padding_share(computed, case.batch) if case.batch else 0.0
+    head = [case.path, tokens, batch, str(len(lengths)), f"{100 * pad:.0f}%"]
+    if "error" in res:
+        return head + [res["error"]] + ["-"] * 6
+    t = statistics.median(res["times"])
+    tflops = case.flops(bench.shape, p, bench.args.probe_layer) / t / 1e12
+    spread = f"{_num(t)} ({_num(min(res['times']))}-{_num(max(res['times']))})"
+    mfu = f"{100 * tflops / peak:.1f}%" if peak else "n/a"
+    mem = _num(res["peak_bytes"] / 2**30) if res["peak_bytes"] is not None else "n/a"
+    return head + [spread, _num(len(lengths) / t), _num(sum(lengths) / t), _num(tflops), mfu, mem]
+
+
+def versions(bench: Bench) -> str:
+    """torch / CUDA / transformers / calimon / Python versions, one line."""
+    import transformers
+
+    torch = bench.torch
+    cal = bench.calimon.version if bench.calimon else f"not importable ({bench.calimon_error})"
+    return (f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}), transformers "
+            f"{transformers.__version__}, calimon {cal}, Python {platform.python_version()}")
+
+
+def device_line(bench: Bench, peak) -> tuple[str, float | None]:
+    """(the device and peak sentence, peak TFLOP/s or None)."""
+    args, torch = bench.args, bench.torch
+    name = torch.cuda.get_device_name() if bench.cuda else f"CPU ({platform.processor() or 'cpu'})"
+    if args.peak_tflops:
+        return f"{name}; peak {args.peak_tflops} TFLOP/s as given by --peak-tflops", args.peak_tflops
+    if peak:
+        label, tflops, source = peak
+        return (f"{name}; dense bf16 peak of the {label}: {tflops} TFLOP/s ({source}; * = with "
+                f"2:4 sparsity, twice the dense figure)"), tflops
+    return f"{name}; no known dense bf16 peak for this device: MFU n/a (--peak-tflops sets one)", None
+
+
+def model_line(bench: Bench, meta: dict) -> str:
+    """The model sentence, with its parameter count checked against the config's own counts
+    and, for Qwen3-4B, the model card's."""
+    seen = {id(p): p.numel() for p in bench.model.parameters()}
+    actual = sum(seen.values())
+    total, body = bench.shape.parameters()
+    line = (f"{actual / 1e9:.3g} B parameters "
+            f"({body / 1e9:.3g} B non-embedding); counted from the config: {total / 1e9:.3g} B "
+            f"({'equal' if actual == total else 'DIFFERENT'})")
+    if "card_parameters_b" in meta:
+        ok = (round(total / 1e9, 1) == meta["card_parameters_b"]
+              and round(body / 1e9, 1) == meta["card_non_embedding_parameters_b"])
+        line += (f"; model card: {meta['card_parameters_b']} B, "
+                 f"{meta['card_non_embedding_parameters_b']} B non-embedding "
+                 f"({'matches' if ok else 'DOES NOT MATCH'})")
+    return line
+
+
+def render(bench: Bench, meta: dict, sections: dict, argv: list[str], peak_text: str) -> str:
+    """The whole markdown report."""
+    args = bench.args
+    mem = "" if bench.weights_bytes is None else f"; weights {bench.weights_bytes / 2**30:.2f} GiB"
+    bad = sorted(bench.nonfinite)
+    lines = [
+        f"# Prefill throughput: calimon's verdict readout and probe path, random-weight "
+        f"{args.config} ({args.dtype})", "",
+        "Regenerate (the device decides the figures; benchmarks/gpu/README.md):", "",
+        "    " + shlex.join(["python", "benchmarks/gpu/run_gpu_perf.py", *argv]), "",
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {peak_text}. {versions(bench)}.", "",
+        f"Model: Qwen3 architecture, config `{meta['source_name']}`, random weights (seed "
+        f"{args.seed}), {args.dtype}, attention `{args.attn}`: {model_line(bench, meta)}{mem}.", "",
+        f"Prompts: random token ids; every prompt starts with the same {args.prefix_tokens}-token "
+        f"prefix (the template prefix calimon shares across prompts), which the calimon path "
+        f"computes once, before timing, and reuses from its KV cache; the plain path recomputes "
+        f"it. Probe: the decoder cut after block {args.probe_layer} of {bench.shape.layers}, mean "
+        f"over the second half of each prompt's non-prefix tokens. Mixed lengths: spread evenly "
+        f"over [L/2, 3L/2], sorted by length into batches as calimon sorts them.", "",
+        f"Each case: {args.warmup} untimed warm-up run(s), then {args.repeats} timed runs over "
+        f"all its samples (torch.cuda.synchronize before and after each); the table gives the "
+        f"median. Prompt tokens/s counts every prompt token, the shared prefix included. TFLOP/s "
+        f"counts useful FLOPs only (weight matmuls, causal attention over the real context, "
+        f"the output layer where logits are read; no padding; a reused prefix not at all); MFU "
+        f"is TFLOP/s over the peak above. Padding: the share of computed positions that are "
+        f"padding. Peak GiB: torch.cuda.max_memory_allocated over the case, weights included.", "",
+        "Outputs checked finite in the warm-up runs: " +
+        ("all, in every case that ran" if not bad else "NOT FINITE in " + "; ".join(bad)) + ".",
+        ""]
+    for title, rows in sections.items():
+        lines += [f"## {title}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    return "\n".join(lines)
+
+
+# -- command line ----------------------------------------------------------------------------------
+DEFAULTS = {
+    "qwen3-4b": {"dtype": "bfloat16", "lengths": [600, 4000], "batch_sizes": [1, 8, 32],
+                 "padding_batch_sizes": [8, 32], "samples": 32, "prefix_tokens": 218,
+                 "repeats": 3, "warmup": 1},
+    "tiny": {"dtype": "float32", "lengths": [48, 96], "batch_sizes": [1, 2, 4],
+             "padding_batch_sizes": [2, 4], "samples": 4, "prefix_tokens": 8, "repeats": 2,
+             "warmup": 1},
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options, with the config's defaults filled in and checked."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", choices=sorted(DEFAULTS), default="qwen3-4b")
+    ap.add_argument("--tiny", action="store_true", help="same as --config tiny (CPU, fp32)")
+    ap.add_argument("--device", help="default: cuda (qwen3-4b needs it unless set to cpu)")
+    ap.add_argument("--dtype", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--attn", default="sdpa", help="transformers attn_implementation")
+    ap.add_argument("--lengths", type=int, nargs="+", help="prompt tokens per transcript")
+    ap.add_argument("--batch-sizes", type=int, nargs="+")
+    ap.add_argument("--padding-batch-sizes", type=int, nargs="+")
+    ap.add_argument("--samples", type=int, help="prompts per case")
+    ap.add_argument("--prefix-tokens", type=int, help="shared template prefix (default 218: the "
+                    "direct prompt's, counted with the embedded SmolLM2 tokenizer)")
+    ap.add_argument("--probe-layer", type=int, help="default: half the layers")
+    ap.add_argument("--repeats", type=int)
+    ap.add_argument("--warmup", type=int)
+    ap.add_argument("--peak-tflops", type=float, help="dense peak of this device, TFLOP/s")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    if args.tiny:
+        args.config = "tiny"
+    for key, value in DEFAULTS[args.config].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return _check_args(ap, args)
+
+
+def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    import torch
+
+    if args.device is None:
+        if args.config != "tiny" and not torch.cuda.is_available():
+            ap.error("no CUDA device: the Qwen3-4B run needs a GPU (--device cpu forces it; "
+                     "--tiny is the CPU smoke run)")
+        args.device = "cuda" if args.config != "tiny" else "cpu"
+    layers = TINY["num_hidden_layers"] if args.config == "tiny" else 36
+    args.probe_layer = args.probe_layer or max(1, layers // 2)
+    if not 1 <= args.probe_layer <= layers:
+        ap.error(f"--probe-layer must lie in 1..{layers}")
+    if min(args.lengths) // 2 <= args.prefix_tokens:
+        ap.error("every length must exceed twice --prefix-tokens (mixed lengths start at L/2)")
+    if min([args.samples, args.repeats, *args.batch_sizes, *args.padding_batch_sizes]) < 1:
+        ap.error("--samples, --repeats and batch sizes must be at least 1")
+    if args.warmup < 1:
+        ap.error("--warmup must be at least 1 (the calimon path computes its shared prefix then)")
+    if args.out is None:
+        args.out = DEFAULT_OUT if args.config != "tiny" else ROOT / "runs" / "perf-gpu-tiny.md"
+    return args
+
+
+def load_config(name: str) -> tuple[dict, dict]:
+    """(the Qwen3Config values, what is known about them) for --config."""
+    if name == "tiny":
+        return dict(TINY), {"source_name": "tiny (run_gpu_perf.py TINY, for tests)"}
+    meta = json.loads((HERE / f"{name}.json").read_text())
+    meta["source_name"] = f"benchmarks/gpu/{name}.json"
+    return dict(meta["config"]), meta
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Run every case and write the report; returns its path."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    cfg, meta = load_config(args.config)
+    bench = Bench(args, cfg)
+    peak_text, peak = device_line(bench, device_peak(bench.torch.cuda.get_device_name())
+                                  if bench.cuda else None)
+    sections: dict[str, list[list[str]]] = {}
+    cases = plan(args, bench.shape)
+    work = sum(c.flops(bench.shape, args.prefix_tokens, args.probe_layer) for c in cases)
+    print(f"{len(cases)} cases, {work * (args.warmup + args.repeats) / 1e15:.3g} PFLOP of useful "
+          f"work with warm-ups, on {peak_text}", file=sys.stderr, flush=True)
+    for case in cases:
+        start = time.perf_counter()
+        res = run_case(bench, case)
+        row = table_row(bench, case, res, peak)
+        sections.setdefault(case.section, []).append(row)
+        print(f"{case.section} | {' | '.join(row)} [{time.perf_counter() - start:.1f} s]",
+              file=sys.stderr, flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(render(bench, meta, sections, argv, peak_text), encoding="utf-8")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return args.out
+
+
+if __name__ == "__main__":
+    main()
