@@ -34,13 +34,14 @@ _SHORT_README = (
 @dataclass(frozen=True)
 class TinyQwen3Spec:
     """The tiny model's shape. ``vocab_size`` is Qwen3's published 151,936 rows: like the real
-    models, the output layer is wider than the tokenizer (151,669 tokens)."""
+    models, the output layer is wider than the tokenizer (151,669 tokens). As in Qwen3, the
+    heads' width (heads x head_dim = 128) is not tied to the hidden size (64)."""
 
     layers: int = 2
     hidden: int = 64
     heads: int = 4
     kv_heads: int = 2
-    head_dim: int = 16
+    head_dim: int = 32  # vLLM's CPU attention supports head sizes 32, 64, 80, ... (not 16)
     intermediate: int = 128
     vocab_size: int = 151_936
     tie_embeddings: bool = True
