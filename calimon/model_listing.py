@@ -20,12 +20,13 @@ def list_models() -> list[dict[str, str]]:
         except CalimonError as exc:
             rows.append({"name": name, "status": "bad-config", "detail": str(exc)})
             continue
-        if cfg.source.kind == "wheel-gguf":
+        if cfg.source.kind in ("wheel-gguf", "built"):
             converted = (calimon_home() / "models" / name / "calimon-conversion.json").is_file()
             installed = importlib.util.find_spec(cfg.source.package or "") is not None
             status = "ready" if converted else ("available" if installed else "missing")
-            detail = ("converted cache" if converted else
-                      "converted on first use" if installed else f"run `{cfg.source.install}`")
+            verb = "built" if cfg.source.kind == "built" else "converted"
+            detail = (f"{verb} cache" if converted else
+                      f"{verb} on first use" if installed else f"run `{cfg.source.install}`")
         else:
             found = next((c for c in _candidates(cfg)
                           if c is not None and (c / "config.json").is_file()), None)

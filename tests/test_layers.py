@@ -19,7 +19,7 @@ SCORING_AND_UP = ("calimon.monitor", "calimon.engines", "calimon.heads") + STUDI
 MODEL_SIDE = ("calimon.backends",) + SCORING_AND_UP
 GROUND = ("calimon.defaults", "calimon.errors", "calimon.samples", "calimon.verdict", "calimon.validation",
           "calimon.jsonio", "calimon.progress", "calimon.selection", "calimon.readings",
-          "calimon.store", "calimon.prompts")
+          "calimon.store", "calimon.prompts", "calimon.tiny_qwen3")
 NUMERICS = ("calimon.calibration", "calimon.curves", "calimon.metrics", "calimon.bootstrap")
 RULES = [
     (GROUND, MODEL_SIDE + NUMERICS),
