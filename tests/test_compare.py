@@ -203,6 +203,11 @@ def test_bad_curve_json_is_an_input_error(tmp_path):
         compare_runs([bad])
     with pytest.raises(InputError, match="at least one run"):
         compare_runs([])
+    (bad / "curve.json").write_text(json.dumps({"provenance": {}, "operating_points": [],
+                                                "curves": {}, "binary_points": [{"name": "x"}]}))
+    with pytest.raises(InputError, match="binary_points") as err:
+        compare_runs([bad])
+    assert str(bad / "curve.json") in str(err.value)
 
 
 def test_curve_records_its_scoring_time_and_compare_reads_it(smol, tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -156,12 +156,14 @@ def _curve(summary: dict, path: Path) -> tuple[Curve | None, str | None]:
 
 
 def _binary(summary: dict, path: Path) -> tuple[BinaryPoint, ...]:
+    """The run's binary-protocol points (a null rate read back as NaN, printed n/a)."""
+    names = [f.name for f in fields(BinaryPoint)]
     points = []
     for d in summary.get("binary_points") or []:
         try:
-            points.append(BinaryPoint(**{k: (math.nan if v is None else v)
-                                         for k, v in d.items()}))
-        except TypeError as exc:
+            points.append(BinaryPoint(**{k: (math.nan if d[k] is None else d[k])
+                                         for k in names}))
+        except (TypeError, KeyError) as exc:
             raise InputError(f"not a binary point ({exc})", path=str(path),
                              field="binary_points") from None
     return tuple(points)
