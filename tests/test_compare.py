@@ -230,3 +230,24 @@ def test_curve_records_its_scoring_time_and_compare_reads_it(smol, tmp_path, mon
     first, second = compare_runs([run.out, again.out]).runs
     assert first.samples_per_s == 16 / timing["scoring_seconds"]
     assert second.samples_per_s is None  # everything came from the store
+
+
+@pytest.mark.chromium
+def test_html_page_renders_in_chromium_without_errors(runs, tmp_path):
+    from calimon.report.chromium import check_page, find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("no Chromium binary (apt-get install chromium)")
+    build_comparison([runs["a"], runs["b"], runs["small"]], tmp_path / "o",
+                     html_file=tmp_path / "board.html")
+    check = check_page(tmp_path / "board.html", screenshot=tmp_path / "board.png",
+                       full_height=1800, expressions={
+                           "curves": "document.querySelectorAll('svg.cm-curve "
+                                     "path.cm-curve-line').length",
+                           "width": "document.querySelector('svg.cm-curve')"
+                                    ".getBoundingClientRect().width",
+                           "board_rows": "document.querySelectorAll('#leaderboard tbody tr')"
+                                         ".length"})
+    assert check.errors == ()
+    assert check.values["curves"] == 2 and check.values["width"] > 300
+    assert check.values["board_rows"] == 3
