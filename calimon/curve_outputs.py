@@ -25,10 +25,10 @@ from calimon.verdict import Verdict
 
 def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
                         readings: dict[str, Verdict], binary_set: list[Sample],
-                        binary_readings: dict[str, dict[str, Verdict]], provenance: dict) -> dict:
-    """Write a curve run's files into ``out`` (curve.json, curve.csv, plots, calibration maps,
-    token scores) and return the curve.json summary; raises InputError if no sample was
-    scored."""
+                        binary_readings: dict[str, dict[str, Verdict]], provenance: dict,
+                        timing: dict | None = None) -> dict:
+    """Write a curve run's files into ``out`` (curve.json, with ``timing`` when given, curve.csv,
+    plots, calibration maps, token scores); returns the summary. InputError: none scored."""
     from calimon.jsonio import dump_json
     from calimon.readings import usable
 
@@ -37,7 +37,7 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
         raise InputError(f"none of the {len(evaluate)} evaluated samples has a score; a run "
                          "needs scored samples")
     base, bpoints = _base_summary(s, evaluate, readings, kept, y, binary_set,
-                                  binary_readings, provenance)
+                                  binary_readings, provenance, timing)
     fkept, fp, fy = usable(fit, readings)
     fit_p = {x.id: float(v) for x, v in zip(fkept, fp, strict=True)}
     support = class_support(int(y.sum()), int((~y).sum()))
@@ -123,8 +123,10 @@ def _calibration(s, fit, readings, fit_p, cal_support, kept, p_raw, y, groups, o
 
 
 def _base_summary(s, evaluate, readings, kept, y, binary_set, binary_readings,
-                  provenance) -> tuple[dict, list[BinaryPoint]]:
-    """The summary keys of every run, with or without a curve, and the binary points."""
+                  provenance, timing=None) -> tuple[dict, list[BinaryPoint]]:
+    """The summary keys of every run, with or without a curve, and the binary points.
+    ``timing`` (when given): the scoring phase's wall time, model load included, the
+    transcripts the model scored (not taken from the store) and its model calls."""
     from calimon.readings import status_counts
 
     bpoints = []
@@ -152,6 +154,7 @@ def _base_summary(s, evaluate, readings, kept, y, binary_set, binary_readings,
         "binary_points": [b.to_dict() for b in bpoints],
         "binary_sample_count": len(binary_set),
         "files": {"curve.csv": curve_csv_info()},
+        **({"timing": timing} if timing is not None else {}),
     }, bpoints
 
 

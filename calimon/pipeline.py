@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,22 +103,28 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
         out.mkdir(parents=True, exist_ok=True)
         with RunStore(s.store) as store:
             scorer = Scorer(spec, store, engine=engine, progress=progress, backend=backend)
+            started = time.perf_counter()  # the scoring phase, model load included
             main = scorer.monitor()
+            todo = scorer.todo(evaluate + fit, main)
             readings = scorer.score(evaluate + fit, main, label=f"{s.prompt}/{s.readout}")
             binary_set = (select_pairs(evaluate, s.binary_limit, s.seed)
                           if s.binary_prompts else [])
             binary_readings = {}
             for name in s.binary_prompts:
-                binary_readings[name] = scorer.score(binary_set, scorer.monitor(name, "binary"),
+                monitor = scorer.monitor(name, "binary")
+                todo += scorer.todo(binary_set, monitor)
+                binary_readings[name] = scorer.score(binary_set, monitor,
                                                      label=f"{name}/binary")
             model_calls = scorer.model_calls
+            timing = {"scoring_seconds": time.perf_counter() - started, "scored": todo,
+                      "model_calls": model_calls}
     finally:
         backend.close()  # e.g. vLLM's engine processes
     from calimon.curve_outputs import write_curve_outputs
 
     summary = write_curve_outputs(
         out, s, evaluate=evaluate, fit=fit, readings=readings, binary_set=binary_set,
-        binary_readings=binary_readings,
+        binary_readings=binary_readings, timing=timing,
         provenance={"model": resolved.name, "model_revision": resolved.revision,
                     "model_path": str(resolved.path), "backend": s.backend,
                     "prompt": s.prompt, "template_hash": main.key.template_hash,

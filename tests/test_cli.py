@@ -29,7 +29,7 @@ def _command_paths(group, prefix=()):
             yield from _command_paths(cmd, path)
 
 
-EXPECTED_COMMANDS = {"curve", "score", "report", "robustness", "thresholds", "escalate",
+EXPECTED_COMMANDS = {"curve", "score", "report", "compare", "robustness", "thresholds", "escalate",
                      "apply-policy", "models", "data", "spans", "heads"}
 
 

@@ -19,8 +19,8 @@ from importlib.metadata import entry_points
 
 import typer
 
-BUILTIN = ("curve", "score", "models", "data", "deploy", "shift", "report", "spans", "heads",
-           "robustness")
+BUILTIN = ("curve", "score", "models", "data", "deploy", "shift", "report", "compare", "spans",
+           "heads", "robustness")
 ENTRY_POINT_GROUP = "calimon.commands"
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,

@@ -51,20 +51,22 @@ def _draw_curve(ax: Any, name: str, curve: Curve, color: Any, linewidth: float =
                         alpha=0.18 * alpha, linewidth=0)
 
 
-def _draw_binary(ax: Any, i: int, p: BinaryPoint) -> None:
-    label = f"{p.name} (binary"
+def _draw_binary(ax: Any, i: int, p: BinaryPoint, color: Any = None,
+                 name: str | None = None) -> None:
+    """Marker ``i``; ``color`` default: a colour of its own; ``name`` default: the point's."""
+    label = f"{name or p.name} (binary"
     if p.n_parse_failure:
         label += f", {p.n_parse_failure} parse failures"
     if math.isnan(p.mr) or math.isnan(p.far):
-        ax.plot([], [], linestyle="none", marker=_MARKERS[i % len(_MARKERS)], color="black",
-                label=label + ", undefined on parsed samples)")
+        ax.plot([], [], linestyle="none", marker=_MARKERS[i % len(_MARKERS)],
+                color=color or "black", label=label + ", undefined on parsed samples)")
         return
     # Bars span failures-counted-as-passed to failures-counted-as-flagged.
     xerr = [[p.far - p.far_lo], [p.far_hi - p.far]]
     yerr = [[p.mr - p.mr_lo], [p.mr_hi - p.mr]]
     ax.errorbar([p.far], [p.mr], xerr=xerr, yerr=yerr, marker=_MARKERS[i % len(_MARKERS)],
-                markersize=7, color=f"C{(i + 5) % 10}", markeredgecolor="black", capsize=3,
-                linestyle="none", label=label + ")", zorder=5)
+                markersize=7, color=color or f"C{(i + 5) % 10}", markeredgecolor="black",
+                capsize=3, linestyle="none", label=label + ")", zorder=5)
 
 
 def _draw_operating(ax: Any, p: OperatingPoint) -> None:
@@ -92,6 +94,34 @@ def plot_curves(path: str | Path, curves: Mapping[str, Curve],
     _axes_style(ax)
     ax.set_title(title or "miss rate vs false-alarm rate")
     ax.legend(fontsize=7, loc="upper right")
+    return _save(fig, path)
+
+
+def plot_comparison(path: str | Path,
+                    runs: Sequence[tuple[str, Curve | None, Sequence[BinaryPoint], str | None]],
+                    title: str = "") -> Path:
+    """Several runs on one MR (y) vs FAR (x) figure: each run ``(name, curve, binary points,
+    why not drawn)`` in a colour of its own, its curve with its band and its binary points
+    in the same colour (one marker per binary prompt). A run whose curve is None is not
+    drawn: its legend line gives the reason. Returns the path written."""
+    if not runs:
+        raise InputError("expected at least one run, got none", field="runs")
+    markers: dict[str, int] = {}
+    fig = _figure(8.0, 6.6 + 0.16 * sum(1 + len(r[2]) for r in runs))
+    ax = fig.add_subplot()
+    for i, (name, curve, points, reason) in enumerate(runs):
+        color = f"C{i % 10}"
+        if curve is None:
+            ax.plot([], [], color=color, linestyle=":", label=f"{name}: not drawn ({reason})")
+            continue
+        _draw_curve(ax, name, curve, color, linewidth=1.4)
+        for p in points:
+            prompt = p.name.removeprefix("binary/")
+            _draw_binary(ax, markers.setdefault(prompt, len(markers)), p, color=color,
+                         name=f"{name}: {prompt}")
+    _axes_style(ax)
+    ax.set_title(title or "miss rate vs false-alarm rate")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=1)
     return _save(fig, path)
 
 
