@@ -10,6 +10,7 @@ import typer
 
 from calimon.cli.common import cli_errors, progress_factory
 from calimon.cli.options import (
+    BACKEND,
     DEFAULT_BENCHMARK,
     DEFAULT_MODEL,
     DEFAULT_PROMPT,
@@ -47,12 +48,12 @@ def heads_train(
     category: Annotated[list[str] | None, typer.Option(help="Train on these categories only; repeatable.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for folds, subsampling and the MLP.")] = DEFAULT_SEED,
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the calib/test figures on the card.")] = False,
-    backend: Annotated[str, typer.Option(help="A backend with hidden states (transformers; vllm and http expose none).")] = "transformers",
-    engine: Annotated[str, typer.Option(help="local (features are read in this process).")] = "local",
-    base_url: BaseUrlOpt = None,
-    served_model: ServedModelOpt = None,
-    device: DeviceOpt = "auto",
-    threads: ThreadsOpt = None,
+    backend: Annotated[str, typer.Option(help="A backend with hidden states (transformers; vllm and http expose none).")] = BACKEND.backend,
+    engine: Annotated[str, typer.Option(help="local (features are read in this process).")] = BACKEND.engine,
+    base_url: BaseUrlOpt = BACKEND.base_url,
+    served_model: ServedModelOpt = BACKEND.served_model,
+    device: DeviceOpt = BACKEND.device,
+    threads: ThreadsOpt = BACKEND.threads,
     out: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,

@@ -19,8 +19,9 @@ from calimon.defaults import (
     DEFAULT_SEED,
     DEFAULT_STORE,
 )
+from calimon.engines.settings import BackendSettings
 
-__all__ = ["DEFAULT_BENCHMARK", "DEFAULT_MODEL", "DEFAULT_PROMPT", "DEFAULT_READOUT",
+__all__ = ["BACKEND", "DEFAULT_BENCHMARK", "DEFAULT_MODEL", "DEFAULT_PROMPT", "DEFAULT_READOUT",
            "DEFAULT_SEED", "DEFAULT_STORE", "settings_from"]
 
 # the monitor and the run
@@ -36,7 +37,9 @@ OutOpt = Annotated[Path | None, typer.Option(help="Output folder (default: a new
 QuietOpt = Annotated[bool, typer.Option(help="No progress bars.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
 
-# the backend and the engine (-> calimon.engines.BackendSettings)
+# the backend and the engine (-> calimon.engines.BackendSettings, whose defaults they take:
+# ``backend: BackendOpt = BACKEND.backend``)
+BACKEND = BackendSettings()
 BackendOpt = Annotated[str, typer.Option(help="transformers, vllm or http (or a plugin name).")]
 EngineOpt = Annotated[str, typer.Option(help="local, or ray (shards chunks over a Ray cluster).")]
 RayAddressOpt = Annotated[str | None, typer.Option(help="Ray cluster address (e.g. auto); default: a local cluster.")]
