@@ -58,14 +58,32 @@ class MonitorKey:
     readout: str
 
 
+LOCK_TIMEOUT_S = 60.0
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Switch ``db`` to write-ahead logging. While another process is creating the same new
+    store, SQLite can answer "database is locked" at once, without waiting in its busy handler;
+    retry until the lock timeout rather than fail the second writer."""
+    deadline = time.monotonic() + LOCK_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class RunStore:
     """The run store at ``path`` (created if absent); a context manager that closes it."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S, isolation_level=None)
+        _use_wal(self._db)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._db.row_factory = sqlite3.Row
