@@ -50,7 +50,9 @@ TINY = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hi
 # Dense (no 2:4 sparsity) bf16 tensor-core peaks in TFLOP/s, matched on
 # torch.cuda.get_device_name(). NVIDIA's datasheets print the with-sparsity figure (marked *);
 # the dense peak is half of it. A device matching none of these (an H100 NVL, H200 NVL, L40,
-# GH200, ...) gets MFU n/a: no peak is guessed.
+# GH200, ...) gets MFU n/a: no peak is guessed. The figures are those the named datasheets
+# publish, checked here against copies of them, not NVIDIA's pages (H100, L40S: reseller copies
+# of the datasheet; A100: a page quoting it; L4, H200: third-party summaries).
 PEAKS = (
     (r"\bH200(?! NVL)\b", "H200 (SXM)", 989.5, "NVIDIA H200 datasheet / nvidia.com/en-us/data-"
      "center/h200/: BF16 Tensor Core 1,979 TFLOPS*"),
