@@ -13,7 +13,8 @@ def no_hf_cache(tmp_path, monkeypatch):
 
 
 def test_all_shipped_model_configs_validate():
-    for name in ("smollm2-135m", "qwen3-4b", "qwen3-0.6b", "qwen3-8b", "llama-3.1-8b-instruct"):
+    for name in ("smollm2-135m", "qwen3-4b", "qwen3-4b-instruct-2507", "qwen3-0.6b", "qwen3-8b",
+                 "llama-3.1-8b-instruct"):
         assert load_model_config(name).name == name
 
 
@@ -21,7 +22,7 @@ def test_missing_weights_say_what_to_do(no_hf_cache):
     with pytest.raises(ModelNotAvailableError) as err:
         resolve_model("qwen3-4b")
     msg = str(err.value)
-    assert "Qwen/Qwen3-4B-Instruct-2507" in msg and "--model" in msg and "\n" not in msg
+    assert "download Qwen/Qwen3-4B`" in msg and "--model" in msg and "\n" not in msg
     assert err.value.exit_code == 2
 
 
