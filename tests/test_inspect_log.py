@@ -133,6 +133,10 @@ def test_samples_and_their_trajectories(logs, fmt):
         assert headers == ["[assistant]\n", "[tool call: read_file]\n",
                            "[tool result: read_file]\n", "[assistant]\n"]
         assert s.response.startswith("[assistant]\nI will read") and "You are a" not in s.response
+    # the example of docs/inspect.md
+    r = samples[1].meta["messages"][2]
+    assert (r["header_start"], r["start"], r["end"]) == (78, 103, 131)
+    assert samples[1].response.index("return 3") == 122
 
 
 def test_both_formats_give_the_same_transcripts(logs):
