@@ -120,7 +120,7 @@ def test_samples_and_their_trajectories(logs, fmt):
         assert s.meta["inspect"] == {"log": logs[fmt], "eval_id": log.eval.eval_id,
                                      "run_id": log.eval.run_id, "task": log.eval.task,
                                      "sample_id": f"t{k}", "epoch": 1, "scorer": None,
-                                     "score": None}
+                                     "score": None, "error": None}
         records = s.meta["messages"]
         assert [(r["index"], r["role"], r["part"], r["tool"]) for r in records] == [
             (2, "assistant", "text", None), (2, "assistant", "tool_call", "read_file"),

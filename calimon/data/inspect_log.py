@@ -24,10 +24,12 @@ Each sample (and epoch) becomes one `Sample`:
 - ``response``: the trajectory, every message from the first assistant message on, rendered by
   `calimon.data.trajectory.render_parts`: the assistant's text, each tool call (the function
   and its arguments, one ``name: value`` line each), each tool result (and its error), and any
-  later user or system message, each under a header line. Reasoning blocks are not included.
+  later user or system message, each under a header line. Reasoning blocks, images and other
+  media are not included.
 - ``id``: ``<eval id>:<sample id>:<epoch>``; ``pair_id``: ``<eval id>:<sample id>`` (the epochs
   of one sample stay together); ``source``: ``inspect``; ``split``: none.
-- ``meta``: ``inspect`` (log, eval id, run id, task, sample id, epoch, scorer and its value)
+- ``meta``: ``inspect`` (log, eval id, run id, task, sample id, epoch, scorer and its value, and
+  the error a sample ended in: such a sample is kept with the trajectory it has)
   and ``messages`` (the offsets of every rendered part, see `calimon.data.trajectory`).
 """
 
@@ -147,8 +149,10 @@ def load_inspect_log(spec: str) -> list[Sample]:
                          path=str(path)) from None
     out: list[Sample] = []
     seen: set[str] = set()
+    # events (often most of an agent log) and the store are not read; attachments are, to
+    # resolve the messages' deduplicated content
     for es in read_eval_log_samples(str(path), all_samples_required=False,
-                                    resolve_attachments=True):
+                                    resolve_attachments=True, exclude_fields={"events", "store"}):
         sample = convert_sample(es, header.eval, opts, path)
         if sample.id in seen:
             raise InputError(f"duplicate sample {sample.id!r}", path=str(path), field="id")
@@ -165,8 +169,9 @@ def convert_sample(es: Any, spec: Any, opts: InspectOptions, path: Path) -> Samp
     if opts.scorer is not None:
         scores = es.scores or {}
         if opts.scorer not in scores:
+            ended = "" if es.error is None else f" (it ended in an error: {es.error.message})"
             raise InputError(f"sample {es.id!r} (epoch {es.epoch}) has no score from scorer "
-                             f"{opts.scorer!r}; its scorers: {sorted(scores)}",
+                             f"{opts.scorer!r}; its scorers: {sorted(scores)}{ended}",
                              path=str(path), field=f"scores.{opts.scorer}")
         value = scores[opts.scorer].value
         if isinstance(value, dict | list):
@@ -176,7 +181,8 @@ def convert_sample(es: Any, spec: Any, opts: InspectOptions, path: Path) -> Samp
         label = opts.label(value)
     inspect_meta = {"log": str(path), "eval_id": spec.eval_id, "run_id": spec.run_id,
                     "task": spec.task, "sample_id": es.id, "epoch": es.epoch,
-                    "scorer": opts.scorer, "score": value}
+                    "scorer": opts.scorer, "score": value,
+                    "error": es.error.message if es.error is not None else None}
     row = {"id": sid, "request": task_input(es.input), "response": text, "label": label,
            "category": opts.category, "task": opts.task,
            "pair_id": f"{spec.eval_id}:{es.id}", "source": "inspect",
