@@ -181,8 +181,12 @@ def test_errors_name_the_file_and_field(logs, tmp_path):
         load_benchmark(logs["eval"] + "?positive=I")
     other = tmp_path / "samples.json"
     other.write_text(json.dumps({"id": "x", "request": "r"}))
-    with pytest.raises(InputError, match=r"samples\.json: not an Inspect eval log"):
+    with pytest.raises(InputError, match=r"samples\.json: not an Inspect eval log .*\.jsonl"):
         load_benchmark(str(other))
+    broken = tmp_path / "broken.eval"
+    broken.write_bytes(b"not a zip")
+    with pytest.raises(InputError, match=r"broken\.eval: not an Inspect eval log"):
+        load_benchmark(str(broken))
     with pytest.raises(InputError, match="no such file"):
         load_benchmark(str(tmp_path / "missing.eval"))
 

@@ -144,8 +144,9 @@ def load_inspect_log(spec: str) -> list[Sample]:
     try:
         header = read_eval_log(str(path), header_only=True)
     except Exception as exc:  # the reader raises pydantic, JSON, zip and key errors alike
-        raise InputError(f"not an Inspect eval log ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''})",
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        hint = "; a samples file is read as one when named .jsonl" if path.suffix == ".json" else ""
+        raise InputError(f"not an Inspect eval log ({type(exc).__name__}: {first}){hint}",
                          path=str(path)) from None
     out: list[Sample] = []
     seen: set[str] = set()
