@@ -63,7 +63,12 @@ def default_out(settings: CurveSettings) -> Path:
 
 def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, list]:
     if s.split is None:
-        return select(samples, limit=s.limit, seed=s.seed), []
+        evaluate = select(samples, limit=s.limit, seed=s.seed)
+        if not evaluate:
+            raise InputError(f"benchmark {s.benchmark!r} has no labelled samples; a curve needs "
+                             "labels (an Inspect log: add ?scorer=NAME&positive=VALUE, see "
+                             "docs/inspect.md)", field="benchmark")
+        return evaluate, []
     if s.fit_on not in ("calib", "crossfit"):
         raise InputError(f"expected 'calib' or 'crossfit', got {s.fit_on!r}", field="fit_on")
     use_calib = s.fit_on == "calib" and s.split != "calib"

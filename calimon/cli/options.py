@@ -26,7 +26,7 @@ __all__ = ["BACKEND", "DEFAULT_BENCHMARK", "DEFAULT_MODEL", "DEFAULT_PROMPT", "D
 
 # the monitor and the run
 ModelOpt = Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")]
-BenchmarkOpt = Annotated[str, typer.Option(help="Benchmark name (calimon data list) or a samples .jsonl path.")]
+BenchmarkOpt = Annotated[str, typer.Option(help="Benchmark name (calimon data list), a samples .jsonl path, or an Inspect log: path.eval or .json, options as ?scorer=NAME&positive=VALUE (docs/inspect.md).")]
 PromptOpt = Annotated[str, typer.Option(help="Prompt template of the monitor (configs/prompts).")]
 ReadoutOpt = Annotated[str, typer.Option(help="Confidence readout: verdict (P(Yes)) or json (P(true)).")]
 LimitOpt = Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).")]

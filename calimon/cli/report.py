@@ -19,7 +19,7 @@ def report_cmd(
     policy: Annotated[list[Path] | None, typer.Option(help="Escalation policy YAML to summarize (repeatable; default: the policy files in RUN).")] = None,
     spans: Annotated[Path | None, typer.Option(help="spans.jsonl of `calimon spans` (or its folder; default RUN/spans.jsonl if present).")] = None,
     token_scores: Annotated[Path | None, typer.Option(help="token_scores.jsonl of a probe token head (default RUN/token_scores.jsonl if present).")] = None,
-    benchmark: Annotated[str | None, typer.Option(help="Benchmark name or samples .jsonl for the transcripts (default: the run's).")] = None,
+    benchmark: Annotated[str | None, typer.Option(help="Benchmark name, samples .jsonl or Inspect log for the transcripts (default: the run's).")] = None,
     store: Annotated[Path | None, typer.Option(help="Run store with the readings (default: the run's).")] = None,
     operating_point: Annotated[str | None, typer.Option(help="Viewer's initial operating point, a name from the table (default FAR<=5%).")] = None,
     max_transcripts: Annotated[int, typer.Option(help="At most this many transcript cards, misses and false alarms first (0: none).")] = 2000,

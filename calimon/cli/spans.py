@@ -145,6 +145,7 @@ def show_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Show one transcript of a spans run with its predicted and gold spans highlighted."""
+    from calimon.data.trajectory import describe
     from calimon.spans.render import HTML_STYLE, render_html, render_terminal
 
     if source not in SOURCES:
@@ -177,6 +178,9 @@ def show_cmd(
     for s in chosen:
         if s.get("start") is None:
             typer.echo(f"  ungrounded quote: {s.get('quote')!r} ({s.get('reason', '')})")
+        elif s.get("messages"):  # a trajectory with message offsets (e.g. an Inspect log)
+            where = ", ".join(describe(m) for m in s["messages"])
+            typer.echo(f"  {s.get('source')} span [{s['start']}, {s['end']}) in {where}")
     if html_out is not None:
         typer.echo(f"wrote {html_out}")
 

@@ -53,7 +53,13 @@ def manifest(name: str) -> dict | None:
 
 
 def load_benchmark(name_or_path: str, *, build_if_missing: bool = True) -> list[Sample]:
-    """Samples of a named benchmark (building the auto-build ones on first use) or a JSONL path."""
+    """Samples of a named benchmark (building the auto-build ones on first use), a samples
+    JSONL path, or an Inspect eval log (``.eval`` / ``.json``, with options: see
+    `calimon.data.inspect_log`)."""
+    from calimon.data.inspect_log import is_inspect_spec, load_inspect_log
+
+    if is_inspect_spec(name_or_path):
+        return load_inspect_log(name_or_path)
     path = Path(name_or_path)
     if name_or_path.endswith(".jsonl") or path.is_file():
         return load_samples(path)

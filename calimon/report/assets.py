@@ -67,7 +67,7 @@ pre.cm-text, .calimon-spans pre { font: 12.5px/1.4 ui-monospace, SFMono-Regular,
     border: 1px solid #eee; padding: 6px 8px; margin: 3px 0; max-height: 420px;
     overflow: auto; }
 .calimon-spans-legend { font-size: 11px; color: #555; }
-ul.cm-ungrounded { margin: 2px 0; font-size: 12.5px; }
+ul.cm-ungrounded, ul.cm-span-messages { margin: 2px 0; font-size: 12.5px; }
 details summary { cursor: pointer; font-size: 12.5px; color: #333; }
 button { font: inherit; }
 """ + _HEAT + "\n" + HTML_STYLE

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 
+from calimon.data.trajectory import describe, messages_in_span
 from calimon.report.data import Row, RunData
 from calimon.report.extras import TokenScores
 from calimon.spans.render import render_html
@@ -60,6 +61,26 @@ def token_heat_html(text: str, tokens: TokenScores) -> str:
         pos = b
     out.append(escape(text[pos:]))
     return f'<pre class="cm-text cm-tokens">{"".join(out)}</pre>'
+
+
+def span_messages_html(text: str, meta: dict, spans: list[tuple[int, int, float | None]],
+                       width: int = 60) -> str:
+    """For a transcript with message offsets (``meta["messages"]``, e.g. an Inspect
+    trajectory): which message(s) each predicted span of ``text`` falls in, with the span's first
+    ``width`` characters, as a short list ("" when none)."""
+    items = []
+    for start, end, _ in sorted(spans):
+        found = messages_in_span(meta, start, end)
+        if found:
+            names = ", ".join(describe(r) for r in found)
+            shown = text[start:end]
+            shown = shown if len(shown) <= width else shown[:width] + "…"
+            items.append(f'<li>[{start}, {end}) in {escape(names)}: '
+                         f'<code>{escape(shown)}</code></li>')
+    if not items:
+        return ""
+    return ('<div class="cm-sub">predicted spans by message</div>'
+            f'<ul class="cm-span-messages">{"".join(items)}</ul>')
 
 
 def _fmt(x: float | None) -> str:
@@ -146,6 +167,9 @@ def card_html(data: RunData, row: Row, index: int, threshold: float | None) -> s
         parts.append(f'<div class="cm-sub">response{" · " + e("; ".join(what)) if what else ""}'
                      '</div>')
         parts.append(render_html(text, found.spans, gold))
+        by_message = span_messages_html(text, sample.meta, found.spans) if sample else ""
+        if by_message:
+            parts.append(by_message)
         if found.ungrounded:
             items = "".join(f"<li><q>{e(q)}</q> <span class=\"cm-dim\">({e(why)})</span></li>"
                             for q, why in found.ungrounded)
@@ -176,4 +200,5 @@ def cards_html(data: RunData, rows: tuple[Row, ...], threshold: float | None,
     return "\n".join(out)
 
 
-__all__ = ["OUTCOMES", "card_html", "cards_html", "choose_rows", "outcome", "token_heat_html"]
+__all__ = ["OUTCOMES", "card_html", "cards_html", "choose_rows", "outcome", "span_messages_html",
+           "token_heat_html"]

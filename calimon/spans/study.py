@@ -24,6 +24,7 @@ from typing import Any
 from calimon import __version__
 from calimon.backends import LocalWeights, supports
 from calimon.data.registry import load_benchmark
+from calimon.data.trajectory import messages_in_span
 from calimon.engines import Scorer
 from calimon.errors import InputError
 from calimon.monitor import Monitor
@@ -91,6 +92,10 @@ class StudyRow:
         spans += [{"start": q.start, "end": q.end, "score": q.score, "status": q.status,
                    "source": "quote", "quote": q.quote, "reason": q.reason}
                   for q in self.quote_spans(direction)]
+        if s.meta.get("messages"):  # e.g. an Inspect trajectory: which messages each is in
+            for x in spans:
+                if x["start"] is not None:
+                    x["messages"] = messages_in_span(s.meta, x["start"], x["end"])
         units = set(self.units)
         return {"id": s.id, "pair_id": s.pair_id, "category": s.category, "task": s.task,
                 "label": s.label, "split": s.split, "response": s.response,
