@@ -9,6 +9,12 @@ class CalimonError(Exception):
     exit_code = 1
 
 
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``), so an error stays one line even when
+    a file's own key or value carries a newline."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 class InputError(CalimonError):
     """Bad user input: a file, a row, a field or an argument that does not fit."""
 
@@ -17,17 +23,17 @@ class InputError(CalimonError):
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
                  field: str | None = None):
         self.path, self.line, self.field = path, line, field
-        where = ""
+        where, shown = "", None if field is None else _printable(str(field))
         if path is not None:
             where = str(path)
             if line is not None:
                 where += f":{line}"
             if field is not None:
-                where += f": field '{field}'"
+                where += f": field '{shown}'"
             where += ": "
         elif field is not None:
-            where = f"field '{field}': "
-        super().__init__(where + message)
+            where = f"field '{shown}': "
+        super().__init__(where + _printable(message))
 
 
 class ConfigError(InputError):

@@ -484,3 +484,12 @@ def test_a_tampered_weights_file_with_a_tampered_card_still_checks_shapes(tmp_pa
     card.write_text(yaml.safe_dump(doc, sort_keys=False))
     got = _load_head(card, ref)
     assert isinstance(got, CalimonError) and "hidden size" in str(got)
+
+
+def test_a_key_with_a_newline_is_named_on_one_line():
+    doc = json.loads(json.dumps(DOCS["beta"]))
+    doc["\n"] = None
+    path = _write(doc)
+    err = _load(path)
+    _assert_named(err, path, "\n")
+    assert "field '\\n'" in str(err)
