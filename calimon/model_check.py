@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -219,6 +220,8 @@ def compare_vllm(spec: MonitorSpec, template: PromptTemplate, scores: dict[str, 
     if importlib.util.find_spec("vllm") is None:
         return ({"status": "not installed (skipped)"},
                 Check("vllm", "SKIP", "vllm: not installed (skipped)"))
+    # vLLM logs to stdout unless told otherwise; the report (or its JSON) owns stdout
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     readouts = [r for r in template.formats if r in ANSWER_WORDS]
     backend = MonitorSpec(model=spec.model, backend="vllm", prompt=spec.prompt,
                           options=_vllm_options()).build_backend()
