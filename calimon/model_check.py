@@ -100,13 +100,16 @@ def check_model(name_or_path: str, prompt: str = "direct", vllm: bool = True,
 def check_all(prompt: str = "direct", vllm: bool = True, device: str = "auto"
               ) -> list[ModelCheck]:
     """`check_model` on every model config; a config whose weights are not here is reported as
-    "not available" with how to get them, not as a failure."""
+    "not available" with how to get them, not as a failure; a config that cannot be loaded
+    (another CalimonError) fails without stopping the others."""
     out = []
     for name in config_names("models"):
         try:
             out.append(check_model(name, prompt, vllm, device))
         except ModelNotAvailableError as exc:
             out.append(ModelCheck(name, "not available", how_to=str(exc)))
+        except CalimonError as exc:  # e.g. an invalid config: that model fails, the rest run
+            out.append(ModelCheck(name, "FAIL", checks=(Check("load", "FAIL", str(exc)),)))
     return out
 
 
@@ -258,6 +261,9 @@ def format_report(report: ModelCheck) -> str:
     """The one-screen text report of one model."""
     if report.status == "not available":
         return f"{report.model}: not available: {report.how_to}"
+    if not report.facts:  # failed before the model loaded
+        return "\n".join([f"calimon models check {report.model}: {report.status}"]
+                         + [f"{c.status:<8} {c.name:<15} {c.detail}" for c in report.checks])
     f, p = report.facts, report.prompt
     lines = [f"calimon models check {report.model}: {report.status}",
              f"model    {f['path']}  (revision {f['revision']})",

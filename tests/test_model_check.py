@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from calimon import readouts
 from calimon.cli import app
-from calimon.model_check import SAMPLES, answer_forms, check_all
+from calimon.model_check import SAMPLES, answer_forms, check_all, format_report
 from calimon.models import load_model_config
 from calimon.prompts import load_prompt
 
@@ -105,6 +105,17 @@ def test_all_reports_missing_weights_as_not_available(tmp_path, monkeypatch):
     assert not any(r.failed for r in reports)
     hf_id = load_model_config("qwen3-8b").hf_id
     assert f"huggingface-cli download {hf_id}" in reports[1].how_to
+
+
+def test_all_goes_on_past_a_config_that_cannot_load(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALIMON_MODELS_DIR", str(tmp_path))
+    monkeypatch.setattr("calimon.models._hf_cache_snapshot", lambda repo_id: None)
+    monkeypatch.setattr("calimon.model_check.config_names", lambda kind: ["no-such", "qwen3-4b"])
+    reports = check_all()
+    assert [(r.model, r.status) for r in reports] == [("no-such", "FAIL"),
+                                                      ("qwen3-4b", "not available")]
+    assert reports[0].failed and reports[0].checks[0].name == "load"
+    assert format_report(reports[0]).splitlines()[0] == "calimon models check no-such: FAIL"
 
 
 def test_name_or_all_is_required():
