@@ -1,4 +1,5 @@
 """`calimon models list`: the model configs and whether their weights are on this machine;
+`calimon models check`: whether a model works as a monitor here;
 `calimon models build-tiny-qwen3`: the random-weight Qwen3 test model."""
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from typing import Annotated
 
 import typer
 
-from calimon.cli.common import cli_errors
-from calimon.cli.options import JsonOpt
+from calimon.cli.common import cli_errors, json_ready
+from calimon.cli.options import JsonOpt, PromptOpt
+from calimon.defaults import DEFAULT_PROMPT
 
 models_app = typer.Typer(no_args_is_help=True, help="Model configs and their availability.")
 
@@ -27,6 +29,41 @@ def models_list(as_json: JsonOpt = False):
         return
     for r in rows:
         typer.echo(f"{r['name']:<24} {r['status']:<12} {r['detail']}")
+
+
+@models_app.command("check")
+@cli_errors
+def models_check(
+    model: Annotated[str | None, typer.Argument(
+        help="Model config name (configs/models) or a model folder.")] = None,
+    all_models: Annotated[bool, typer.Option(
+        "--all", help="Check every model config (configs without weights: how to get them).")
+    ] = False,
+    prompt: PromptOpt = DEFAULT_PROMPT,
+    vllm: Annotated[bool, typer.Option(
+        help="Also score through vLLM and compare (when vllm is installed).")] = True,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")
+                      ] = "auto",
+    as_json: JsonOpt = False,
+):
+    """Load a model, render the prompt, find the answer tokens, score two built-in samples with
+    every readout and compare with vLLM: PASS/FAIL per check; exit 1 when a check fails, 2 when
+    the weights are not here."""
+    from calimon.errors import InputError
+    from calimon.model_check import check_all, check_model, format_report
+
+    if all_models == (model is not None):
+        raise InputError("give a model name or folder, or --all (not both)", field="model")
+    reports = (check_all(prompt, vllm, device) if all_models
+               else [check_model(model, prompt, vllm, device)])
+    if as_json:
+        docs = [r.to_dict() for r in reports]
+        typer.echo(json.dumps(json_ready(docs if all_models else docs[0]), indent=1,
+                              allow_nan=False))
+    else:
+        typer.echo("\n\n".join(format_report(r) for r in reports))
+    if any(r.failed for r in reports):
+        raise typer.Exit(1)
 
 
 @models_app.command("build-tiny-qwen3")
