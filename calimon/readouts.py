@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 
 import numpy as np
 
@@ -17,13 +18,18 @@ from calimon.verdict import Verdict
 
 ANSWER_WORDS = {"verdict": ("yes", "no"), "json": ("true", "false")}
 _MIN_MASS = 1e-12
-_cache: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+# Keyed on the tokenizer object itself (weakly), not on id(): a new tokenizer may reuse the id
+# of a freed one and would get its answer ids.
+_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def answer_token_ids(tokenizer, readout: str) -> tuple[np.ndarray, np.ndarray]:
     """Token ids of every surface form of the positive and negative answer words."""
-    key = (id(tokenizer), readout)
-    if key not in _cache:
+    try:
+        per_readout = _cache.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that takes no weak reference is not cached
+        per_readout = {}
+    if readout not in per_readout:
         pos_word, neg_word = ANSWER_WORDS[readout]
         pos, neg = [], []
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
@@ -35,8 +41,8 @@ def answer_token_ids(tokenizer, readout: str) -> tuple[np.ndarray, np.ndarray]:
                 pos.append(i)
             elif word == neg_word:
                 neg.append(i)
-        _cache[key] = (np.array(pos, dtype=np.int64), np.array(neg, dtype=np.int64))
-    return _cache[key]
+        per_readout[readout] = (np.array(pos, dtype=np.int64), np.array(neg, dtype=np.int64))
+    return per_readout[readout]
 
 
 def read_distribution(logprobs: np.ndarray, pos_ids: np.ndarray, neg_ids: np.ndarray

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,6 @@ class _Vocab:
 
 
 def test_answer_forms_flag_a_missing_word(monkeypatch):
-    monkeypatch.setattr(readouts, "_cache", {})  # keyed by id(tokenizer): start clean
     vocab = _Vocab(["_Yes", "yes", "No", "_true", "x"])
     answers, checks = answer_forms(vocab, load_prompt("direct"))
     assert answers["verdict"] == {"yes": [[" Yes", 0], ["yes", 1]], "no": [["No", 2]]}
@@ -153,7 +153,7 @@ def test_answer_forms_flag_a_missing_word(monkeypatch):
 def test_a_readout_without_answer_tokens_fails(tiny_qwen3, monkeypatch):
     """Answer words no token spells: the answers check fails, p_raw is missing (FAIL), exit 1."""
     monkeypatch.setitem(readouts.ANSWER_WORDS, "verdict", ("qzxv-yes", "qzxv-no"))
-    monkeypatch.setattr(readouts, "_cache", {})
+    monkeypatch.setattr(readouts, "_cache", weakref.WeakKeyDictionary())  # ids of other words
     res = _check("tiny-qwen3", "--no-vllm", "--json")
     assert res.exit_code == 1, res.output
     doc = json.loads(res.stdout)

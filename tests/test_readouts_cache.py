@@ -1,0 +1,34 @@
+"""The answer-token cache follows the tokenizer object, not its id()."""
+
+from __future__ import annotations
+
+import gc
+
+from calimon import readouts
+
+
+class _Vocab:
+    def __init__(self, tokens):
+        self.tokens = tokens
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def convert_ids_to_tokens(self, ids):
+        return [self.tokens[i] for i in ids]
+
+    def convert_tokens_to_string(self, toks):
+        return "".join(toks)
+
+
+def test_a_new_tokenizer_never_gets_the_answer_ids_of_a_freed_one():
+    for _ in range(50):  # CPython reuses a freed object's id at once: the old cache leaked here
+        first = _Vocab(["yes", "no", "x"])
+        assert readouts.answer_token_ids(first, "verdict")[0].tolist() == [0]
+        del first
+        gc.collect()
+        second = _Vocab(["x", "no", "yes"])
+        pos, neg = readouts.answer_token_ids(second, "verdict")
+        assert pos.tolist() == [2] and neg.tolist() == [1]
+        del second
+        gc.collect()
