@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1] / "calimon"
 # Modules that may not import any module under the prefixes on the right.
 STUDIES_AND_UP = ("calimon.pipeline", "calimon.curve_outputs", "calimon.spans",
                   "calimon.robustness", "calimon.heads.workflow", "calimon.report",
-                  "calimon.deploy", "calimon.cli")
+                  "calimon.deploy", "calimon.cli", "calimon.model_check")
 SCORING_AND_UP = ("calimon.monitor", "calimon.engines", "calimon.heads") + STUDIES_AND_UP
 MODEL_SIDE = ("calimon.backends",) + SCORING_AND_UP
 GROUND = ("calimon.defaults", "calimon.errors", "calimon.samples", "calimon.verdict", "calimon.validation",
