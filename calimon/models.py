@@ -84,7 +84,8 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
     local = Path(name_or_path).expanduser()
     if local.is_dir():
         cfg = ModelConfig(version=1, name=local.name, source=ModelSource(kind="local"),
-                          path=str(local), max_input_tokens=_context_of(local))
+                          path=str(local), max_input_tokens=_context_of(local),
+                          prompt_format=_marker(local).get("prompt_format", "chat"))
         return ResolvedModel(local.name, local.resolve(), _folder_revision(local), cfg)
     if "/" in name_or_path and name_or_path not in config_names("models"):
         raise ModelNotAvailableError(f"--model {name_or_path}: no such folder, and not a "
@@ -126,6 +127,15 @@ def _context_of(folder: Path) -> int:
         return int(min(cfg.get("max_position_embeddings", 4096), 8192))
     except (OSError, ValueError):
         return 4096
+
+
+def _marker(folder: Path) -> dict:
+    """The ``calimon-conversion.json`` of a folder calimon converted or built (``{}`` if none)."""
+    try:
+        got = json.loads((folder / CONVERSION_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
 
 
 def _folder_revision(folder: Path) -> str:
@@ -174,7 +184,8 @@ def _resolve_wheel_gguf(cfg: ModelConfig) -> ResolvedModel:
     if not gguf.is_file():
         raise ModelNotAvailableError(f"model {cfg.name}: {gguf} is missing; reinstall with "
                                      f"`{cfg.source.install}`")
-    return ResolvedModel(cfg.name, target, _convert_gguf(folder, gguf, target, marker), cfg)
+    return ResolvedModel(cfg.name, target,
+                         _convert_gguf(folder, gguf, target, marker, cfg.prompt_format), cfg)
 
 
 def _assemble_and_convert(cfg: ModelConfig, target: Path, marker: Path) -> str:
@@ -197,13 +208,16 @@ def _assemble_and_convert(cfg: ModelConfig, target: Path, marker: Path) -> str:
             raise ModelNotAvailableError(f"model {cfg.name}: {cfg.source.assemble} failed "
                                          f"({exc}); reinstall with `{cfg.source.install}`"
                                          ) from exc
-        return _convert_gguf(gguf.parent, gguf, target, marker)
+        return _convert_gguf(gguf.parent, gguf, target, marker, cfg.prompt_format)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _convert_gguf(folder: Path, gguf: Path, target: Path, marker: Path) -> str:
-    """Dequantize the GGUF once into a normal safetensors folder (fast to load, servable)."""
+def _convert_gguf(folder: Path, gguf: Path, target: Path, marker: Path,
+                  prompt_format: str = "chat") -> str:
+    """Dequantize the GGUF once into a normal safetensors folder (fast to load, servable); its
+    marker records the revision and the config's ``prompt_format`` (kept when the folder is
+    named by its path)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -222,7 +236,8 @@ def _convert_gguf(folder: Path, gguf: Path, target: Path, marker: Path) -> str:
     fresh.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / CONVERSION_MARKER).write_text(json.dumps(
-        {"revision": revision, "gguf": gguf.name, "note": "dequantized to float32 by calimon"}))
+        {"revision": revision, "gguf": gguf.name, "prompt_format": prompt_format,
+         "note": "dequantized to float32 by calimon"}))
     try:
         tmp.rename(target)
     except OSError:  # another process finished the same conversion first

