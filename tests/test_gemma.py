@@ -75,7 +75,7 @@ def test_the_converted_model_matches_the_gguf_loaded_one(gemma, gemma_backend, t
             a = direct(ids).logits
             b = converted(ids.to(converted.device)).logits.cpu()
         assert torch.isfinite(b).all()
-        assert (a - b).abs().max().item() < 1e-3, text[:30]
+        assert (a - b).abs().max().item() < 1e-4, text[:30]  # measured: 0.0
 
 
 def test_the_answer_tokens_of_the_sentencepiece_vocab(gemma_backend):
