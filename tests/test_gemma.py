@@ -111,3 +111,24 @@ def test_curve_on_humaneval_pairs(gemma, tmp_path, readout):
         assert not math.isnan(r.p_raw) and 0 < r.p_raw < 1
         assert 0 <= r.format_mass < 0.99  # the answer words carry real probability mass
     assert len({r.p_raw for r in rows}) > 1  # the transcripts are read, not ignored
+
+
+def test_prefix_caching_and_padding_match_a_plain_forward(gemma_backend):
+    """The backend's scoring path (shared-prefix KV cache, right-padded batch) gives a plain
+    forward pass's last-position log-probs, past the 512-token sliding window too."""
+    import numpy as np
+    import torch
+
+    from calimon.prompts import encoder_for, load_prompt
+
+    enc = encoder_for(gemma_backend, load_prompt("direct"), "verdict", 2048)
+    long = "def f(x):\n    return x + 1\n" * 60
+    prompts = [enc.encode("Write f.", long).ids, enc.encode("Say hi.", "Hi!").ids]
+    assert len(prompts[0]) > 600 > len(prompts[1])
+    got = gemma_backend.next_token_logprobs(prompts, enc.prefix_len)
+    model = gemma_backend.model
+    for row, ids in zip(got, prompts, strict=True):
+        with torch.no_grad():
+            logits = model(torch.tensor([ids], device=model.device)).logits[0, -1].float()
+        want = torch.log_softmax(logits, dim=-1).cpu().numpy()
+        assert np.abs(row - want).max() < 1e-3
