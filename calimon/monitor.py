@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from calimon.errors import CalimonError
-from calimon.prompts import PromptEncoder, PromptTemplate
+from calimon.prompts import PromptEncoder, PromptTemplate, encoder_for, prompt_format_of
 from calimon.readouts import answer_token_ids, binary_verdict, read_distribution
 from calimon.samples import Sample
 from calimon.store import MonitorKey, RunStore
@@ -36,7 +36,8 @@ class Monitor:
         readout)."""
         ref = self.backend.model_ref
         return MonitorKey(ref.name, ref.revision, self.prompt.name,
-                          self.prompt.template_hash(self.readout), self.readout)
+                          self.prompt.template_hash(self.readout, prompt_format_of(self.backend)),
+                          self.readout)
 
     @property
     def encoder(self) -> PromptEncoder:
@@ -44,7 +45,7 @@ class Monitor:
         ``max_input_tokens``, else the model config's)."""
         if self._encoder is None:
             limit = self.max_input_tokens or self.backend.model_ref.config.max_input_tokens
-            self._encoder = PromptEncoder(self.backend.tokenizer, self.prompt, self.readout, limit)
+            self._encoder = encoder_for(self.backend, self.prompt, self.readout, limit)
         return self._encoder
 
     def score(self, samples: Sequence[Sample]) -> list[Verdict]:

@@ -1,5 +1,11 @@
 """Prompt templates (configs/prompts/*.yaml) and their encoding into token ids.
 
+A model config's ``prompt_format`` picks how the pieces are laid out: ``chat`` (the default) renders
+them with the tokenizer's chat template; ``plain`` (a base model without a usable template) writes
+them as plain text, ``{system}\n\n{instructions, transcript, question}\n\nAnswer:`` and the
+readout's assistant prefix, after the special tokens the tokenizer itself puts before a text
+(its BOS, as configured).
+
 Transcript text is untrusted: it is tokenized on its own with `split_special_tokens=True`, so a
 string such as "<|im_start|>" inside a response becomes ordinary text tokens and can never act as
 a chat-template control token. Only the template's own pieces are tokenized with special tokens.
@@ -18,6 +24,8 @@ from calimon.config import load_yaml_model, named_config_path
 from calimon.errors import ConfigError
 
 READOUTS = ("verdict", "json", "binary")
+PROMPT_FORMATS = ("chat", "plain")
+PLAIN_ANSWER_CUE = "Answer:"
 _REQ, _RESP = "\ue000CALIMON_REQUEST\ue000", "\ue000CALIMON_RESPONSE\ue000"
 
 
@@ -45,9 +53,11 @@ class PromptTemplate(BaseModel):
     end_marker: str
     formats: dict[str, ReadoutFormat]
 
-    def template_hash(self, readout: str) -> str:
-        """Identifies exactly what the model is shown for this readout (store key part)."""
-        payload = json.dumps([self.model_dump(), readout], sort_keys=True).encode()
+    def template_hash(self, readout: str, prompt_format: str = "chat") -> str:
+        """Identifies exactly what the model is shown for this readout (store key part); a
+        non-chat ``prompt_format`` is part of the hash (chat hashes are unchanged by it)."""
+        parts = [self.model_dump(), readout] + ([prompt_format] if prompt_format != "chat" else [])
+        payload = json.dumps(parts, sort_keys=True).encode()
         return hashlib.sha256(payload).hexdigest()[:16]
 
     def format_for(self, readout: str) -> ReadoutFormat:
@@ -90,37 +100,57 @@ class EncodedPrompt:
 
 
 class PromptEncoder:
-    """Encodes (template, readout, request, response) into token ids for one tokenizer."""
+    """Encodes (template, readout, request, response) into token ids for one tokenizer, laid out
+    as ``prompt_format`` says (``chat`` or ``plain``; see the module docstring)."""
 
     def __init__(self, tokenizer, template: PromptTemplate, readout: str, max_input_tokens: int,
-                 reserve_new_tokens: int | None = None):
+                 reserve_new_tokens: int | None = None, *, prompt_format: str = "chat"):
+        if prompt_format not in PROMPT_FORMATS:
+            raise ConfigError(f"prompt_format {prompt_format!r}: expected one of "
+                              f"{list(PROMPT_FORMATS)}", field="prompt_format")
         self.tokenizer = tokenizer
         self.template = template
         self.readout = readout
+        self.prompt_format = prompt_format
         self.fmt = template.format_for(readout)
         self.max_input_tokens = max_input_tokens
         reserve = self.fmt.max_new_tokens if reserve_new_tokens is None else reserve_new_tokens
-        self._pieces = self._split_chat()
+        self._pieces = self._split_chat() if prompt_format == "chat" else self._split_plain()
         self._trusted_ids = [self._encode_trusted(p) for p in self._pieces]
+        if prompt_format == "plain":
+            self._trusted_ids[0] = self._leading_special_ids() + self._trusted_ids[0]
         fixed = sum(len(x) for x in self._trusted_ids)
         self.budget = max_input_tokens - fixed - reserve
         if self.budget < 64:
             raise ConfigError(f"max_input_tokens={max_input_tokens} leaves {self.budget} tokens "
                               "for the transcript; raise it", field="max_input_tokens")
 
-    def _split_chat(self) -> list[str]:
+    def _user_text(self) -> str:
         t = self.template
-        user = (f"{t.instructions.strip()}\n\n{t.request_header}\n{_REQ}\n\n"
+        return (f"{t.instructions.strip()}\n\n{t.request_header}\n{_REQ}\n\n"
                 f"{t.response_header}\n{_RESP}\n{t.end_marker}\n\n{self.fmt.question.strip()}")
-        messages = [{"role": "system", "content": t.system.strip()},
-                    {"role": "user", "content": user}]
+
+    def _split_chat(self) -> list[str]:
+        messages = [{"role": "system", "content": self.template.system.strip()},
+                    {"role": "user", "content": self._user_text()}]
         text = self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=True,
                                                   enable_thinking=False)
-        text += self.fmt.assistant_prefix
-        head, rest = text.split(_REQ)
-        middle, tail = rest.split(_RESP)
-        return [head, middle, tail]
+        return _split_at_markers(text + self.fmt.assistant_prefix)
+
+    def _split_plain(self) -> list[str]:
+        prefix = self.fmt.assistant_prefix
+        text = (f"{self.template.system.strip()}\n\n{self._user_text()}\n\n{PLAIN_ANSWER_CUE}"
+                + (f" {prefix.lstrip()}" if prefix else ""))
+        return _split_at_markers(text)
+
+    def _leading_special_ids(self) -> list[int]:
+        """The ids the tokenizer puts before any text by its own configuration (e.g. Gemma's
+        ``<bos>``; none for a tokenizer that adds nothing)."""
+        bare = self.tokenizer("a", add_special_tokens=False)["input_ids"]
+        full = self.tokenizer("a", add_special_tokens=True)["input_ids"]
+        cut = next((i for i in range(len(full)) if full[i:i + len(bare)] == bare), 0)
+        return list(full[:cut])
 
     def _encode_trusted(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -170,6 +200,26 @@ class PromptEncoder:
             offsets = offsets[:head_n] + [(-1, -1)] * len(marker) + offsets[len(offsets) - tail_n:]
         trunc = Truncation("head_tail", original, len(new_req) + len(new_resp), drop_req, drop_resp)
         return new_req, new_resp, offsets, trunc
+
+
+def encoder_for(backend, template: PromptTemplate, readout: str, max_input_tokens: int,
+                reserve_new_tokens: int | None = None) -> PromptEncoder:
+    """The prompt encoder of a backend's model: its tokenizer and its config's ``prompt_format``
+    (every backend path encodes prompts through this, so ``plain`` works on all of them)."""
+    return PromptEncoder(backend.tokenizer, template, readout, max_input_tokens,
+                         reserve_new_tokens, prompt_format=prompt_format_of(backend))
+
+
+def prompt_format_of(backend) -> str:
+    """The ``prompt_format`` of the backend's model config (``chat`` when it has none)."""
+    ref = getattr(backend, "model_ref", None)
+    return getattr(getattr(ref, "config", None), "prompt_format", "chat")
+
+
+def _split_at_markers(text: str) -> list[str]:
+    head, rest = text.split(_REQ)
+    middle, tail = rest.split(_RESP)
+    return [head, middle, tail]
 
 
 def _head_tail(ids: list[int], keep: int, marker: list[int]) -> tuple[list[int], int]:

@@ -262,15 +262,15 @@ def forward_case(case: dict) -> dict:
     from calimon.backends import build_backend
     from calimon.engines import MonitorSpec
     from calimon.models import resolve_model
-    from calimon.prompts import PromptEncoder, load_prompt
+    from calimon.prompts import encoder_for, load_prompt
 
     model = resolve_model(case.get("model", "smollm2-135m"))
     shape = Shape.from_config(model.path)
     backend = build_backend(MonitorSpec(model=case.get("model", "smollm2-135m"),
                                         options={"device": "cpu"}))
     net = backend.model
-    enc = PromptEncoder(backend.tokenizer, load_prompt(case["prompt"]), "verdict",
-                        model.config.max_input_tokens)
+    enc = encoder_for(backend, load_prompt(case["prompt"]), "verdict",
+                      model.config.max_input_tokens)
     prompts = sorted((enc.encode(s.request, s.response).ids for s in load_samples(case)),
                      key=len)
     prompt = prompts[len(prompts) // 2]
@@ -317,7 +317,7 @@ def probe_case(case: dict) -> dict:
 
     from calimon.heads.capture import CaptureSpec
     from calimon.models import resolve_model
-    from calimon.prompts import PromptEncoder, load_prompt
+    from calimon.prompts import encoder_for, load_prompt
 
     model = resolve_model(case.get("model", "smollm2-135m"))
     shape = Shape.from_config(model.path)
@@ -327,8 +327,8 @@ def probe_case(case: dict) -> dict:
         net = backend.model
         if case.get("truncate"):
             net.model.layers = net.model.layers[:layer]
-        enc = PromptEncoder(backend.tokenizer, load_prompt(case["prompt"]), "verdict",
-                            case.get("max_input_tokens") or model.config.max_input_tokens)
+        enc = encoder_for(backend, load_prompt(case["prompt"]), "verdict",
+                          case.get("max_input_tokens") or model.config.max_input_tokens)
         samples = load_samples(case)
         encoded = [enc.encode(s.request, s.response) for s in samples]
         spec = CaptureSpec(layers=(layer,), pooling=("mean",))

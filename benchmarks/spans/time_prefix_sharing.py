@@ -17,7 +17,7 @@ import numpy as np
 from calimon.backends import build_backend
 from calimon.data.registry import load_benchmark
 from calimon.engines import MonitorSpec
-from calimon.prompts import PromptEncoder, load_prompt
+from calimon.prompts import encoder_for, load_prompt
 from calimon.selection import select_pairs
 from calimon.spans.occlusion import PrefixSharingBackend, masked_sample, occlusion_units
 
@@ -38,8 +38,8 @@ def main() -> None:
     bad = [s for s in select_pairs(samples, a.limit, a.seed) if s.label][:a.n]
     opts = {"device": "cpu", **({"threads": a.threads} if a.threads else {})}
     backend = build_backend(MonitorSpec(model=a.model, options=opts))
-    enc = PromptEncoder(backend.tokenizer, load_prompt("direct"), "verdict",
-                        backend.model_ref.config.max_input_tokens)
+    enc = encoder_for(backend, load_prompt("direct"), "verdict",
+                      backend.model_ref.config.max_input_tokens)
     prefix = enc.prefix_len
     originals = [enc.encode(s.request, s.response).ids for s in bad]
     variants = [[enc.encode(v.request, v.response).ids

@@ -26,7 +26,7 @@ from calimon.data.paths import calimon_home
 from calimon.errors import InputError
 from calimon.heads.capture import POOLINGS, CaptureSpec
 from calimon.heads.labels import token_labels
-from calimon.prompts import PromptEncoder, PromptTemplate
+from calimon.prompts import PromptEncoder, PromptTemplate, encoder_for
 from calimon.readouts import answer_token_ids, read_distribution
 from calimon.samples import Sample
 
@@ -41,8 +41,9 @@ def features_dir() -> Path:
 
 def cache_key(model_ref, prompt: PromptTemplate, max_input_tokens: int) -> str:
     """The cache folder's key: a short hash of the model's name and revision, the verdict
-    template hash and ``max_input_tokens``."""
-    payload = json.dumps([model_ref.name, model_ref.revision, prompt.template_hash(READOUT),
+    template hash (with the model config's ``prompt_format``) and ``max_input_tokens``."""
+    fmt = getattr(getattr(model_ref, "config", None), "prompt_format", "chat")
+    payload = json.dumps([model_ref.name, model_ref.revision, prompt.template_hash(READOUT, fmt),
                           int(max_input_tokens), 1])
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -254,7 +255,7 @@ def extract_features(backend, prompt: PromptTemplate, samples: Sequence[Sample],
     if not samples:
         raise InputError("expected at least one sample", field="samples")
     cache = FeatureCache(backend.model_ref, prompt, max_input_tokens, cache_root)
-    encoder = PromptEncoder(backend.tokenizer, prompt, READOUT, max_input_tokens)
+    encoder = encoder_for(backend, prompt, READOUT, max_input_tokens)
     todo = cache.missing(samples, token_layers)
     for i in range(0, len(todo), chunk_size):
         chunk = todo[i:i + chunk_size]

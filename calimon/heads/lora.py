@@ -20,7 +20,7 @@ import numpy as np
 
 from calimon.errors import InputError, MissingExtraError
 from calimon.heads.head import balanced_weights
-from calimon.prompts import PromptEncoder, PromptTemplate
+from calimon.prompts import PromptTemplate, encoder_for
 from calimon.readouts import answer_token_ids
 from calimon.samples import Sample
 
@@ -103,7 +103,7 @@ def train_lora_verdict(backend, prompt: PromptTemplate, samples: Sequence[Sample
                           lora_dropout=settings.dropout,
                           target_modules=list(settings.target_modules), bias="none")
     model = peft.get_peft_model(base, cfg)
-    encoder = PromptEncoder(tok, prompt, "verdict", settings.max_input_tokens)
+    encoder = encoder_for(backend, prompt, "verdict", settings.max_input_tokens)
     encoded = [encoder.encode(s.request, s.response) for s in labelled]
     pos, neg = (torch.tensor(a) for a in answer_token_ids(tok, "verdict"))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0

@@ -21,7 +21,7 @@ from calimon.heads.artifacts import HeadMismatchError, load_head
 from calimon.heads.capture import CaptureSpec
 from calimon.heads.features import READOUT
 from calimon.heads.labels import span_offsets
-from calimon.prompts import PromptEncoder, PromptTemplate
+from calimon.prompts import PromptEncoder, PromptTemplate, encoder_for, prompt_format_of
 from calimon.readouts import answer_token_ids, read_distribution
 from calimon.samples import Sample
 from calimon.store import MonitorKey
@@ -70,7 +70,8 @@ class ProbeMonitor:
         weights' sha256, the input limit and the head's aggregation and span threshold, hashed
         together."""
         ref = self.backend.model_ref
-        payload = json.dumps([self.prompt.template_hash(READOUT), self.card.weights_sha256,
+        payload = json.dumps([self.prompt.template_hash(READOUT, prompt_format_of(self.backend)),
+                              self.card.weights_sha256,
                               self.max_input_tokens, self.head.aggregate,
                               self.head.span_threshold])
         return MonitorKey(ref.name, ref.revision, self.prompt.name,
@@ -80,8 +81,8 @@ class ProbeMonitor:
     def encoder(self) -> PromptEncoder:
         """The prompt encoder of the verdict pass the head reads, made on first use."""
         if self._encoder is None:
-            self._encoder = PromptEncoder(self.backend.tokenizer, self.prompt, READOUT,
-                                          self.max_input_tokens)
+            self._encoder = encoder_for(self.backend, self.prompt, READOUT,
+                                        self.max_input_tokens)
         return self._encoder
 
     @property
