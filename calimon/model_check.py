@@ -15,7 +15,7 @@ from typing import Any
 from calimon.config import config_names
 from calimon.engines import MonitorSpec, make_monitor
 from calimon.errors import CalimonError, ModelNotAvailableError
-from calimon.prompts import PromptEncoder, PromptTemplate, load_prompt
+from calimon.prompts import PromptTemplate, encoder_for, load_prompt
 from calimon.readouts import ANSWER_WORDS, answer_token_ids
 from calimon.samples import Sample
 
@@ -141,7 +141,7 @@ def render_check(backend, template: PromptTemplate, readout: str = "verdict"
     both samples start with the same template prefix (what prefix caching relies on)."""
     readout = readout if readout in template.formats else next(iter(template.formats))
     limit = backend.model_ref.config.max_input_tokens
-    enc = PromptEncoder(backend.tokenizer, template, readout, limit)
+    enc = encoder_for(backend, template, readout, limit)
     first, second = (enc.encode(s.request, s.response) for s in SAMPLES)
     text = backend.tokenizer.decode(first.ids, skip_special_tokens=False)
     same = (first.ids[:enc.prefix_len] == second.ids[:enc.prefix_len] == enc.prefix_ids)

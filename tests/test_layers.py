@@ -146,3 +146,18 @@ def test_backends_are_built_in_one_place():
                     and node.func.id in ("TransformersBackend", "VLLMBackend", "HTTPBackend")):
                 calls.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
     assert calls == []
+
+
+def test_prompts_are_encoded_through_encoder_for():
+    """Outside calimon/prompts.py nothing constructs a PromptEncoder (package and benchmark
+    scripts): `encoder_for` gives it the model config's prompt_format, which a direct call
+    would drop (a `plain` model would be rendered with a chat template it does not have)."""
+    calls = []
+    for path in [*ROOT.rglob("*.py"), *(ROOT.parent / "benchmarks").rglob("*.py")]:
+        if path == ROOT / "prompts.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "PromptEncoder"):
+                calls.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    assert calls == []
