@@ -132,3 +132,22 @@ def test_prefix_caching_and_padding_match_a_plain_forward(gemma_backend):
             logits = model(torch.tensor([ids], device=model.device)).logits[0, -1].float()
         want = torch.log_softmax(logits, dim=-1).cpu().numpy()
         assert np.abs(row - want).max() < 1e-3
+
+
+def test_models_check_passes_on_gemma(gemma):
+    """`calimon models check gemma3-270m` (the issue's acceptance): the plain prompt starts with
+    <bos> and ends in the answer cue, and every check passes."""
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+
+    res = CliRunner().invoke(app, ["models", "check", "gemma3-270m", "--no-vllm", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    status = {c["name"]: c["status"] for c in doc["checks"]}
+    assert {"load", "prompt", "answers verdict", "answers json", "score verdict",
+            "score json"} <= set(status)
+    assert all(s in ("PASS", "SKIP") for s in status.values()), status
+    assert status["score verdict"] == "PASS" and status["score json"] == "PASS"
+    text = json.dumps(doc)
+    assert "<bos>" in text and "Answer:" in text
