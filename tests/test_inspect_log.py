@@ -10,7 +10,6 @@ import re
 import sys
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 pytest.importorskip("inspect_ai")
@@ -233,25 +232,10 @@ def test_score_an_unlabelled_log(logs, tiny_qwen3, tmp_path):
 
 @pytest.fixture()
 def spans_cli(monkeypatch):
-    """The spans command with the fake judge of test_spans_occlusion (P(Yes) up with
-    "return 3" in the prompt; its evidence quotes "return 3")."""
-    from test_spans_occlusion import FakeBackend
+    """The spans command with the fake judge of test_spans_study (evidence quotes "return 3")."""
+    from test_spans_study import spans_cli_app
 
-    import calimon.spans.study as study_mod
-    from calimon.cli.spans import register
-
-    fake = FakeBackend()
-    real = study_mod.run_span_study
-    monkeypatch.setattr(study_mod, "run_span_study",
-                        lambda *a, **kw: real(*a, **{**kw, "backend": fake}))
-    app = typer.Typer()
-
-    @app.command("noop")
-    def noop() -> None:
-        """Placeholder so the app is a group."""
-
-    register(app)
-    return app
+    return spans_cli_app(monkeypatch)
 
 
 def test_curve_spans_and_report_land_on_the_messages(logs, tiny_qwen3, spans_cli, tmp_path):

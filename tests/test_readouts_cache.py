@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import gc
 
+from test_model_check import _Vocab  # a tokenizer stand-in with a fixed vocabulary
+
 from calimon import readouts
-
-
-class _Vocab:
-    def __init__(self, tokens):
-        self.tokens = tokens
-
-    def __len__(self):
-        return len(self.tokens)
-
-    def convert_ids_to_tokens(self, ids):
-        return [self.tokens[i] for i in ids]
-
-    def convert_tokens_to_string(self, toks):
-        return "".join(toks)
 
 
 def test_a_new_tokenizer_never_gets_the_answer_ids_of_a_freed_one():

@@ -195,8 +195,9 @@ def test_study_counts_quotes_of_unparsed_verdicts(bench, tmp_path):
 
 
 # -- CLI --------------------------------------------------------------------------------------
-@pytest.fixture()
-def cli(monkeypatch):
+def spans_cli_app(monkeypatch) -> typer.Typer:
+    """A CLI app with the spans commands, whose study runs on FakeBackend (P(Yes) up with
+    "return 3" in the prompt; its evidence quotes "return 3")."""
     fake = FakeBackend()
     real = study_mod.run_span_study
     monkeypatch.setattr(study_mod, "run_span_study",
@@ -209,6 +210,11 @@ def cli(monkeypatch):
 
     register(app)
     return app
+
+
+@pytest.fixture()
+def cli(monkeypatch):
+    return spans_cli_app(monkeypatch)
 
 
 def test_cli_writes_jsonl_and_prints_table(cli, bench, tmp_path):
