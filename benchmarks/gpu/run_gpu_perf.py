@@ -33,10 +33,13 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_report import COLUMNS, PEAKS, device_line, device_peak, render  # noqa: F401
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks" / "perf"))  # flops.py: the FLOP count, stdlib only
+
+import flops  # noqa: E402
+from gpu_report import COLUMNS, PEAKS, device_line, device_peak, render  # noqa: E402,F401
+
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "perf-gpu.md"
 
 # Test-only model: the same architecture, small enough for a CPU in a few seconds.
@@ -48,32 +51,18 @@ TINY = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hi
 
 
 @dataclass(frozen=True)
-class Shape:
-    """A Qwen3 decoder's matmul shapes; FLOPs counted as benchmarks/perf/flops.py counts them
-    (tests/test_gpu_bench.py checks that the two agree): weight matmuls and causal attention over
-    the real context, 2 FLOPs per multiply-add; norms, rotary, activations and padding not."""
+class Shape(flops.Shape):
+    """A Qwen3 decoder's matmul shapes. FLOPs are benchmarks/perf/flops.py's count (weight
+    matmuls and causal attention over the real context, 2 FLOPs per multiply-add; norms, rotary,
+    activations and padding not); this adds tied embeddings and the parameter count."""
 
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    tied: bool
+    tied: bool = False
 
     @classmethod
     def from_config(cls, cfg: dict) -> Shape:
         """The shape of a Qwen3Config given as a dict."""
-        return cls(cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"],
-                   cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
-                   cfg["vocab_size"], bool(cfg.get("tie_word_embeddings", False)))
-
-    @property
-    def layer_params(self) -> int:
-        """Weights one token multiplies through in one layer (q, k, v, o, gate, up, down)."""
-        attn = 2 * self.hidden * self.head_dim * (self.heads + self.kv_heads)
-        return attn + 3 * self.hidden * self.intermediate
+        base = flops.Shape.from_dict(cfg)
+        return cls(**vars(base), tied=bool(cfg.get("tie_word_embeddings", False)))
 
     def parameters(self) -> tuple[int, int]:
         """(all parameters, non-embedding parameters), norms included, tied embeddings once."""
@@ -81,18 +70,6 @@ class Shape:
         body = self.layers * per_layer + self.hidden
         embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
         return body + embeddings, body
-
-    def tokens(self, start: int, end: int, layers: int | None = None) -> float:
-        """FLOPs of positions [start, end) through `layers` layers (default all), attending to
-        every position before them."""
-        n = max(0, end - start)
-        layers = self.layers if layers is None else layers
-        context = (start + end + 1) * n / 2.0
-        return layers * (2.0 * self.layer_params * n + 4.0 * self.heads * self.head_dim * context)
-
-    def logits(self, positions: int = 1) -> float:
-        """FLOPs of the output layer at `positions` positions."""
-        return 2.0 * self.hidden * self.vocab * positions
 
 
 @dataclass(frozen=True)

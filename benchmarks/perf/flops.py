@@ -25,7 +25,12 @@ class Shape:
 
     @classmethod
     def from_config(cls, path: str | Path) -> Shape:
-        cfg = json.loads((Path(path) / "config.json").read_text())
+        """The shape of the model folder ``path`` (its config.json)."""
+        return cls.from_dict(json.loads((Path(path) / "config.json").read_text()))
+
+    @classmethod
+    def from_dict(cls, cfg: dict) -> Shape:
+        """The shape of a config.json given as a dict."""
         heads = cfg["num_attention_heads"]
         return cls(cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"],
                    heads, cfg.get("num_key_value_heads", heads),
