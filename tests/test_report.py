@@ -522,3 +522,14 @@ def test_cli_json_and_errors(run_dir, tmp_path):
     assert res.exit_code == 2
     assert res.output.strip().startswith("calimon: error:") and len(
         res.output.strip().splitlines()) == 1
+
+
+def test_the_reliability_diagram_draws_a_calibrated_series_only_when_the_run_has_a_map():
+    from types import SimpleNamespace
+
+    from calimon.report.figures import calibrated_series
+
+    figs = SimpleNamespace(p_cal=[0.2, 0.7])
+    assert calibrated_series({"calibration_method": None}, figs) == {}  # was labelled "None"
+    got = calibrated_series({"calibration_method": "platt"}, figs)
+    assert list(got) == ["platt"] and got["platt"] is figs.p_cal

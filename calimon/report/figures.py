@@ -102,12 +102,18 @@ def write_pngs(data: RunData, figs: Figures, out_dir: Path, *, markers: list[tup
                                title=title))
     written.append(plot_groups(out_dir / "report-groups.png", figs, title=title))
     if figs.y.size:
-        written.append(plot_reliability(
-            out_dir / "report-reliability.png", figs.p_raw,
-            {s.get("calibration_method", "calibrated"): figs.p_cal}, figs.y, title=title))
+        written.append(plot_reliability(out_dir / "report-reliability.png", figs.p_raw,
+                                        calibrated_series(s, figs), figs.y, title=title))
         written.append(plot_scores(out_dir / "report-scores.png", figs.p_cal, figs.y,
                                    markers=markers, band=band, title=title))
     return written
+
+
+def calibrated_series(summary: dict, figs: Figures) -> dict[str, np.ndarray]:
+    """The calibrated scores drawn beside the raw ones in the reliability diagram, named by
+    the run's map; none for a run without a map (its p_cal is the raw score again)."""
+    method = summary.get("calibration_method")
+    return {str(method): figs.p_cal} if method else {}
 
 
 def plot_groups(path: Path, figs: Figures, *, title: str = "", ncols: int = 3) -> Path:

@@ -13,7 +13,7 @@ from calimon.metrics import ece, reliability_bins
 from calimon.report.assets import CSS, JS, csp
 from calimon.report.data import RunData
 from calimon.report.extras import PolicyInfo
-from calimon.report.figures import Figures
+from calimon.report.figures import Figures, calibrated_series
 from calimon.report.svg import curve_svg, histogram_svg, reliability_svg
 from calimon.report.viewer import OUTCOMES, cards_html
 
@@ -147,19 +147,19 @@ def _points(data: RunData, figs: Figures) -> str:
 def _calibration(data: RunData, figs: Figures) -> str:
     s = data.summary
     cal = s.get("calibration", {})
-    method = s.get("calibration_method", "calibrated")
     body = ""
     if figs.y.size:
-        series = [("raw", reliability_bins(figs.p_raw, figs.y), ece(figs.p_raw, figs.y)),
-                  (method, reliability_bins(figs.p_cal, figs.y), ece(figs.p_cal, figs.y))]
+        series = [(name, reliability_bins(p, figs.y), ece(p, figs.y)) for name, p in
+                  {"raw": figs.p_raw, **calibrated_series(s, figs)}.items()]
         svg = reliability_svg(series, title="reliability, before and after calibration")
         body += _figure(svg, "15 equal-width bins; marker area follows the bin count. "
                              "PNG: report-reliability.png (all methods: reliability.png)")
     rows = [("raw", *_metrics(cal.get("metrics_before", {})))]
     rows += [(m, *_metrics(v)) for m, v in cal.get("metrics_after", {}).items()]
     body += table(["scores", "ECE", "MCE", "Brier", "NLL", "AUROC", "AUPRC"], rows)
-    body += f'<p class="cm-dim">{escape(str(cal.get("mode", "")))}; the curve uses ' \
-            f'{escape(str(method))}.</p>'
+    method = s.get("calibration_method")
+    uses = f"the curve uses {method}" if method else "no map: the curve uses the raw score"
+    body += f'<p class="cm-dim">{escape(str(cal.get("mode", "")))}; {escape(uses)}.</p>'
     notes = [n for n in cal.get("notes", []) if n]
     if notes:
         body += "<ul class=\"cm-notes\">" + "".join(f"<li>{escape(n)}</li>" for n in notes) + \
