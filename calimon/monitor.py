@@ -9,17 +9,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from calimon.backends.base import Messages, Sampling, requires, supports
 from calimon.errors import CalimonError
 from calimon.prompts import PromptEncoder, PromptTemplate, encoder_for, prompt_format_of
-from calimon.readouts import answer_token_ids, binary_verdict, read_distribution
+from calimon.readouts import answer_token_ids, binary_verdict, read_distribution, verbal_verdict
 from calimon.samples import Sample
 from calimon.store import MonitorKey, RunStore
 from calimon.verdict import Verdict
 
+# readouts read from one greedy generation, and how its text becomes a verdict
+GENERATED = {"binary": binary_verdict, "verbal": verbal_verdict}
+
 
 class Monitor:
     """Reads a backend's verdict on transcripts through a prompt template: ``verdict`` (P(Yes)
-    of the next token), ``json`` (P(true)) or ``binary`` (a generated JSON decision)."""
+    of the next token), ``json`` (P(true)), ``binary`` (a generated JSON decision), ``verbal``
+    (a stated probability) or ``sampled`` (the share of Yes among sampled answers; backends
+    with the `Sampling` capability). A backend that takes chat messages is scored by
+    `calimon.monitor_chat.score_messages`."""
 
     def __init__(self, backend, prompt: PromptTemplate, readout: str,
                  max_input_tokens: int | None = None):
@@ -50,9 +57,15 @@ class Monitor:
 
     def score(self, samples: Sequence[Sample]) -> list[Verdict]:
         """One verdict per sample, in order, from one backend call (no store)."""
+        if supports(self.backend, Messages):
+            from calimon.monitor_chat import score_messages
+
+            return score_messages(self, samples)
+        if self.readout == "sampled":
+            requires(self.backend, Sampling, needed_for="the sampled readout")
         encoded = [self.encoder.encode(s.request, s.response) for s in samples]
         start = time.perf_counter()
-        if self.readout == "binary":
+        if self.readout in GENERATED:
             outputs = self.backend.generate([e.ids for e in encoded],
                                             self.encoder.fmt.max_new_tokens)
         else:
@@ -65,9 +78,9 @@ class Monitor:
             status = "truncated" if trunc else "ok"
             common = dict(transcript_hash=s.transcript_hash, readout=self.readout,
                           tokens=len(e.ids), seconds=per_sample, truncation=trunc)
-            if self.readout == "binary":
+            if self.readout in GENERATED:
                 text = self.backend.tokenizer.decode(outputs[i], skip_special_tokens=True)
-                verdicts.append(binary_verdict(text, status, **common))
+                verdicts.append(GENERATED[self.readout](text, status, **common))
             else:
                 pos, neg = answer_token_ids(self.backend.tokenizer, self.readout)
                 p_raw, p_pos, p_neg, mass = read_distribution(logprobs[i], pos, neg)

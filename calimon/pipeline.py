@@ -92,6 +92,14 @@ def monitor_spec(s: CurveSettings) -> MonitorSpec:
     return s.spec()
 
 
+def api_usage(backend) -> dict:
+    """``{"api_usage": ...}`` for a backend behind a chat API (requests, journal hits, tokens,
+    cost), else ``{}``."""
+    from calimon.backends import Messages, supports
+
+    return {"api_usage": backend.usage} if supports(backend, Messages) else {}
+
+
 def run_curve(s: CurveSettings, progress: Progress | None = None,
               log: Callable[[str], None] = lambda m: None) -> CurveRun:
     """`calimon curve`: score the evaluated (and fit) samples through the scoring service
@@ -122,7 +130,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
                                                      label=f"{name}/binary")
             model_calls = scorer.model_calls
             timing = {"scoring_seconds": time.perf_counter() - started, "scored": todo,
-                      "model_calls": model_calls}
+                      "model_calls": model_calls, **api_usage(backend)}
     finally:
         backend.close()  # e.g. vLLM's engine processes
     from calimon.curve_outputs import write_curve_outputs

@@ -18,25 +18,59 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from calimon.config import load_yaml_model, named_config_path
 from calimon.errors import ConfigError
 
-READOUTS = ("verdict", "json", "binary")
+READOUTS = ("verdict", "json", "binary", "sampled", "verbal")
+# Readouts a template need not define: their format comes from configs/readouts/<name>.yaml
+# (`DerivedFormat`) unless the template gives its own.
+DERIVED_READOUTS = ("sampled", "verbal")
 PROMPT_FORMATS = ("chat", "plain")
 PLAIN_ANSWER_CUE = "Answer:"
 _REQ, _RESP = "\ue000CALIMON_REQUEST\ue000", "\ue000CALIMON_RESPONSE\ue000"
 
 
 class ReadoutFormat(BaseModel):
-    """How a readout asks: the question after the transcript, the assistant's prefix and, for
-    ``binary``, the tokens it may generate."""
+    """How a readout asks: the question after the transcript, the assistant's prefix, for the
+    generated readouts (``binary``, ``sampled``, ``verbal``) the tokens it may generate, and for
+    ``sampled`` how many answers are drawn at which temperature."""
 
     model_config = ConfigDict(extra="forbid")
     question: str
     assistant_prefix: str = ""
     max_new_tokens: int = 0
+    samples: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, gt=0)
+
+
+class DerivedFormat(BaseModel):
+    """A readout format every template gets (``configs/readouts/<name>.yaml``): either another
+    format of the template (``from_format``) with its generation settings replaced, or a
+    question of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: Literal[1]
+    name: str
+    description: str = ""
+    from_format: str | None = None
+    question: str | None = None
+    assistant_prefix: str = ""
+    max_new_tokens: int = Field(ge=1)
+    samples: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, gt=0)
+
+    def format_in(self, template: PromptTemplate) -> ReadoutFormat:
+        """This readout's format in ``template``."""
+        base = template.format_for(self.from_format) if self.from_format else None
+        question = base.question if base is not None else self.question
+        if question is None:
+            raise ConfigError(f"readout {self.name!r} names neither from_format nor question",
+                              field=self.name)
+        return ReadoutFormat(question=question, assistant_prefix=self.assistant_prefix,
+                             max_new_tokens=self.max_new_tokens, samples=self.samples,
+                             temperature=self.temperature)
 
 
 class PromptTemplate(BaseModel):
@@ -55,17 +89,29 @@ class PromptTemplate(BaseModel):
 
     def template_hash(self, readout: str, prompt_format: str = "chat") -> str:
         """Identifies exactly what the model is shown for this readout (store key part); a
-        non-chat ``prompt_format`` is part of the hash (chat hashes are unchanged by it)."""
-        parts = [self.model_dump(), readout] + ([prompt_format] if prompt_format != "chat" else [])
+        non-chat ``prompt_format`` (``plain``, or ``messages`` for a chat API) and a derived
+        readout's format are part of the hash (the hashes of other readouts are unchanged)."""
+        parts = [self.model_dump(exclude_none=True), readout] + \
+            ([prompt_format] if prompt_format != "chat" else [])
+        if readout not in self.formats and readout in DERIVED_READOUTS:
+            parts.append(self.format_for(readout).model_dump(exclude_none=True))
         payload = json.dumps(parts, sort_keys=True).encode()
         return hashlib.sha256(payload).hexdigest()[:16]
 
     def format_for(self, readout: str) -> ReadoutFormat:
-        """The format of ``readout``; raises ConfigError when the template lacks it."""
-        if readout not in self.formats:
-            raise ConfigError(f"prompt {self.name!r} has no {readout!r} format; it supports "
-                              f"{sorted(self.formats)}", field="readout")
-        return self.formats[readout]
+        """The format of ``readout`` (a derived readout's from configs/readouts when the
+        template has none); raises ConfigError when the template lacks it."""
+        if readout in self.formats:
+            return self.formats[readout]
+        if readout in DERIVED_READOUTS:
+            return load_derived_format(readout).format_in(self)
+        raise ConfigError(f"prompt {self.name!r} has no {readout!r} format; it supports "
+                          f"{sorted(self.formats) + list(DERIVED_READOUTS)}", field="readout")
+
+
+def load_derived_format(name: str) -> DerivedFormat:
+    """The derived readout format ``configs/readouts/<name>.yaml``."""
+    return load_yaml_model(named_config_path("readouts", name), DerivedFormat)
 
 
 def load_prompt(name: str) -> PromptTemplate:
@@ -126,9 +172,7 @@ class PromptEncoder:
                               "for the transcript; raise it", field="max_input_tokens")
 
     def _user_text(self) -> str:
-        t = self.template
-        return (f"{t.instructions.strip()}\n\n{t.request_header}\n{_REQ}\n\n"
-                f"{t.response_header}\n{_RESP}\n{t.end_marker}\n\n{self.fmt.question.strip()}")
+        return user_text(self.template, self.fmt, _REQ, _RESP)
 
     def _split_chat(self) -> list[str]:
         messages = [{"role": "system", "content": self.template.system.strip()},
@@ -202,6 +246,34 @@ class PromptEncoder:
         return new_req, new_resp, offsets, trunc
 
 
+def user_text(template: PromptTemplate, fmt: ReadoutFormat, request: str, response: str) -> str:
+    """The user turn of a monitor prompt: instructions, the transcript between its markers, and
+    the readout's question."""
+    t = template
+    return (f"{t.instructions.strip()}\n\n{t.request_header}\n{request}\n\n"
+            f"{t.response_header}\n{response}\n{t.end_marker}\n\n{fmt.question.strip()}")
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A monitor prompt as chat messages (system, user) for an API that takes messages, and the
+    assistant's prefix the readout needs ("" for none)."""
+
+    messages: list[dict[str, str]]
+    assistant_prefix: str = ""
+
+
+def chat_prompt(template: PromptTemplate, readout: str, request: str, response: str
+                ) -> ChatPrompt:
+    """The chat messages of one transcript: the same system and user text the ``chat`` layout
+    renders with a tokenizer's template, the transcript inserted as plain text (the API's own
+    template and tokenizer then apply; see docs/backends.md on control tokens)."""
+    fmt = template.format_for(readout)
+    return ChatPrompt([{"role": "system", "content": template.system.strip()},
+                       {"role": "user", "content": user_text(template, fmt, request, response)}],
+                      fmt.assistant_prefix)
+
+
 def encoder_for(backend, template: PromptTemplate, readout: str, max_input_tokens: int,
                 reserve_new_tokens: int | None = None) -> PromptEncoder:
     """The prompt encoder of a backend's model: its tokenizer and its config's ``prompt_format``
@@ -211,7 +283,12 @@ def encoder_for(backend, template: PromptTemplate, readout: str, max_input_token
 
 
 def prompt_format_of(backend) -> str:
-    """The ``prompt_format`` of the backend's model config (``chat`` when it has none)."""
+    """The ``prompt_format`` of the backend's model config (``chat`` when it has none), or
+    ``messages`` for a backend that takes chat messages (the API renders them itself)."""
+    from calimon.backends.base import Messages, supports
+
+    if supports(backend, Messages):
+        return "messages"
     ref = getattr(backend, "model_ref", None)
     return getattr(getattr(ref, "config", None), "prompt_format", "chat")
 

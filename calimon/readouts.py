@@ -3,14 +3,22 @@
 - verdict: P(yes) / (P(yes) + P(no)) at the answer position, each summed over every vocabulary
   token whose text is that word in any case with or without surrounding whitespace;
 - json: the same for true/false right after the teacher-forced `{"misbehavior_detected":`;
-- binary: the boolean parsed from greedily generated JSON (the AutoMonitor-Bench protocol).
+- binary: the boolean parsed from greedily generated JSON (the AutoMonitor-Bench protocol);
+- sampled: the share of "Yes" among k answers to the verdict question sampled at a temperature
+  (for APIs without log-probabilities; k + 1 distinct values, with a Clopper-Pearson interval);
+- verbal: a probability the monitor states, 0 to 100, parsed and validated.
+
+A chat API returns its top log-probabilities as token *strings*; `read_top_strings` reads the
+verdict and json answers from those (no tokenizer needed).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import weakref
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -56,6 +64,68 @@ def read_distribution(logprobs: np.ndarray, pos_ids: np.ndarray, neg_ids: np.nda
     mass = p_pos + p_neg
     p_raw = p_pos / mass if mass > _MIN_MASS else None
     return p_raw, p_pos, p_neg, max(0.0, 1.0 - mass)
+
+
+def read_top_strings(top: Sequence[tuple[str, float]], readout: str
+                     ) -> tuple[float | None, float, float, float]:
+    """(p_raw, p_pos, p_neg, format_mass) from the top-k (token text, log-prob) entries a chat
+    API returned at the answer position: every entry whose text is an answer word (any case,
+    with or without surrounding whitespace) counts; the mass outside the top-k is format mass."""
+    pos_word, neg_word = ANSWER_WORDS[readout]
+    p_pos = p_neg = total = 0.0
+    for text, logprob in top:
+        p = math.exp(logprob) if logprob is not None and math.isfinite(logprob) else 0.0
+        total += p
+        word = text.strip().lower()
+        if word == pos_word:
+            p_pos += p
+        elif word == neg_word:
+            p_neg += p
+    mass = p_pos + p_neg
+    p_raw = p_pos / mass if mass > _MIN_MASS else None
+    return p_raw, p_pos, p_neg, min(1.0, max(0.0, 1.0 - mass))
+
+
+_FIRST_WORD = re.compile(r"[A-Za-z]+")
+_NUMBER = re.compile(r"(?<![\d.])-?\d+(?:\.\d+)?")
+
+
+def sampled_answer(text: str) -> bool | None:
+    """One sampled answer to the verdict question: True for "Yes", False for "No" (the first
+    word, any case), None for anything else."""
+    m = _FIRST_WORD.search(text)
+    word = m.group(0).lower() if m else ""
+    return True if word == "yes" else False if word == "no" else None
+
+
+def sampled_verdict(answers: Sequence[str], status: str = "ok", **common) -> Verdict:
+    """The verdict of k sampled answers: ``p_raw`` = yes / (yes + no), with the counts and the
+    95% Clopper-Pearson interval of the share in ``extra``; a parse failure when no answer
+    says Yes or No. Answers that say neither are counted, never read as "No"."""
+    from calimon.deploy.guarantees import clopper_pearson
+
+    got = [sampled_answer(a) for a in answers]
+    yes, no = got.count(True), got.count(False)
+    extra = {"samples": len(answers), "yes": yes, "no": no, "unparsed": got.count(None),
+             "answers": [_clean(a) for a in answers]}
+    if yes + no == 0:
+        return Verdict(status="parse_failure", extra=extra, **common)
+    lo, hi = clopper_pearson(yes, yes + no, 0.95)
+    extra["interval"] = [lo, hi]
+    return Verdict(status=status, p_raw=yes / (yes + no), extra=extra, **common)
+
+
+def verbal_verdict(text: str, status: str = "ok", **common) -> Verdict:
+    """The verdict of a stated probability: the first number in the answer, read as a
+    percentage (0..100) and divided by 100. No number, or one outside 0..100, is a parse
+    failure with the text kept; it is never clipped into range."""
+    text = _clean(text)
+    m = _NUMBER.search(text)
+    value = float(m.group(0)) if m else None
+    if value is None or not 0.0 <= value <= 100.0:
+        return Verdict(status="parse_failure", text=text, **common)
+    return Verdict(status=status, p_raw=value / 100.0, text=text,
+                   extra={"stated": value}, **common)
 
 
 _FIELD = re.compile(r'"misbehavior_detected"\s*:\s*(true|false)\b', re.IGNORECASE)

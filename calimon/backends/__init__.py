@@ -15,6 +15,8 @@ from calimon.backends.base import (
     CapabilityError,
     HiddenStates,
     LocalWeights,
+    Messages,
+    Sampling,
     requires,
     supports,
 )
@@ -38,9 +40,18 @@ def build_backend(spec: BackendSpec) -> Backend:
 
     cls = backend_class(spec.backend)
     options = check_options(spec.backend, spec.options)
+    if supports_class(cls, Messages):  # a served model: described, no local weights needed
+        from calimon.models import describe_api_model
+
+        return cls(describe_api_model(spec.model, options.get("served_model")), **options)
     return cls(resolve_model(spec.model), **options)
 
 
+def supports_class(cls: type, capability: type) -> bool:
+    """Whether the backend class declares ``capability``."""
+    return capability in getattr(cls, "capabilities", frozenset())
+
+
 __all__ = ["BACKENDS", "OPTIONS", "Backend", "BackendSpec", "CapabilityError", "HiddenStates",
-           "LocalWeights", "backend_class", "backend_options", "backends_with", "build_backend",
+           "LocalWeights", "Messages", "Sampling", "backend_class", "backend_options", "backends_with", "build_backend",
            "check_options", "requires", "supports"]

@@ -87,7 +87,29 @@ class LocalWeights(Protocol):
         ...
 
 
-CAPABILITY_NAMES: dict[type, str] = {HiddenStates: "hidden states", LocalWeights: "local weights"}
+class Messages(Protocol):
+    """Capability: the backend takes chat messages, not token ids (a chat-completions API).
+    A monitor renders its prompt as `calimon.prompts.ChatPrompt` for it; the token-id methods
+    of `Backend` raise a `CapabilityError` naming the token backends."""
+
+    def answer_top(self, prompts: Sequence[Any], top_logprobs: int | None = None) -> list[Any]:
+        """Per prompt, the top (token text, log-prob) entries at the first answer position
+        (`calimon.backends.chat_backend.ChatReply`), or the request's failure."""
+        ...
+
+    def complete(self, prompts: Sequence[Any], max_tokens: int, *, samples: int = 1,
+                 temperature: float = 0.0) -> list[Any]:
+        """Per prompt, ``samples`` generated answers (greedy when ``temperature`` is 0), or the
+        request's failure."""
+        ...
+
+
+class Sampling(Protocol):
+    """Capability: the backend draws several answers at a temperature (the sampled readout)."""
+
+
+CAPABILITY_NAMES: dict[type, str] = {HiddenStates: "hidden states", LocalWeights: "local weights",
+                                     Messages: "chat messages", Sampling: "sampled answers"}
 
 
 class CapabilityError(InputError):
@@ -124,4 +146,4 @@ def requires(backend: Backend, capability: type, *, needed_for: str = "this stud
 
 
 __all__ = ["Backend", "BackendBase", "CAPABILITY_NAMES", "CapabilityError", "HiddenStates",
-           "LocalWeights", "requires", "supports"]
+           "LocalWeights", "Messages", "Sampling", "requires", "supports"]

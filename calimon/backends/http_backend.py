@@ -12,23 +12,18 @@ pool with retries, backoff and timeouts. Standard library only: no extra is need
 from __future__ import annotations
 
 import json
-import os
-import random
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from calimon.backends.base import BackendBase
+from calimon.backends.http_client import JsonClient
 from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, InputError
 from calimon.models import ResolvedModel
 
-RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _TOKEN_ID_PREFIX = "token_id:"
 
 
@@ -92,10 +87,7 @@ class HTTPBackend(TokenIdVocab, BackendBase):
 
     # -- setup -------------------------------------------------------------------------------
     def _url(self, endpoint: str) -> str:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise InputError(f"expected an http(s) URL such as http://127.0.0.1:8000/v1, got "
-                             f"{self.base_url!r}", field="base_url")
-        return self.base_url.rstrip("/") + "/" + endpoint
+        return JsonClient(self.base_url).url(endpoint)
 
     def _model_name(self) -> str:
         if self.served_model is None:
@@ -108,40 +100,12 @@ class HTTPBackend(TokenIdVocab, BackendBase):
 
     # -- transport ---------------------------------------------------------------------------
     def _request(self, method: str, endpoint: str, payload: dict | None) -> dict:
-        """One JSON request with retries on connection errors, timeouts and retryable statuses
-        (exponential backoff with jitter, honouring Retry-After)."""
-        url = self._url(endpoint)
-        body = None if payload is None else json.dumps(payload).encode()
-        headers = {"Content-Type": "application/json"}
-        key = self.api_key or os.environ.get("CALIMON_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        last = ""
-        for attempt in range(self.retries + 1):
-            wait = min(self.max_backoff_s, self.backoff_s * 2 ** attempt) * (0.5 + random.random() / 2)
-            try:
-                req = urllib.request.Request(url, data=body, headers=headers, method=method)
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    raw = resp.read()
-                try:
-                    return json.loads(raw)
-                except ValueError:
-                    raise BackendError(f"{url} answered with non-JSON: {raw[:200]!r}") from None
-            except urllib.error.HTTPError as exc:
-                detail = exc.read()[:300].decode("utf-8", "replace")
-                last = f"HTTP {exc.code}: {detail}"
-                if exc.code not in RETRY_STATUS:
-                    raise BackendError(f"{method} {url} failed with {last}") from None
-                after = exc.headers.get("Retry-After") if exc.headers else None
-                if after and after.replace(".", "", 1).isdigit():
-                    wait = min(self.max_backoff_s, float(after))
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                last = f"{type(reason).__name__}: {reason}"
-            if attempt < self.retries:
-                time.sleep(wait)
-        raise BackendError(f"{method} {url} failed after {self.retries + 1} attempts; last "
-                           f"error: {last} (timeout {self.timeout_s:g} s per attempt)")
+        """One JSON request through `JsonClient` (retries, backoff honouring Retry-After,
+        timeouts; one-line errors naming the endpoint and the status)."""
+        client = JsonClient(self.base_url, timeout_s=self.timeout_s, retries=self.retries,
+                            backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
+                            api_key=self.api_key)
+        return client.request(method, endpoint, payload)
 
     def _map(self, fn, items: Sequence) -> list:
         if len(items) <= 1 or self.concurrency <= 1:

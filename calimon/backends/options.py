@@ -4,7 +4,7 @@ them here before a backend is made."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -58,8 +58,29 @@ class HTTPOptions(BackendOptions):
     max_backoff_s: float = Field(20.0, ge=0)
 
 
+class ChatOptions(BackendOptions):
+    """A chat-completions API (OpenAI-compatible: hosted services, `vllm serve`). No API key
+    here: it is read from the environment variable ``api_key_env`` (default CALIMON_API_KEY,
+    then OPENAI_API_KEY) when a request is sent."""
+
+    base_url: str | None = None  # default: the model config's api.base_url
+    served_model: str | None = None  # default: api.served_model, else the model's name
+    api_key_env: str | None = None
+    top_logprobs: int = Field(20, ge=1, le=20)  # the OpenAI API allows at most 20
+    prefill: Literal["none", "continue_final_message"] | None = None  # default: api.prefill
+    concurrency: int = Field(8, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+    retries: int = Field(4, ge=0)
+    backoff_s: float = Field(0.5, ge=0)
+    max_backoff_s: float = Field(60.0, ge=0)
+    seed: int | None = 0  # sent with sampled requests (None: not sent)
+    journal: bool = True  # keep every answer on disk as it arrives (resume without paying twice)
+    extra_body: dict[str, Any] | None = None  # extra request fields, e.g. chat_template_kwargs
+
+
 OPTIONS: dict[str, type[BackendOptions]] = {
-    "transformers": TransformersOptions, "vllm": VLLMOptions, "http": HTTPOptions}
+    "transformers": TransformersOptions, "vllm": VLLMOptions, "http": HTTPOptions,
+    "chat": ChatOptions}
 
 
 def check_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +114,15 @@ def backend_options(backend: str, *, device: str = "auto", batch_tokens: int = 8
             raise InputError("the http backend needs --base-url (e.g. http://127.0.0.1:8000/v1)",
                              field="base_url")
         opts = {"base_url": base_url, "concurrency": concurrency}
+        if served_model:
+            opts["served_model"] = served_model
+        if top_logprobs:
+            opts["top_logprobs"] = top_logprobs
+        return opts
+    if backend == "chat":
+        opts = {"concurrency": concurrency}
+        if base_url:
+            opts["base_url"] = base_url
         if served_model:
             opts["served_model"] = served_model
         if top_logprobs:

