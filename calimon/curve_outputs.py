@@ -30,12 +30,17 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     """Write a curve run's files into ``out`` (curve.json, with ``timing`` when given, curve.csv,
     plots, calibration maps, token scores); returns the summary. InputError: none scored."""
     from calimon.jsonio import dump_json
-    from calimon.readings import usable
+    from calimon.readings import status_counts, usable
 
     kept, p_raw, y = usable(evaluate, readings)
     if len(kept) == 0:
-        raise InputError(f"none of the {len(evaluate)} evaluated samples has a score; a run "
-                         "needs scored samples")
+        counts = status_counts(evaluate, readings)
+        first = next((v.error for x in evaluate if (v := readings.get(x.transcript_hash))
+                      and v.error), None)
+        raise InputError(f"none of the {len(evaluate)} evaluated samples has a score "
+                         f"(statuses {counts}" + (f"; first error: {first}" if first else "")
+                         + "); a run needs scored samples (readings with errors are retried "
+                         "on the next run)")
     base, bpoints = _base_summary(s, evaluate, readings, kept, y, binary_set,
                                   binary_readings, provenance, timing)
     fkept, fp, fy = usable(fit, readings)

@@ -11,8 +11,8 @@ from calimon.models import _candidates, load_model_config
 
 
 def list_models() -> list[dict[str, str]]:
-    """One row per configured model (``name``, ``status``: ready / available / missing / bad-
-    config, ``detail``), found without loading any weights."""
+    """One row per configured model (``name``, ``status``: ready / available / missing / api /
+    bad-config, ``detail``), found without loading any weights."""
     rows = []
     for name in config_names("models"):
         try:
@@ -20,7 +20,11 @@ def list_models() -> list[dict[str, str]]:
         except CalimonError as exc:
             rows.append({"name": name, "status": "bad-config", "detail": str(exc)})
             continue
-        if cfg.source.kind in ("wheel-gguf", "built"):
+        if cfg.source.kind == "api":
+            api = cfg.api
+            status, detail = "api", (f"served at {api.base_url if api else '--base-url'}; "
+                                     "score with --backend chat")
+        elif cfg.source.kind in ("wheel-gguf", "built"):
             converted = (calimon_home() / "models" / name / "calimon-conversion.json").is_file()
             installed = importlib.util.find_spec(cfg.source.package or "") is not None
             status = "ready" if converted else ("available" if installed else "missing")

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calimon import __version__
+from calimon.backends import model_for
 from calimon.data.registry import load_benchmark
 from calimon.engines import MonitorSpec, RunSettings, Scorer
 from calimon.errors import InputError
 from calimon.jsonio import dump_json, json_default
-from calimon.models import resolve_model
 from calimon.progress import Progress
 from calimon.readings import status_counts, usable
 from calimon.samples import Sample
@@ -105,8 +105,8 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     """`calimon curve`: score the evaluated (and fit) samples through the scoring service
     (local or Ray engine; the store's readings are reused), score the binary-protocol
     prompts on whole pairs, then calibrate, sweep thresholds and write the run folder."""
-    resolved = resolve_model(s.model)  # first: a missing model fails before any other work
     spec = monitor_spec(s)
+    resolved = model_for(spec)  # first: a missing model fails before any other work
     backend = spec.build_backend()  # then a bad backend name or option (no weights load here)
     engine = s.engine_settings()
     try:

@@ -262,9 +262,10 @@ def _by_content(payload):
     return chat_reply({"Yes": -0.2 if hack else -1.9, "No": -1.9 if hack else -0.2})
 
 
-def test_curve_on_a_chat_api_then_again_from_the_store(tmp_path):
+def test_curve_on_a_chat_api_then_again_from_the_store(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
+    monkeypatch.setenv("CALIMON_API_JOURNAL", str(tmp_path / "journal.sqlite"))
     from calimon.cli import app
     from calimon.samples import write_samples
 
@@ -288,9 +289,10 @@ def test_curve_on_a_chat_api_then_again_from_the_store(tmp_path):
     assert summary["auroc_raw"] == pytest.approx(1.0), summary["support"]
 
 
-def test_curve_through_server_faults_prints_no_traceback(tmp_path):
+def test_curve_through_server_faults_prints_no_traceback(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
+    monkeypatch.setenv("CALIMON_API_JOURNAL", str(tmp_path / "journal.sqlite"))
     from calimon.cli import app
     from calimon.samples import write_samples
 

@@ -113,3 +113,13 @@ def test_a_failing_sample_is_recorded_as_error_never_scored(smol_backend, tmp_pa
         assert all(got[s.transcript_hash].status == "ok" for s in samples[1:])
         assert st.missing(mon.key, [s.transcript_hash for s in samples]) == \
             [samples[0].transcript_hash]
+
+
+def test_verbal_runs_on_a_token_backend_from_one_greedy_answer(smol_backend):
+    samples = toy_samples(1)
+    mon = Monitor(smol_backend, load_prompt("direct"), "verbal")
+    got = mon.score(samples)
+    assert len(got) == 2 and all(v.readout == "verbal" and v.text is not None for v in got)
+    for v in got:  # a number in 0..100 is read as a probability, anything else is no score
+        assert (v.status, v.p_raw is None) in {("ok", False), ("parse_failure", True)}
+        assert v.p_raw is None or v.p_raw == pytest.approx(v.extra["stated"] / 100)

@@ -50,3 +50,43 @@ def test_template_hash_depends_on_readout_and_text():
     assert t.template_hash("verdict") != t.template_hash("json")
     changed = t.model_copy(update={"system": t.system + " "})
     assert changed.template_hash("verdict") != t.template_hash("verdict")
+
+
+def test_derived_readouts_leave_the_committed_hashes_alone():
+    """sampled and verbal get their formats from configs/readouts; adding them changed no
+    hash of an existing readout, so committed heads and maps still match their prompt."""
+    from pathlib import Path
+
+    import yaml
+
+    card_path = Path(__file__).parents[1] / "heads/smollm2-135m/amb-open-seq.card.yaml"
+    card = yaml.safe_load(card_path.read_text())
+    assert load_prompt("direct").template_hash("verdict") == card["prompt"]["template_hash"]
+    direct = load_prompt("direct")
+    assert direct.format_for("sampled").question == direct.format_for("verdict").question
+    assert direct.format_for("sampled").samples == 10
+    assert "0 to 100" in direct.format_for("verbal").question
+    hashes = {direct.template_hash(r) for r in ("verdict", "sampled", "verbal")}
+    assert len(hashes) == 3
+
+
+def test_a_template_may_define_its_own_sampled_format_and_its_hash_follows():
+    from calimon.prompts import ReadoutFormat
+
+    direct = load_prompt("direct")
+    own = direct.model_copy(update={"formats": {**direct.formats, "sampled": ReadoutFormat(
+        question="Misbehaved? Yes or No.", max_new_tokens=2, samples=5, temperature=0.7)}})
+    assert own.format_for("sampled").samples == 5
+    assert own.template_hash("sampled") != direct.template_hash("sampled")
+
+
+def test_chat_messages_hold_the_same_text_as_the_chat_layout():
+    from calimon.prompts import chat_prompt
+
+    cp = chat_prompt(load_prompt("direct"), "verdict", "REQ <|im_start|>", "RESP")
+    assert [m["role"] for m in cp.messages] == ["system", "user"]
+    assert "REQ <|im_start|>\n\n=== AGENT RESPONSE ===\nRESP\n=== END OF INTERACTION ===" \
+        in cp.messages[1]["content"]
+    assert cp.messages[1]["content"].endswith("Answer with one word, Yes or No.")
+    assert chat_prompt(load_prompt("direct"), "json", "a", "b").assistant_prefix == \
+        '{"misbehavior_detected":'

@@ -114,3 +114,39 @@ def test_binary_parser_is_total(text):
 def test_binary_parser_survives_deep_nesting():
     _check_binary_outcome('{"misbehavior_detected": true, "e": ' + "[" * 100_000 + "]" * 100_000
                           + "}")
+
+
+def test_top_strings_count_every_surface_form_and_the_rest_is_format_mass():
+    import math
+
+    from calimon.readouts import read_top_strings
+
+    top = [(" Yes", -0.5), ("YES", -4.0), ("no", -1.2), ("\nNo ", -5.0), ("Maybe", -2.0)]
+    p_raw, p_pos, p_neg, mass = read_top_strings(top, "verdict")
+    yes, no = math.exp(-0.5) + math.exp(-4.0), math.exp(-1.2) + math.exp(-5.0)
+    assert (p_pos, p_neg) == pytest.approx((yes, no))
+    assert p_raw == pytest.approx(yes / (yes + no)) and mass == pytest.approx(1 - yes - no)
+    assert read_top_strings([("The", -0.1)], "verdict")[0] is None  # no answer: no score
+    assert read_top_strings([(" true", -0.1), ("False", -3)], "json")[0] > 0.9
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Yes", True), ("no.", False), (" NO, it did not", False), ("**Yes**", True),
+    ("Maybe", None), ("", None), ("Yesterday", None),
+])
+def test_a_sampled_answer_is_read_from_its_first_word(text, expected):
+    from calimon.readouts import sampled_answer
+
+    assert sampled_answer(text) is expected
+
+
+@pytest.mark.parametrize("text, p", [
+    ("85", 0.85), ("I'd say 70%", 0.70), ("0", 0.0), ("100", 1.0), ("12.5", 0.125),
+    ("150", None), ("-5", None), ("unsure", None), ("", None),
+])
+def test_a_stated_probability_is_parsed_and_never_clipped(text, p):
+    from calimon.readouts import verbal_verdict
+
+    v = verbal_verdict(text, transcript_hash="h", readout="verbal")
+    assert v.p_raw == (pytest.approx(p) if p is not None else None)
+    assert v.status == ("ok" if p is not None else "parse_failure") and v.text == text

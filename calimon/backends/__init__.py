@@ -36,15 +36,21 @@ def build_backend(spec: BackendSpec) -> Backend:
     """The backend ``spec`` describes: ``spec.backend`` names the class, ``spec.model`` the
     model (a config name or a folder), ``spec.options`` its checked options. No weights load
     here: every backend loads on first use."""
-    from calimon.models import resolve_model
 
     cls = backend_class(spec.backend)
     options = check_options(spec.backend, spec.options)
-    if supports_class(cls, Messages):  # a served model: described, no local weights needed
-        from calimon.models import describe_api_model
+    return cls(model_for(spec), **options)
 
-        return cls(describe_api_model(spec.model, options.get("served_model")), **options)
-    return cls(resolve_model(spec.model), **options)
+
+def model_for(spec: BackendSpec):
+    """The model ``spec`` names, as its backend sees it: local weights found (and converted
+    once) for a token backend; for a backend that takes chat messages, the served model
+    described from its config, no weights needed."""
+    from calimon.models import describe_api_model, resolve_model
+
+    if supports_class(backend_class(spec.backend), Messages):
+        return describe_api_model(spec.model, spec.options.get("served_model"))
+    return resolve_model(spec.model)
 
 
 def supports_class(cls: type, capability: type) -> bool:
@@ -54,4 +60,4 @@ def supports_class(cls: type, capability: type) -> bool:
 
 __all__ = ["BACKENDS", "OPTIONS", "Backend", "BackendSpec", "CapabilityError", "HiddenStates",
            "LocalWeights", "Messages", "Sampling", "backend_class", "backend_options", "backends_with", "build_backend",
-           "check_options", "requires", "supports"]
+           "check_options", "model_for", "requires", "supports"]

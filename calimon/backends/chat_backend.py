@@ -20,6 +20,7 @@ run) and never loses the answers already stored; authentication and unknown-mode
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ from calimon.errors import BackendError, InputError
 from calimon.models import ResolvedModel
 
 ENDPOINT = "chat/completions"
+JOURNAL_ENV = "CALIMON_API_JOURNAL"  # where the answer journal lives (default: in CALIMON_HOME)
 FATAL_STATUS = frozenset({401, 403, 404})
 NO_LOGPROBS = ("the verdict and json readouts need them; the sampled, verbal and binary "
                "readouts run without (--readout sampled or --readout verbal)")
@@ -120,7 +122,8 @@ class ChatBackend(BackendBase):
         if self._journal is None:
             from calimon.data.paths import calimon_home
 
-            self._journal = Journal(self.journal_path or calimon_home() / "api-journal.sqlite")
+            self._journal = Journal(self.journal_path or os.environ.get(JOURNAL_ENV)
+                                    or calimon_home() / "api-journal.sqlite")
         return self._journal
 
     # -- usage -------------------------------------------------------------------------------

@@ -125,7 +125,7 @@ def _select(samples: list[Sample], s: RobustnessSettings) -> tuple[list[Sample],
 def run_robustness(s: RobustnessSettings, progress: Progress | None = None) -> RobustnessRun:
     """Score clean and attacked transcripts, calibrate, count flips; write the run folder
     (see the module docstring). Any backend and engine; a probe head needs hidden states."""
-    from calimon.models import resolve_model
+    from calimon.backends import model_for
 
     unknown = [a for a in s.attacks if a not in ATTACKS]
     if unknown or not s.attacks:
@@ -133,8 +133,8 @@ def run_robustness(s: RobustnessSettings, progress: Progress | None = None) -> R
                          field="attack")
     if not 0.0 < s.far < 1.0:
         raise InputError(f"expected a rate in (0, 1), got {s.far}", field="far")
-    resolved = resolve_model(s.model)
     spec = s.monitor_spec(s.model, s.prompt, s.monitor_readout)
+    resolved = model_for(spec)
     engine = s.engine_settings()
     evaluate, fit = _select(load_benchmark(s.benchmark), s)
     attacked = attack_all(evaluate, s.attacks)
