@@ -100,8 +100,8 @@ def check_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
 def backend_options(backend: str, *, device: str = "auto", batch_tokens: int = 8192,
                     base_url: str | None = None, served_model: str | None = None,
                     top_logprobs: int | None = None, concurrency: int = 8,
-                    kv_cache_gib: int | None = None, threads: int | None = None
-                    ) -> dict[str, Any]:
+                    kv_cache_gib: int | None = None, threads: int | None = None,
+                    prefill: str | None = None) -> dict[str, Any]:
     """A backend's options (MonitorSpec.options) from the command-line settings that apply to
     it; every study's `--backend` flags pass through here. A plugin backend gets none."""
     if backend == "transformers":
@@ -123,6 +123,8 @@ def backend_options(backend: str, *, device: str = "auto", batch_tokens: int = 8
         opts = {"concurrency": concurrency}
         if base_url:
             opts["base_url"] = base_url
+        if prefill:
+            opts["prefill"] = prefill
         if served_model:
             opts["served_model"] = served_model
         if top_logprobs:

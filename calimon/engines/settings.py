@@ -30,10 +30,11 @@ class BackendSettings:
     device: str = "auto"  # transformers backend
     batch_tokens: int = 8192  # transformers backend
     threads: int | None = None  # transformers backend: torch CPU threads
-    base_url: str | None = None  # http backend
-    served_model: str | None = None  # http backend
+    base_url: str | None = None  # http and chat backends
+    served_model: str | None = None  # http and chat backends
     top_logprobs: int | None = None  # vllm and http backends
-    concurrency: int = 8  # http backend
+    concurrency: int = 8  # http and chat backends
+    prefill: str | None = None  # chat backend: none or continue_final_message
     kv_cache_gib: int | None = None  # vllm backend (whole GiB)
     engine: str = "local"  # local, or ray
     ray_address: str | None = None  # ray engine: an existing cluster (None: a local one)
@@ -44,7 +45,8 @@ class BackendSettings:
         opts = backend_options(self.backend, device=self.device, batch_tokens=self.batch_tokens,
                                base_url=self.base_url, served_model=self.served_model,
                                top_logprobs=self.top_logprobs, concurrency=self.concurrency,
-                               kv_cache_gib=self.kv_cache_gib, threads=self.threads)
+                               kv_cache_gib=self.kv_cache_gib, threads=self.threads,
+                               prefill=self.prefill)
         return MonitorSpec(model=model, backend=self.backend, prompt=prompt, readout=readout,
                            options=opts)
 
