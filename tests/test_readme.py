@@ -6,7 +6,8 @@ why: heavy `calimon curve` lines get small limits appended (``LIMITS``, or ``DEP
 for the runs the deployment commands read: the last value of an
 option wins); the placeholder ``/path/to/hf/folder`` becomes the embedded model's converted
 folder; the served model at ``http://127.0.0.1:8000/v1`` becomes an in-process stand-in server
-(OpenAI-style completions with token-id logprobs); ``../shared/sources`` becomes the sources
+(OpenAI-style completions with token-id logprobs, and chat completions with token-string
+logprobs); ``../shared/sources`` becomes the sources
 folder calimon finds (``$CALIMON_SOURCES``, ...). Built benchmarks go to a temporary
 ``$CALIMON_DATA_DIR`` and no local weights are visible (``$CALIMON_MODELS_DIR``, ``$HF_HOME``
 empty), so a line documented to exit 2 without weights does. A command fails the test when it
@@ -103,6 +104,8 @@ class StandInServer:
 
     @staticmethod
     def answer(payload: dict) -> dict:
+        if "messages" in payload:
+            return StandInServer.chat_answer(payload)
         if payload["max_tokens"] > 1:
             return {"choices": [{"text": '{"misbehavior_detected": false}', "logprobs": None}]}
         ids = payload.get("logprob_token_ids") or [0]
@@ -112,6 +115,20 @@ class StandInServer:
         first = next(iter(top))
         return {"choices": [{"text": "x", "logprobs": {
             "tokens": [first], "token_logprobs": [top[first]], "top_logprobs": [top]}}]}
+
+    @staticmethod
+    def chat_answer(payload: dict) -> dict:
+        """A chat completion: `n` answers, Yes or No by the transcript's text, with top
+        log-probs when asked."""
+        seed = sum(map(ord, payload["messages"][-1]["content"]))
+        texts = ["Yes" if (seed * (k + 1)) % 3 else "No" for k in range(payload.get("n", 1))]
+        choices = [{"message": {"role": "assistant", "content": t}} for t in texts]
+        if payload.get("logprobs"):
+            top = [{"token": "Yes", "logprob": -0.2 - (seed % 13) / 10},
+                   {"token": "No", "logprob": -0.4 - (seed % 7) / 10}]
+            choices[0]["logprobs"] = {"content": [{"token": "Yes", "logprob": -0.2,
+                                                   "top_logprobs": top}]}
+        return {"choices": choices, "usage": {"prompt_tokens": 300, "completion_tokens": 1}}
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -163,7 +180,8 @@ def test_demo_then_every_usage_command_runs_in_order(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                CALIMON_DATA_DIR=str(tmp_path / "data"),
-               CALIMON_MODELS_DIR=str(tmp_path / "no-models"), HF_HOME=str(tmp_path / "hf"))
+               CALIMON_MODELS_DIR=str(tmp_path / "no-models"), HF_HOME=str(tmp_path / "hf"),
+               CALIMON_API_JOURNAL=str(tmp_path / "api-journal.sqlite"))
     work = tmp_path / "work"
     work.mkdir()
     server = StandInServer()
