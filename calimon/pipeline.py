@@ -11,7 +11,7 @@ from pathlib import Path
 from calimon import __version__
 from calimon.backends import model_for
 from calimon.data.registry import load_benchmark
-from calimon.engines import MonitorSpec, RunSettings, Scorer
+from calimon.engines import MonitorSpec, RunSettings, Scorer, api_usage
 from calimon.errors import InputError
 from calimon.jsonio import dump_json, json_default
 from calimon.progress import Progress
@@ -90,14 +90,6 @@ def monitor_spec(s: CurveSettings) -> MonitorSpec:
     """The confidence monitor of a curve run, with its backend's options from the settings
     (the same factory `calimon score` uses)."""
     return s.spec()
-
-
-def api_usage(backend) -> dict:
-    """``{"api_usage": ...}`` for a backend behind a chat API (requests, journal hits, tokens,
-    cost), else ``{}``."""
-    from calimon.backends import Messages, supports
-
-    return {"api_usage": backend.usage} if supports(backend, Messages) else {}
 
 
 def run_curve(s: CurveSettings, progress: Progress | None = None,

@@ -311,3 +311,24 @@ def test_curve_through_server_faults_prints_no_traceback(tmp_path, monkeypatch):
         rows = st.get(key, [s.transcript_hash for s in toy_samples(3)])
     statuses = sorted(v.status for v in rows.values())
     assert statuses.count("ok") == 4 and statuses.count("error") == 2
+
+
+def test_score_reports_what_it_asked_of_the_api(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+    from calimon.samples import write_samples
+
+    monkeypatch.setenv("CALIMON_API_JOURNAL", str(tmp_path / "journal.sqlite"))
+    bench = write_samples(toy_samples(2), tmp_path / "toy.jsonl")
+    with FakeServer([(200, _by_content, 0.0)]) as srv:
+        res = CliRunner().invoke(app, [
+            "score", "--backend", "chat", "--base-url", srv.url, "--benchmark", str(bench),
+            "--store", str(tmp_path / "s.sqlite"), "--json", "--quiet"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert summary["backend"] == "chat" and summary["statuses"] == {"ok": 4}
+    assert summary["api_usage"]["requests"] == 4 and summary["model_revision"] == \
+        "api:smollm2-135m"

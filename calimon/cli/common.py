@@ -78,3 +78,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, rule: bool =
     if rule:
         lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def usage_line(usage: dict) -> str:
+    """One line on what a chat-API run asked for (and paid, when prices are known)."""
+    cost = usage.get("cost_usd")
+    return (f"API: {usage['requests']} requests ({usage['journal_hits']} answered from the "
+            f"journal, {usage['failed']} failed), {usage['prompt_tokens']} prompt tokens, "
+            f"{usage['completion_tokens']} completion tokens"
+            + (f", cost ${cost:.4f}" if cost is not None else ", cost unknown (no prices "
+               "in the model config)"))

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from calimon.cli.common import cli_errors, progress_factory
+from calimon.cli.common import cli_errors, progress_factory, usage_line
 from calimon.cli.options import (
     BACKEND,
     DEFAULT_BENCHMARK,
@@ -118,16 +118,6 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
     typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, curve.png, curves_by_group.png, "
                "reliability.png, groups.md"
                + (", calibration/" if (run.out / "calibration").is_dir() else ""))
-
-
-def usage_line(usage: dict) -> str:
-    """One line on what a chat-API run asked for (and paid, when prices are known)."""
-    cost = usage.get("cost_usd")
-    return (f"API: {usage['requests']} requests ({usage['journal_hits']} answered from the "
-            f"journal, {usage['failed']} failed), {usage['prompt_tokens']} prompt tokens, "
-            f"{usage['completion_tokens']} completion tokens"
-            + (f", cost ${cost:.4f}" if cost is not None else ", cost unknown (no prices "
-               "in the model config)"))
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from calimon.cli.common import cli_errors, progress_factory
+from calimon.cli.common import cli_errors, progress_factory, usage_line
 from calimon.cli.options import (
     BACKEND,
     DEFAULT_BENCHMARK,
@@ -81,6 +81,8 @@ def score_cmd(
     typer.echo(f"{summary['samples']} samples: {summary['scored']} scored, {summary['reused']} "
                f"from the store; model calls {summary['model_calls']}; statuses "
                f"{summary['statuses']}")
+    if summary.get("api_usage"):
+        typer.echo(usage_line(summary["api_usage"]))
     if export:
         typer.echo(f"wrote {export}")
 

@@ -89,7 +89,16 @@ def score_benchmark(settings: RunSettings, *, chunk_size: int = 32,
             "engine": settings.engine, "backend": settings.backend, "model": monitor.key.model,
             "model_revision": monitor.key.model_revision, "prompt": prompt,
             "template_hash": monitor.key.template_hash, "readout": readout,
-            "store": str(store), "export": str(export) if export else None}
+            "store": str(store), "export": str(export) if export else None,
+            **api_usage(monitor.backend)}
+
+
+def api_usage(backend) -> dict[str, Any]:
+    """``{"api_usage": ...}`` for a backend behind a chat API (requests, journal hits, failed
+    requests, tokens, cost), else ``{}``."""
+    from calimon.backends import Messages, supports
+
+    return {"api_usage": backend.usage} if supports(backend, Messages) else {}
 
 
 EXPORT_SAMPLE_FIELDS = ("id", "pair_id", "label", "category", "task", "split", "source")
