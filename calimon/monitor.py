@@ -42,9 +42,10 @@ class Monitor:
         """The run-store key of this monitor's readings (model revision, prompt, template hash,
         readout)."""
         ref = self.backend.model_ref
+        # a chat API renders the messages itself: its prompts are keyed apart ("messages")
+        fmt = "messages" if supports(self.backend, Messages) else prompt_format_of(self.backend)
         return MonitorKey(ref.name, ref.revision, self.prompt.name,
-                          self.prompt.template_hash(self.readout, prompt_format_of(self.backend)),
-                          self.readout)
+                          self.prompt.template_hash(self.readout, fmt), self.readout)
 
     @property
     def encoder(self) -> PromptEncoder:

@@ -283,12 +283,7 @@ def encoder_for(backend, template: PromptTemplate, readout: str, max_input_token
 
 
 def prompt_format_of(backend) -> str:
-    """The ``prompt_format`` of the backend's model config (``chat`` when it has none), or
-    ``messages`` for a backend that takes chat messages (the API renders them itself)."""
-    from calimon.backends.base import Messages, supports
-
-    if supports(backend, Messages):
-        return "messages"
+    """The ``prompt_format`` of the backend's model config (``chat`` when it has none)."""
     ref = getattr(backend, "model_ref", None)
     return getattr(getattr(ref, "config", None), "prompt_format", "chat")
 
