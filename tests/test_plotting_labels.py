@@ -113,6 +113,21 @@ def test_curve_png_labels_clear_of_each_other_markers_and_title(tmp_path, saved)
                 title="a long title over the crowded corner of the axes")
     clashes = _clashes(saved[-1], CROWDED_OPS, CROWDED_BINARY)
     assert not clashes, "; ".join(clashes)
+    # the rest of the figure is as before: one legend row per series and binary point
+    legend = [t.get_text() for t in saved[-1].axes[0].get_legend().texts]
+    assert legend[0].startswith("all (calibrated) (AUROC") and legend[1:] == [
+        "binary/direct (binary, 2 parse failures)", "binary/evidence (binary, 1 parse failures)"]
+
+
+def test_curve_png_label_without_room_is_listed_under_the_axes(tmp_path, saved):
+    from calimon.plotting.curve import plot_curves
+
+    long = OperatingPoint("FAR<=1% " + "x" * 300, 0.9, 0.5, 0.5, 1, 1, 1, 1)
+    plot_curves(tmp_path / "curve.png", {"all": _weak_curve()}, operating_points=[long])
+    fig = saved[-1]
+    assert not [t for t in fig.axes[0].texts if t.get_text().startswith("FAR<=1%")]
+    [note] = [t.get_text() for t in fig.texts]
+    assert note == f"no room on the axes for: {long.name} t=0.9"
 
 
 def test_report_curve_png_labels_clear(tmp_path, saved):

@@ -41,3 +41,22 @@ def test_placer_returns_no_box_when_there_is_no_room():
 def test_placer_refuses_mismatched_inputs():
     with pytest.raises(ValueError, match="one size per anchor"):
         place_labels([(0, 0)], [], bounds=Box(0, 0, 1, 1))
+
+
+def test_placer_on_random_crowds_never_overlaps():
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    bounds = Box(0, 0, 400, 300)
+    for _ in range(30):
+        n = int(rng.integers(2, 12))
+        anchors = [tuple(v) for v in rng.uniform(0, [400, 300], (n, 2))]
+        sizes = [tuple(v) for v in rng.uniform([15, 8], [80, 25], (n, 2))]
+        obstacles = [Box(x - 4, y - 4, x + 4, y + 4) for x, y in anchors]
+        placed = place_labels(anchors, sizes, bounds=bounds, obstacles=obstacles)
+        boxes = [p.box for p in placed if p.box is not None]
+        assert len(boxes) == n  # plenty of room here: every label is placed
+        for b, (w, h) in zip(boxes, sizes, strict=True):
+            assert b.within(bounds) and abs(b.x1 - b.x0 - w) < 1e-9 and abs(b.y1 - b.y0 - h) < 1e-9
+            assert not any(b.overlaps(o) for o in obstacles)
+        assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
