@@ -41,6 +41,8 @@ def test_placer_returns_no_box_when_there_is_no_room():
 def test_placer_refuses_mismatched_inputs():
     with pytest.raises(ValueError, match="one size per anchor"):
         place_labels([(0, 0)], [], bounds=Box(0, 0, 1, 1))
+    with pytest.raises(ValueError, match="finite"):
+        place_labels([(float("nan"), 0)], [(1, 1)], bounds=Box(0, 0, 1, 1))
 
 
 def test_placer_on_random_crowds_never_overlaps():

@@ -83,11 +83,14 @@ def _label_operating(fig: Any, ax: Any, points: Sequence[OperatingPoint],
                      obstacles: Sequence[Any]) -> None:
     """Label each operating point where the label overlaps no other label, marker, the
     legend or the title and stays inside the axes; a label with no room anywhere on the axes
-    is listed in the figure's bottom-left corner instead."""
+    is listed in the figure's bottom-left corner instead. A point with an undefined rate has
+    no dot and no label (as before)."""
     from calimon.plotting.labels import annotate_free
 
     items = []
     for p in points:
+        if not (math.isfinite(p.far) and math.isfinite(p.mr)):
+            continue
         thr = "inf" if math.isinf(p.threshold) else f"{p.threshold:.3g}"
         items.append((f"{p.name}\nt={thr}", (p.far, p.mr)))
     drawn = annotate_free(ax, items, obstacles=[*obstacles, ax.get_legend()])

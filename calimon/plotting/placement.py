@@ -21,6 +21,7 @@ for the caller to show elsewhere; it is never drawn on top of something.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -123,6 +124,8 @@ def place_labels(anchors: Sequence[tuple[float, float]], sizes: Sequence[tuple[f
     if len(anchors) != len(sizes):
         raise ValueError(f"expected one size per anchor, got {len(sizes)} sizes for "
                          f"{len(anchors)} anchors")
+    if not all(math.isfinite(v) for xy in (*anchors, *sizes) for v in xy):
+        raise ValueError("expected finite anchors and sizes, got NaN or infinity")
     taken = [b.grown(pad) for b in obstacles]
     out = []
     for (x, y), (w, h) in zip(anchors, sizes, strict=True):

@@ -201,7 +201,8 @@ def _operating_marks(f: Frame, operating_points: Sequence[dict], obstacles: Sequ
     out = []
     spots: dict[tuple[float, float], list[dict]] = {}
     for p in operating_points:
-        if p.get("mr") is not None and p.get("far") is not None:
+        if p.get("mr") is not None and p.get("far") is not None and math.isfinite(
+                p["mr"]) and math.isfinite(p["far"]):
             spots.setdefault((p["far"], p["mr"]), []).append(p)
     for (far, mr), pts in spots.items():
         tip = "; ".join(
