@@ -85,7 +85,7 @@ def _label_operating(fig: Any, ax: Any, points: Sequence[OperatingPoint],
     legend or the title and stays inside the axes; a label with no room anywhere on the axes
     is listed in the figure's bottom-left corner instead. A point with an undefined rate has
     no dot and no label (as before)."""
-    from calimon.plotting.labels import annotate_free
+    from calimon.plotting.labels import annotate_free, list_left_out
 
     items = []
     for p in points:
@@ -94,11 +94,8 @@ def _label_operating(fig: Any, ax: Any, points: Sequence[OperatingPoint],
         thr = "inf" if math.isinf(p.threshold) else f"{p.threshold:.3g}"
         items.append((f"{p.name}\nt={thr}", (p.far, p.mr)))
     drawn = annotate_free(ax, items, obstacles=[*obstacles, ax.get_legend()])
-    left_out = [text.replace("\n", " ") for (text, _), a in zip(items, drawn, strict=True)
-                if a is None]
-    if left_out:
-        fig.text(0.005, 0.005, "no room on the axes for: " + "; ".join(left_out), fontsize=6,
-                 ha="left", va="bottom")
+    list_left_out(fig, [text.replace("\n", " ") for (text, _), a in
+                        zip(items, drawn, strict=True) if a is None])
 
 
 def plot_curves(path: str | Path, curves: Mapping[str, Curve],

@@ -14,7 +14,7 @@ from typing import Any
 
 from calimon.plotting.placement import AROUND, Box, place_labels
 
-__all__ = ["annotate_free", "box_of"]
+__all__ = ["annotate_free", "box_of", "list_left_out"]
 
 LEADER = {"arrowstyle": "-", "color": "0.35", "linewidth": 0.6, "shrinkA": 1, "shrinkB": 3}
 
@@ -67,3 +67,11 @@ def annotate_free(ax: Any, items: Sequence[tuple[str, tuple[float, float]]], *,
                                textcoords="offset pixels", annotation_clip=False,
                                arrowprops=dict(LEADER) if p.leader else None, **style))
     return out
+
+
+def list_left_out(fig: Any, texts: Sequence[str]) -> None:
+    """Name the labels that :func:`annotate_free` found no room for (None entries) in the
+    figure's bottom-left corner, so that none is silently dropped."""
+    if texts:
+        fig.text(0.005, 0.005, "no room on the axes for: " + "; ".join(texts), fontsize=6,
+                 ha="left", va="bottom")

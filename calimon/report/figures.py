@@ -208,16 +208,13 @@ def _label_thresholds(fig: Any, ax: Any, shown: list[tuple[str, float]]) -> None
     """Each threshold's name, vertical, at the top of its line (right of it, else left of
     it), where it overlaps no other name, the legend or the title and stays inside the axes;
     a name with no room on the axes is listed in the figure's bottom-left corner."""
-    from calimon.plotting.labels import annotate_free
+    from calimon.plotting.labels import annotate_free, list_left_out
 
     top = ax.get_ylim()[1]
     drawn = annotate_free(ax, [(name, (t, top)) for name, t in shown], rotation=90,
                           obstacles=[ax.get_legend()], gap_points=1.5,
                           around=((1, -1), (-1, -1)))
-    left_out = [name for (name, _), a in zip(shown, drawn, strict=True) if a is None]
-    if left_out:
-        fig.text(0.005, 0.005, "no room on the axes for: " + "; ".join(left_out), fontsize=6,
-                 ha="left", va="bottom")
+    list_left_out(fig, [name for (name, _), a in zip(shown, drawn, strict=True) if a is None])
 
 
 __all__ = ["PNG_NAMES", "Figures", "binary_by_group", "plot_groups", "plot_scores",
