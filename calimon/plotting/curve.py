@@ -52,28 +52,50 @@ def _draw_curve(ax: Any, name: str, curve: Curve, color: Any, linewidth: float =
 
 
 def _draw_binary(ax: Any, i: int, p: BinaryPoint, color: Any = None,
-                 name: str | None = None) -> None:
-    """Marker ``i``; ``color`` default: a colour of its own; ``name`` default: the point's."""
+                 name: str | None = None) -> list[Any]:
+    """Marker ``i``; ``color`` default: a colour of its own; ``name`` default: the point's.
+    Returns the artists drawn on the axes (marker, bars, caps; none for an undefined point,
+    which is a legend entry only)."""
     label = f"{name or p.name} (binary"
     if p.n_parse_failure:
         label += f", {p.n_parse_failure} parse failures"
     if math.isnan(p.mr) or math.isnan(p.far):
         ax.plot([], [], linestyle="none", marker=_MARKERS[i % len(_MARKERS)],
                 color=color or "black", label=label + ", undefined on parsed samples)")
-        return
+        return []
     # Bars span failures-counted-as-passed to failures-counted-as-flagged.
     xerr = [[p.far - p.far_lo], [p.far_hi - p.far]]
     yerr = [[p.mr - p.mr_lo], [p.mr_hi - p.mr]]
-    ax.errorbar([p.far], [p.mr], xerr=xerr, yerr=yerr, marker=_MARKERS[i % len(_MARKERS)],
-                markersize=7, color=color or f"C{(i + 5) % 10}", markeredgecolor="black",
-                capsize=3, linestyle="none", label=label + ")", zorder=5)
+    bars = ax.errorbar([p.far], [p.mr], xerr=xerr, yerr=yerr,
+                       marker=_MARKERS[i % len(_MARKERS)], markersize=7,
+                       color=color or f"C{(i + 5) % 10}", markeredgecolor="black", capsize=3,
+                       linestyle="none", label=label + ")", zorder=5)
+    line, caps, cols = bars.lines
+    return [line, *caps, *cols]
 
 
-def _draw_operating(ax: Any, p: OperatingPoint) -> None:
-    ax.plot([p.far], [p.mr], marker="o", markersize=5, color="black", zorder=6)
-    thr = "inf" if math.isinf(p.threshold) else f"{p.threshold:.3g}"
-    ax.annotate(f"{p.name}\nt={thr}", (p.far, p.mr), xytext=(6, 6),
-                textcoords="offset points", fontsize=7)
+def _draw_operating(ax: Any, p: OperatingPoint) -> Any:
+    """The point's dot; its label is placed later, once the layout is final."""
+    return ax.plot([p.far], [p.mr], marker="o", markersize=5, color="black", zorder=6)[0]
+
+
+def _label_operating(fig: Any, ax: Any, points: Sequence[OperatingPoint],
+                     obstacles: Sequence[Any]) -> None:
+    """Label each operating point where the label overlaps no other label, marker, the
+    legend or the title and stays inside the axes; a label with no room anywhere on the axes
+    is listed in the figure's bottom-left corner instead. A point with an undefined rate has
+    no dot and no label (as before)."""
+    from calimon.plotting.labels import annotate_free, list_left_out
+
+    items = []
+    for p in points:
+        if not (math.isfinite(p.far) and math.isfinite(p.mr)):
+            continue
+        thr = "inf" if math.isinf(p.threshold) else f"{p.threshold:.3g}"
+        items.append((f"{p.name}\nt={thr}", (p.far, p.mr)))
+    drawn = annotate_free(ax, items, obstacles=[*obstacles, ax.get_legend()])
+    list_left_out(fig, [text.replace("\n", " ") for (text, _), a in
+                        zip(items, drawn, strict=True) if a is None])
 
 
 def plot_curves(path: str | Path, curves: Mapping[str, Curve],
@@ -87,14 +109,14 @@ def plot_curves(path: str | Path, curves: Mapping[str, Curve],
     ax = fig.add_subplot()
     for i, (name, curve) in enumerate(curves.items()):
         _draw_curve(ax, name, curve, f"C{i % 10}")
-    for i, p in enumerate(binary_points):
-        _draw_binary(ax, i, p)
-    for p in operating_points:
-        _draw_operating(ax, p)
+    marks = [a for i, p in enumerate(binary_points) for a in _draw_binary(ax, i, p)]
+    marks += [_draw_operating(ax, p) for p in operating_points]
     _axes_style(ax)
     ax.set_title(title or "miss rate vs false-alarm rate")
     ax.legend(fontsize=7, loc="upper right")
-    return _save(fig, path)
+    fig.tight_layout()
+    _label_operating(fig, ax, operating_points, marks)
+    return _save(fig, path, layout=False)
 
 
 def plot_comparison(path: str | Path,
@@ -163,9 +185,10 @@ def plot_curve_grid(path: str | Path, curves_by_group: Mapping[str, Curve], ncol
     return _save(fig, path)
 
 
-def _save(fig: Any, path: str | Path) -> Path:
+def _save(fig: Any, path: str | Path, layout: bool = True) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if layout:
+        fig.tight_layout()
     fig.savefig(path, format="png")
     return path

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -188,20 +189,32 @@ def plot_scores(path: Path, scores: np.ndarray, labels: np.ndarray, *,
     ax.hist([scores[~labels], scores[labels]], bins=edges, color=["#1f77b4", "#d62728"],
             label=[f"benign (n={int((~labels).sum())})",
                    f"misbehaving (n={int(labels.sum())})"])
-    for name, t in markers:
-        if t is not None and 0.0 <= t <= 1.0:
-            ax.axvline(t, color="black", linestyle="--", linewidth=0.8)
-            ax.annotate(name, (t, ax.get_ylim()[1]), rotation=90, fontsize=7, va="top",
-                        xytext=(2, -2), textcoords="offset points")
+    shown = [(name, t) for name, t in markers if t is not None and 0.0 <= t <= 1.0]
+    for _, t in shown:
+        ax.axvline(t, color="black", linestyle="--", linewidth=0.8)
     ax.set_xlim(0, 1)
     ax.set_xlabel("calibrated score")
     ax.set_ylabel("samples")
     ax.set_title(title or "score distribution", fontsize=9)
     ax.legend(fontsize=7, loc="upper center")
     fig.tight_layout()
+    _label_thresholds(fig, ax, shown)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
     return path
+
+
+def _label_thresholds(fig: Any, ax: Any, shown: list[tuple[str, float]]) -> None:
+    """Each threshold's name, vertical, at the top of its line (right of it, else left of
+    it), where it overlaps no other name, the legend or the title and stays inside the axes;
+    a name with no room on the axes is listed in the figure's bottom-left corner."""
+    from calimon.plotting.labels import annotate_free, list_left_out
+
+    top = ax.get_ylim()[1]
+    drawn = annotate_free(ax, [(name, (t, top)) for name, t in shown], rotation=90,
+                          obstacles=[ax.get_legend()], gap_points=1.5,
+                          around=((1, -1), (-1, -1)))
+    list_left_out(fig, [name for (name, _), a in zip(shown, drawn, strict=True) if a is None])
 
 
 __all__ = ["PNG_NAMES", "Figures", "binary_by_group", "plot_groups", "plot_scores",

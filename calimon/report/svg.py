@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from calimon.curves import Curve
+from calimon.report.svg_labels import place_svg_labels, text_box
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#17becf", "#7f7f7f", "#bcbd22")
@@ -191,25 +192,59 @@ def _binary_marks(f: Frame, binary_points: Sequence[dict]
     return out, rows
 
 
-def _operating_marks(f: Frame, operating_points: Sequence[dict]) -> list[str]:
+def _operating_marks(f: Frame, operating_points: Sequence[dict], obstacles: Sequence[tuple[
+        float, float, float, float]] = ()) -> tuple[list[str], list[tuple[str, str, str]]]:
     """Operating points as labelled dots; points that coincide (e.g. FAR<=1% and FAR<=5% on a
-    coarse curve) share one dot and one label."""
+    coarse curve) share one dot and one label. Each label goes where it overlaps no other
+    label, dot, ``obstacles`` box or the title and stays inside the axes (a leader line joins
+    a label put away from its dot); a label with no room on the axes becomes a legend row."""
     out = []
     spots: dict[tuple[float, float], list[dict]] = {}
     for p in operating_points:
-        if p.get("mr") is not None and p.get("far") is not None:
+        if p.get("mr") is not None and p.get("far") is not None and math.isfinite(
+                p["mr"]) and math.isfinite(p["far"]):
             spots.setdefault((p["far"], p["mr"]), []).append(p)
     for (far, mr), pts in spots.items():
-        cx, cy = f.x(far), f.y(mr)
         tip = "; ".join(
             f"{p['name']}: threshold "
             f"{'inf' if p.get('threshold') is None else format(p['threshold'], '.3g')}, "
             f"MR {_num(p['mr'])}, FAR {_num(p['far'])}, TP {p['tp']} FP {p['fp']} "
             f"TN {p['tn']} FN {p['fn']}" for p in pts)
-        out.append(f'<circle class="cm-op" cx="{_n(cx)}" cy="{_n(cy)}" r="3.5" fill="#000">'
-                   f'<title>{escape(tip)}</title></circle>')
-        out.append(f'<text x="{_n(cx + 5)}" y="{_n(cy - 5)}" font-size="9" fill="#000">'
-                   f'{escape(", ".join(p["name"] for p in pts))}</text>')
+        out.append(f'<circle class="cm-op" cx="{_n(f.x(far))}" cy="{_n(f.y(mr))}" r="3.5" '
+                   f'fill="#000"><title>{escape(tip)}</title></circle>')
+    dots = [(f.x(far), f.y(mr)) for far, mr in spots]
+    names = [", ".join(p["name"] for p in pts) for pts in spots.values()]
+    placed = place_svg_labels([(t, 9, d) for t, d in zip(names, dots, strict=True)],
+                              bounds=(f.x(f.x0), f.y(f.y1), f.x(f.x1), f.y(f.y0)),
+                              obstacles=[*obstacles, *((x - 4, y - 4, x + 4, y + 4)
+                                                       for x, y in dots)])
+    rows = []
+    for text, lab in zip(names, placed, strict=True):
+        if lab is None:
+            rows.append(("#000", f"{text}: no room on the axes", "dot"))
+            continue
+        if lab.leader is not None:
+            x1, y1, x2, y2 = lab.leader
+            out.append(f'<line class="cm-op-leader" x1="{_n(x1)}" y1="{_n(y1)}" '
+                       f'x2="{_n(x2)}" y2="{_n(y2)}" stroke="#555" stroke-width="0.8"/>')
+        out.append(f'<text class="cm-op-label" x="{_n(lab.x)}" y="{_n(lab.baseline)}" '
+                   f'font-size="9" fill="#000">{escape(text)}</text>')
+    return out, rows
+
+
+def _binary_boxes(f: Frame, binary_points: Sequence[dict]
+                  ) -> list[tuple[float, float, float, float]]:
+    """Boxes ``(left, top, right, bottom)`` of the binary points' diamonds and bars."""
+    out = []
+    for b in binary_points:
+        if b.get("mr") is None or b.get("far") is None:
+            continue
+        cx, cy = f.x(b["far"]), f.y(b["mr"])
+        out.append((cx - 7, cy - 7, cx + 7, cy + 7))
+        if b.get("far_lo") is not None and b.get("far_hi") is not None:
+            out.append((f.x(b["far_lo"]), cy - 1, f.x(b["far_hi"]), cy + 1))
+        if b.get("mr_lo") is not None and b.get("mr_hi") is not None:
+            out.append((cx - 1, f.y(b["mr_hi"]), cx + 1, f.y(b["mr_lo"])))
     return out
 
 
@@ -217,8 +252,17 @@ def curve_svg(series: Sequence[tuple[str, Curve]], *, binary_points: Sequence[di
               operating_points: Sequence[dict] = (), title: str = "", width: int = 460,
               height: int = 440, reference: Curve | None = None, legend: bool = True) -> str:
     """MR (y) against FAR (x): each curve with its band, binary points (bars span parse
-    failures counted as passed .. as flagged), operating points annotated."""
+    failures counted as passed .. as flagged), operating points annotated (labels placed
+    where they overlap nothing)."""
+    # The axes' pixels do not depend on the legend under them, so the labels are placed
+    # first and a label with no room on the axes becomes a legend row.
+    base = Frame(width, height)
+    title_box = text_box(title, 12 * 1.1, (base.x(base.x0) + base.x(base.x1)) / 2, 16,
+                         "middle")  # font-weight 600: about a tenth wider
+    marks, op_rows = _operating_marks(base, operating_points,
+                                      [title_box, *_binary_boxes(base, binary_points)])
     n_legend = len(series) + len(binary_points) if legend else 0
+    n_legend += len(op_rows)
     extra = 14 * n_legend + 10 if n_legend else 0
     # the legend goes under the axes: inside, it would hide curves and point labels
     f = Frame(width, height + extra, bottom=40 + extra)
@@ -228,9 +272,9 @@ def curve_svg(series: Sequence[tuple[str, Curve]], *, binary_points: Sequence[di
         out.append(_curve_path(f, reference, "#9a9a9a", 1.0, tip="all samples (reference)"))
     curves, rows = _series_marks(f, series)
     binary, binary_rows = _binary_marks(f, binary_points)
-    rows += binary_rows
-    out += curves + binary + _operating_marks(f, operating_points)
-    if legend and rows:
+    rows = (rows + binary_rows if legend else []) + op_rows
+    out += curves + binary + marks
+    if rows:
         out += _legend(f, rows, below=True)
     out.append("</svg>")
     return "\n".join(x for x in out if x)
@@ -252,6 +296,9 @@ def _legend(f: Frame, rows: Sequence[tuple[str, str, str]], below: bool = False
         if kind == "line":
             out.append(f'<line x1="{_n(x - w + 5)}" y1="{_n(yy - 3)}" x2="{_n(x - w + 19)}" '
                        f'y2="{_n(yy - 3)}" stroke="{color}" stroke-width="2"/>')
+        elif kind == "dot":
+            out.append(f'<circle cx="{_n(x - w + 12)}" cy="{_n(yy - 3)}" r="3.5" '
+                       f'fill="{color}"/>')
         else:
             cx = x - w + 12
             out.append(f'<polygon points="{_n(cx)},{_n(yy - 8)} {_n(cx + 5)},{_n(yy - 3)} '
