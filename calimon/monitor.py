@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from calimon.backends.base import Messages, Sampling, requires, supports
+from calimon.backends.base import Constrained, Messages, Sampling, requires, supports
+from calimon.decoding import Constraint, check_decoding, json_constraint
 from calimon.errors import CalimonError
 from calimon.prompts import PromptEncoder, PromptTemplate, encoder_for, prompt_format_of
 from calimon.readouts import answer_token_ids, binary_verdict, read_distribution, verbal_verdict
@@ -26,15 +27,25 @@ class Monitor:
     of the next token), ``json`` (P(true)), ``binary`` (a generated JSON decision), ``verbal``
     (a stated probability) or ``sampled`` (the share of Yes among sampled answers; backends
     with the `Sampling` capability). A backend that takes chat messages is scored by
-    `calimon.monitor_chat.score_messages`."""
+    `calimon.monitor_chat.score_messages`.
+
+    ``decoding`` (binary readout only): ``free`` (the paper's protocol) or ``json`` (the answer
+    held to the template's JSON schema, decoded from the json readout's prompt and prefix; see
+    `calimon.decoding`); needs a backend with the `Constrained` capability."""
 
     def __init__(self, backend, prompt: PromptTemplate, readout: str,
-                 max_input_tokens: int | None = None):
+                 max_input_tokens: int | None = None, decoding: str = "free"):
         self.backend = backend
         self.prompt = prompt
         self.readout = readout
         self.max_input_tokens = max_input_tokens
+        self.decoding = decoding
         prompt.format_for(readout)  # fail early on a readout the template lacks
+        check_decoding(decoding, readout)
+        self.constraint: Constraint | None = None
+        if decoding == "json":
+            requires(backend, Constrained, needed_for="--binary-decoding json")
+            self.constraint = json_constraint(prompt)
         self._encoder: PromptEncoder | None = None
 
     @property
@@ -44,17 +55,40 @@ class Monitor:
         ref = self.backend.model_ref
         # a chat API renders the messages itself: its prompts are keyed apart ("messages")
         fmt = "messages" if supports(self.backend, Messages) else prompt_format_of(self.backend)
+        decoding = self.constraint.describe() if self.constraint is not None else None
         return MonitorKey(ref.name, ref.revision, self.prompt.name,
-                          self.prompt.template_hash(self.readout, fmt), self.readout)
+                          self.prompt.template_hash(self.readout, fmt, decoding=decoding),
+                          self.readout)
 
     @property
     def encoder(self) -> PromptEncoder:
         """The prompt encoder for this readout, made on first use (input limit:
-        ``max_input_tokens``, else the model config's)."""
+        ``max_input_tokens``, else the model config's). Under json decoding: the json
+        readout's prompt, with room for the binary format's answer."""
         if self._encoder is None:
             limit = self.max_input_tokens or self.backend.model_ref.config.max_input_tokens
-            self._encoder = encoder_for(self.backend, self.prompt, self.readout, limit)
+            if self.constraint is not None:
+                self._encoder = encoder_for(self.backend, self.prompt, "json", limit,
+                                            self.generation_tokens)
+            else:
+                self._encoder = encoder_for(self.backend, self.prompt, self.readout, limit)
         return self._encoder
+
+    @property
+    def generation_tokens(self) -> int:
+        """The most tokens a generated readout may write (its format's ``max_new_tokens``)."""
+        return self.prompt.format_for(self.readout).max_new_tokens
+
+    def _generate(self, ids: list[list[int]]) -> list[str]:
+        """The answer text of each prompt: a greedy generation, held to the constraint (and
+        preceded by its prefix, which the prompt ends with) under json decoding."""
+        tok = self.backend.tokenizer
+        if self.constraint is None:
+            outputs = self.backend.generate(ids, self.generation_tokens)
+            return [tok.decode(o, skip_special_tokens=True) for o in outputs]
+        outputs = self.backend.generate(ids, self.generation_tokens, constraint=self.constraint)
+        return [self.constraint.prefix + tok.decode(o, skip_special_tokens=True)
+                for o in outputs]
 
     def score(self, samples: Sequence[Sample]) -> list[Verdict]:
         """One verdict per sample, in order, from one backend call (no store)."""
@@ -67,8 +101,7 @@ class Monitor:
         encoded = [self.encoder.encode(s.request, s.response) for s in samples]
         start = time.perf_counter()
         if self.readout in GENERATED:
-            outputs = self.backend.generate([e.ids for e in encoded],
-                                            self.encoder.fmt.max_new_tokens)
+            texts = self._generate([e.ids for e in encoded])
         else:
             logprobs = self.backend.next_token_logprobs([e.ids for e in encoded],
                                                         self.encoder.prefix_len)
@@ -80,8 +113,9 @@ class Monitor:
             common = dict(transcript_hash=s.transcript_hash, readout=self.readout,
                           tokens=len(e.ids), seconds=per_sample, truncation=trunc)
             if self.readout in GENERATED:
-                text = self.backend.tokenizer.decode(outputs[i], skip_special_tokens=True)
-                verdicts.append(GENERATED[self.readout](text, status, **common))
+                if self.constraint is not None:
+                    common["extra"] = {"decoding": self.decoding}
+                verdicts.append(GENERATED[self.readout](texts[i], status, **common))
             else:
                 pos, neg = answer_token_ids(self.backend.tokenizer, self.readout)
                 p_raw, p_pos, p_neg, mass = read_distribution(logprobs[i], pos, neg)

@@ -31,6 +31,8 @@ def score_messages(monitor, samples: Sequence[Sample]) -> list[Verdict]:
         replies = backend.complete(prompts, fmt.max_new_tokens,
                                    samples=fmt.samples or DEFAULT_SAMPLES,
                                    temperature=fmt.temperature or DEFAULT_TEMPERATURE)
+    elif monitor.constraint is not None:  # binary under json decoding: the schema enforced
+        replies = backend.complete(prompts, fmt.max_new_tokens, constraint=monitor.constraint)
     else:  # binary, verbal: one greedy answer
         replies = backend.complete(prompts, fmt.max_new_tokens)
     per_sample = (time.perf_counter() - start) / max(len(samples), 1)

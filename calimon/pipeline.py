@@ -27,10 +27,13 @@ ALL_METHODS = ("temperature", "platt", "isotonic", "histogram", "beta")
 class CurveSettings(RunSettings):
     """A curve run: the monitor, benchmark, budget, seed, store and backend/engine flags of
     `RunSettings`, plus which split is judged (``split``; None: every sample, cross-fitted),
-    where the maps are fitted (``fit_on``), the binary-protocol points, the calibration maps,
-    the bootstrap, the operating points and the output folder."""
+    where the maps are fitted (``fit_on``), the binary-protocol points (each prompt under each
+    of ``binary_decodings``: ``free``, the paper's protocol, and/or ``json``, the schema
+    enforced), the calibration maps, the bootstrap, the operating points and the output
+    folder."""
 
     binary_prompts: tuple[str, ...] = ("direct", "evidence")
+    binary_decodings: tuple[str, ...] = ("free",)
     binary_limit: int | None = None
     split: str | None = None
     fit_on: str = "calib"  # with a split: fit maps on "calib", or "crossfit" within the split
@@ -92,12 +95,28 @@ def monitor_spec(s: CurveSettings) -> MonitorSpec:
     return s.spec()
 
 
+def binary_label(prompt: str, decoding: str) -> str:
+    """The name of a binary point: the prompt, and the decoding when it is not ``free``
+    (``direct``, ``direct (json)``); drawn as ``binary/<label>``."""
+    return prompt if decoding == "free" else f"{prompt} ({decoding})"
+
+
+def binary_monitors(s: CurveSettings) -> list[tuple[str, str]]:
+    """(prompt, decoding) of every binary point of a run, checked before any scoring."""
+    from calimon.decoding import check_decoding
+
+    for decoding in s.binary_decodings:
+        check_decoding(decoding, "binary")
+    return [(name, d) for name in s.binary_prompts for d in dict.fromkeys(s.binary_decodings)]
+
+
 def run_curve(s: CurveSettings, progress: Progress | None = None,
               log: Callable[[str], None] = lambda m: None) -> CurveRun:
     """`calimon curve`: score the evaluated (and fit) samples through the scoring service
     (local or Ray engine; the store's readings are reused), score the binary-protocol
     prompts on whole pairs, then calibrate, sweep thresholds and write the run folder."""
     spec = monitor_spec(s)
+    binary_monitors(s)  # an unknown decoding fails before any work
     resolved = model_for(spec)  # first: a missing model fails before any other work
     backend = spec.build_backend()  # then a bad backend name or option (no weights load here)
     engine = s.engine_settings()
@@ -114,12 +133,14 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
             readings = scorer.score(evaluate + fit, main, label=f"{s.prompt}/{s.readout}")
             binary_set = (select_pairs(evaluate, s.binary_limit, s.seed)
                           if s.binary_prompts else [])
-            binary_readings = {}
-            for name in s.binary_prompts:
-                monitor = scorer.monitor(name, "binary")
+            binary_readings, binary_hashes = {}, {}
+            for name, decoding in binary_monitors(s):
+                monitor = scorer.monitor(name, "binary", decoding)
+                label = binary_label(name, decoding)
                 todo += scorer.todo(binary_set, monitor)
-                binary_readings[name] = scorer.score(binary_set, monitor,
-                                                     label=f"{name}/binary")
+                binary_hashes[label] = monitor.key.template_hash
+                binary_readings[label] = scorer.score(binary_set, monitor,
+                                                      label=f"{label}/binary")
             model_calls = scorer.model_calls
             timing = {"scoring_seconds": time.perf_counter() - started, "scored": todo,
                       "model_calls": model_calls, **api_usage(backend)}
@@ -133,12 +154,14 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
         provenance={"model": resolved.name, "model_revision": resolved.revision,
                     "model_path": str(resolved.path), "backend": s.backend,
                     "prompt": s.prompt, "template_hash": main.key.template_hash,
-                    "readout": s.readout, "benchmark": s.benchmark,
+                    "readout": s.readout, "binary_template_hashes": binary_hashes,
+                    "benchmark": s.benchmark,
                     "dataset_hash": dataset_hash(evaluate + fit),
                     "calimon_version": __version__, "store": str(s.store),
                     "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
     return CurveRun(out=out, summary=summary, model_calls=model_calls)
 
 
-__all__ = ["ALL_METHODS", "CurveRun", "CurveSettings", "Progress", "default_out", "dump_json",
+__all__ = ["ALL_METHODS", "CurveRun", "CurveSettings", "Progress", "binary_label",
+           "binary_monitors", "default_out", "dump_json",
            "json_default", "monitor_spec", "run_curve", "status_counts", "usable"]

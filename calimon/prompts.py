@@ -87,12 +87,17 @@ class PromptTemplate(BaseModel):
     end_marker: str
     formats: dict[str, ReadoutFormat]
 
-    def template_hash(self, readout: str, prompt_format: str = "chat") -> str:
+    def template_hash(self, readout: str, prompt_format: str = "chat",
+                      decoding: dict | None = None) -> str:
         """Identifies exactly what the model is shown for this readout (store key part); a
-        non-chat ``prompt_format`` (``plain``, or ``messages`` for a chat API) and a derived
-        readout's format are part of the hash (the hashes of other readouts are unchanged)."""
+        non-chat ``prompt_format`` (``plain``, or ``messages`` for a chat API), a derived
+        readout's format and a constrained ``decoding`` (`calimon.decoding.Constraint.describe`)
+        are part of the hash (the hashes of other readouts, and of free decoding, are
+        unchanged)."""
         parts = [self.model_dump(exclude_none=True), readout] + \
             ([prompt_format] if prompt_format != "chat" else [])
+        if decoding is not None:
+            parts.append(decoding)
         if readout not in self.formats and readout in DERIVED_READOUTS:
             parts.append(self.format_for(readout).model_dump(exclude_none=True))
         payload = json.dumps(parts, sort_keys=True).encode()

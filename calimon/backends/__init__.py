@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from calimon.backends.base import (
     Backend,
     CapabilityError,
+    Constrained,
     HiddenStates,
     LocalWeights,
     Messages,
@@ -58,6 +59,7 @@ def supports_class(cls: type, capability: type) -> bool:
     return capability in getattr(cls, "capabilities", frozenset())
 
 
-__all__ = ["BACKENDS", "OPTIONS", "Backend", "BackendSpec", "CapabilityError", "HiddenStates",
+__all__ = ["BACKENDS", "OPTIONS", "Backend", "BackendSpec", "CapabilityError", "Constrained",
+           "HiddenStates",
            "LocalWeights", "Messages", "Sampling", "backend_class", "backend_options", "backends_with", "build_backend",
            "check_options", "model_for", "requires", "supports"]

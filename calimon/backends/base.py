@@ -49,7 +49,10 @@ class Backend(Protocol):
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int
                  ) -> list[list[int]]:
-        """Greedy continuation of each prompt, stopping at end of turn (stop token dropped)."""
+        """Greedy continuation of each prompt, stopping at end of turn (stop token dropped).
+        A backend with the `Constrained` capability also takes ``constraint=`` (a
+        `calimon.decoding.Constraint`): what it generates then matches the constraint's
+        regex (or, for a chat API, its JSON schema)."""
         ...
 
     def close(self) -> None:
@@ -104,12 +107,19 @@ class Messages(Protocol):
         ...
 
 
+class Constrained(Protocol):
+    """Capability: generation held to a `calimon.decoding.Constraint` (``generate(...,
+    constraint=...)``, or ``complete(..., constraint=...)`` on a chat API): the binary
+    protocol's ``json`` decoding."""
+
+
 class Sampling(Protocol):
     """Capability: the backend draws several answers at a temperature (the sampled readout)."""
 
 
 CAPABILITY_NAMES: dict[type, str] = {HiddenStates: "hidden states", LocalWeights: "local weights",
-                                     Messages: "chat messages", Sampling: "sampled answers"}
+                                     Messages: "chat messages", Sampling: "sampled answers",
+                                     Constrained: "constrained decoding"}
 
 
 class CapabilityError(InputError):
@@ -145,5 +155,6 @@ def requires(backend: Backend, capability: type, *, needed_for: str = "this stud
                           f"backend does not provide; {instead}", field="backend")
 
 
-__all__ = ["Backend", "BackendBase", "CAPABILITY_NAMES", "CapabilityError", "HiddenStates",
+__all__ = ["Backend", "BackendBase", "CAPABILITY_NAMES", "CapabilityError", "Constrained",
+           "HiddenStates",
            "LocalWeights", "Messages", "Sampling", "requires", "supports"]

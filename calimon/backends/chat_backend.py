@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from calimon.backends.base import BackendBase, CapabilityError, Messages, Sampling
+from calimon.backends.base import BackendBase, CapabilityError, Constrained, Messages, Sampling
 from calimon.backends.http_client import DEFAULT_KEY_ENVS, JsonClient, RequestFailed
 from calimon.backends.journal import Journal, request_key
 from calimon.errors import BackendError, InputError
@@ -57,7 +57,7 @@ class ChatBackend(BackendBase):
     from the model config's ``api:`` block (`calimon.models.ApiConfig`)."""
 
     name = "chat"
-    capabilities = frozenset({Messages, Sampling})
+    capabilities = frozenset({Messages, Sampling, Constrained})
 
     def __init__(self, model: ResolvedModel, base_url: str | None = None, *,
                  served_model: str | None = None, api_key_env: str | None = None,
@@ -234,14 +234,22 @@ class ChatBackend(BackendBase):
                      if isinstance(t, dict) and isinstance(t.get("logprob"), int | float))
 
     def complete(self, prompts: Sequence[Any], max_tokens: int, *, samples: int = 1,
-                 temperature: float = 0.0) -> list:
+                 temperature: float = 0.0, constraint=None) -> list:
         """Per prompt, a `ChatReply` with ``samples`` generated answers (``n`` in one request;
-        an API that returns fewer is asked again for the rest), or its `RequestFailed`."""
+        an API that returns fewer is asked again for the rest), or its `RequestFailed`. With a
+        `calimon.decoding.Constraint`, its JSON schema goes in ``response_format`` (an API
+        that ignores the field answers freely; see docs/backends.md)."""
+        fixed: dict[str, Any] = {}
+        if constraint is not None:
+            fixed["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "monitor_answer", "schema": constraint.schema, "strict": True}}
+
         def one(prompt) -> ChatReply:
             texts: list[str] = []
             counts = {"prompt_tokens": 0, "completion_tokens": 0}
             for attempt in range(samples):
-                fields: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature}
+                fields: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature,
+                                          **fixed}
                 if samples > 1:
                     fields["n"] = samples - len(texts)
                     if self.seed is not None:

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from calimon.backends.base import BackendBase
+from calimon.backends.base import BackendBase, Constrained
 from calimon.backends.http_client import JsonClient
 from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, InputError
@@ -57,10 +57,12 @@ class HTTPBackend(TokenIdVocab, BackendBase):
     name the server knows (default: the first one it lists at /v1/models). `answer_ids` asks
     for the answer forms by id (vLLM servers); a server that ignores it answers with its
     top-`top_logprobs` list, which the backend reads the same way. Options: `HTTPOptions`
-    (plus `tokenizer`, an in-memory tokenizer for tests). No optional capability: a server
-    exposes no hidden states."""
+    (plus `tokenizer`, an in-memory tokenizer for tests). A server exposes no hidden states.
+    Constrained decoding is asked for with vLLM's ``structured_outputs: {"regex": ...}`` request
+    field; a server that ignores the field decodes freely (docs/backends.md)."""
 
     name = "http"
+    capabilities = frozenset({Constrained})
 
     def __init__(self, model: ResolvedModel, base_url: str = "http://127.0.0.1:8000/v1", *,
                  served_model: str | None = None, api_key: str | None = None,
@@ -114,12 +116,14 @@ class HTTPBackend(TokenIdVocab, BackendBase):
             return list(pool.map(fn, items))
 
     def _complete(self, prompt: Sequence[int], max_tokens: int, logprobs: int,
-                  token_ids: list[int] | None = None) -> dict:
+                  token_ids: list[int] | None = None, regex: str | None = None) -> dict:
         payload = {"model": self._model_name(), "prompt": [int(t) for t in prompt],
                    "max_tokens": max_tokens, "temperature": 0.0, "logprobs": logprobs,
                    "return_tokens_as_token_ids": True}
         if token_ids:
             payload["logprob_token_ids"] = token_ids
+        if regex is not None:
+            payload["structured_outputs"] = {"regex": regex}
         out = self._request("POST", "completions", payload)
         with self._lock:
             self.forward_calls += 1
@@ -182,9 +186,13 @@ class HTTPBackend(TokenIdVocab, BackendBase):
             out[i] = dense_logprobs(self.vocab_size, self._top_entries(choice))
         return out
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
-        """Greedy continuation token ids (the server stops at end of turn)."""
-        choices = self._map(lambda p: self._complete(p, max_new_tokens, 0), list(prompts))
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                 constraint=None) -> list[list[int]]:
+        """Greedy continuation token ids (the server stops at end of turn); with a
+        `calimon.decoding.Constraint`, its regex goes in vLLM's ``structured_outputs`` field."""
+        regex = constraint.regex if constraint is not None else None
+        choices = self._map(lambda p: self._complete(p, max_new_tokens, 0, regex=regex),
+                            list(prompts))
         tok = self.tokenizer
         stops = stop_token_ids(tok)
         results = []

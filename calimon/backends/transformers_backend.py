@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from calimon.backends.base import BackendBase, HiddenStates, LocalWeights
+from calimon.backends.base import BackendBase, Constrained, HiddenStates, LocalWeights
 from calimon.backends.loading import LazyTokenizer, stop_token_ids
 from calimon.errors import BackendError
 from calimon.models import ResolvedModel
@@ -26,10 +26,11 @@ from calimon.models import ResolvedModel
 
 class TransformersBackend(LazyTokenizer, BackendBase):
     """A transformers causal LM in this process; options: `TransformersOptions`. Declares the
-    hidden-states capability (`capture`) and local weights (`model`)."""
+    hidden-states capability (`capture`), local weights (`model`) and constrained decoding
+    (`calimon.backends.constrained`)."""
 
     name = "transformers"
-    capabilities = frozenset({HiddenStates, LocalWeights})
+    capabilities = frozenset({HiddenStates, LocalWeights, Constrained})
 
     def __init__(self, model: ResolvedModel, device: str = "auto", batch_tokens: int = 8192,
                  max_batch_size: int | None = None, threads: int | None = None,
@@ -245,10 +246,11 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         return hooks, collector
 
     # -- generation --------------------------------------------------------------------------
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int
-                 ) -> list[list[int]]:
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                 constraint=None) -> list[list[int]]:
         """Greedy continuation of each prompt (left-padded batches of `generate_batch_size`),
-        stopping at end of turn."""
+        stopping at end of turn; with a `calimon.decoding.Constraint`, each row is held to its
+        regex by an outlines-core guide (`calimon.backends.constrained.GuideMask`)."""
         import torch
 
         batch_size = self.generate_batch_size
@@ -256,6 +258,11 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         model, tok = self.model, self.tokenizer
         stops = list(stop_token_ids(tok))
         pad = tok.pad_token_id if tok.pad_token_id is not None else stops[0]
+        index = None
+        if constraint is not None:
+            from calimon.backends.constrained import regex_index
+
+            index = regex_index(tok, constraint.regex)
         results: list[list[int]] = [[] for _ in prompts]
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         for start in range(0, len(order), batch_size):
@@ -267,13 +274,21 @@ class TransformersBackend(LazyTokenizer, BackendBase):
                 p = list(prompts[i])
                 ids[row, width - len(p):] = torch.tensor(p)
                 mask[row, width - len(p):] = 1
+            kwargs = {}
+            if index is not None:
+                from transformers import LogitsProcessorList
+
+                from calimon.backends.constrained import GuideMask
+
+                kwargs["logits_processor"] = LogitsProcessorList(
+                    [GuideMask(index, len(idx), width, stops)])
             self.forward_calls += 1
             with torch.inference_mode():
                 out = model.generate(input_ids=ids.to(self._device),
                                      attention_mask=mask.to(self._device),
                                      max_new_tokens=max_new_tokens, do_sample=False,
                                      eos_token_id=stops, pad_token_id=pad,
-                                     top_p=None, top_k=None, temperature=None)
+                                     top_p=None, top_k=None, temperature=None, **kwargs)
             for row, i in enumerate(idx):
                 new = out[row, width:].tolist()
                 cut = next((k for k, t in enumerate(new) if t in stops), len(new))

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from calimon.backends.base import BackendBase
+from calimon.backends.base import BackendBase, Constrained
 from calimon.backends.http_backend import dense_logprobs
 from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, InputError, MissingExtraError
@@ -44,9 +44,11 @@ def _has_token_id_logprobs() -> bool:
 
 
 class VLLMBackend(TokenIdVocab, BackendBase):
-    """vLLM's offline engine; options: `VLLMOptions`. No optional capability."""
+    """vLLM's offline engine; options: `VLLMOptions`. Constrained decoding goes through vLLM's
+    own structured outputs (``StructuredOutputsParams(regex=...)``, its default backend)."""
 
     name = "vllm"
+    capabilities = frozenset({Constrained})
 
     def __init__(self, model: ResolvedModel, *, answer_ids: bool = True, top_logprobs: int = 20,
                  dtype: str | None = None, max_model_len: int | None = None,
@@ -171,8 +173,10 @@ class VLLMBackend(TokenIdVocab, BackendBase):
                                     {int(t): float(lp.logprob) for t, lp in steps[0].items()})
         return out
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
-        """Greedy continuation of each prompt, stopping at end of turn (stop token dropped)."""
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                 constraint=None) -> list[list[int]]:
+        """Greedy continuation of each prompt, stopping at end of turn (stop token dropped);
+        with a `calimon.decoding.Constraint`, held to its regex by vLLM's structured outputs."""
         if not prompts:
             return []
         llm = self.llm
@@ -180,8 +184,13 @@ class VLLMBackend(TokenIdVocab, BackendBase):
 
         tok = self.tokenizer
         stops = sorted(stop_token_ids(tok))
+        extra = {}
+        if constraint is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            extra["structured_outputs"] = StructuredOutputsParams(regex=constraint.regex)
         params = SamplingParams(max_tokens=max_new_tokens, temperature=0.0,
-                                stop_token_ids=stops, detokenize=False)
+                                stop_token_ids=stops, detokenize=False, **extra)
         outputs = llm.generate(self._prompts(prompts), params, use_tqdm=False)
         self.forward_calls += 1
         results = []

@@ -54,6 +54,7 @@ def curve_cmd(
     readout: Annotated[str, typer.Option(help="verdict (P(Yes)), json (P(true)), probe:NAME (a trained head), verbal (a stated 0-100 probability) or sampled (share of Yes in k sampled answers; --backend chat).")] = DEFAULT_READOUT,
     binary_prompt: Annotated[list[str] | None, typer.Option(help="Prompts whose binary (generated JSON) protocol is drawn as points; repeatable.")] = None,
     no_binary: Annotated[bool, typer.Option("--no-binary", help="Skip the binary-protocol points.")] = False,
+    binary_decoding: Annotated[list[str] | None, typer.Option(help="How the binary answer is decoded: free (the paper's protocol, default) or json (the prompt's JSON schema enforced by constrained decoding, so it always parses; drawn as binary/NAME (json)); repeat to draw both.")] = None,
     binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many samples in all (whole pairs, balanced over cells); with --split and maps fitted on 'calib', half from each split.")] = None,
     split: Annotated[str | None, typer.Option(help="Evaluate on this split with maps fitted on 'calib' (curve.csv then holds both, as `calimon thresholds` and `escalate` need); default: all samples, cross-fitted.")] = None,
@@ -93,6 +94,7 @@ def curve_cmd(
     settings = settings_from(
         CurveSettings, ctx.params,
         binary_prompts=() if no_binary else tuple(binary_prompt or ("direct", "evidence")),
+        binary_decodings=tuple(binary_decoding or ("free",)),
         fars=tuple(far or (0.01, 0.05, 0.10)), rate_thresholds=tuple(threshold or (0.5,)))
     run = run_curve(settings, progress=progress_factory(quiet or as_json))
     _print_run(run, markdown, as_json)

@@ -77,9 +77,12 @@ class Scorer:
         local = self._backend.forward_calls - self._calls0 if self._backend is not None else 0
         return local + self.remote_calls
 
-    def monitor(self, prompt: str | None = None, readout: str | None = None):
-        """A monitor over the service's backend: the spec's own, or another prompt/readout."""
-        spec = self.spec.with_monitor(prompt or self.spec.prompt, readout or self.spec.readout)
+    def monitor(self, prompt: str | None = None, readout: str | None = None,
+                decoding: str = "free"):
+        """A monitor over the service's backend: the spec's own, or another prompt/readout
+        (and, for the binary readout, decoding)."""
+        spec = self.spec.with_monitor(prompt or self.spec.prompt, readout or self.spec.readout,
+                                      decoding)
         return spec.build(self.backend)
 
     def todo(self, samples: Sequence[Sample], monitor=None) -> int:
@@ -112,8 +115,10 @@ class Scorer:
         return score_with_store(monitor, samples, self.store, chunk_size=size, progress=tick)
 
     def remote_spec(self, monitor) -> MonitorSpec:
-        """The spec a Ray actor rebuilds ``monitor`` from (its prompt, readout and limit)."""
-        spec = self.spec.with_monitor(monitor.prompt.name, monitor.readout)
+        """The spec a Ray actor rebuilds ``monitor`` from (its prompt, readout, decoding and
+        limit)."""
+        spec = self.spec.with_monitor(monitor.prompt.name, monitor.readout,
+                                      getattr(monitor, "decoding", "free"))
         if monitor.max_input_tokens != spec.max_input_tokens:
             from dataclasses import replace
 

@@ -1,5 +1,5 @@
 """`MonitorSpec`: the plain, JSON-able description of a monitor (backend name, model, backend
-options, prompt, readout) that any engine, a remote Ray worker included, rebuilds the same
+options, prompt, readout, decoding) that any engine, a remote Ray worker included, rebuilds the same
 monitor from; and `make_monitor`, the one constructor of a monitor for any readout name."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from calimon.prompts import PromptTemplate
 class MonitorSpec:
     """Everything needed to rebuild a monitor anywhere: `options` are the backend's options
     (JSON values only, checked by the backend's options model, e.g. {"device": "cpu"} or
-    {"base_url": "http://..."})."""
+    {"base_url": "http://..."}); `decoding` is the binary readout's (`calimon.decoding`)."""
 
     model: str = "smollm2-135m"
     backend: str = "transformers"
@@ -23,6 +23,7 @@ class MonitorSpec:
     readout: str = "verdict"
     options: dict[str, Any] = field(default_factory=dict, hash=False)
     max_input_tokens: int | None = None
+    decoding: str = "free"
 
     def to_json(self) -> str:
         """The spec as a JSON string (sorted keys), for `from_json`."""
@@ -33,9 +34,9 @@ class MonitorSpec:
         """The spec a `to_json` string describes."""
         return cls(**json.loads(text))
 
-    def with_monitor(self, prompt: str, readout: str) -> MonitorSpec:
-        """The same backend with another prompt and readout."""
-        return replace(self, prompt=prompt, readout=readout)
+    def with_monitor(self, prompt: str, readout: str, decoding: str = "free") -> MonitorSpec:
+        """The same backend with another prompt, readout and decoding."""
+        return replace(self, prompt=prompt, readout=readout, decoding=decoding)
 
     def build_backend(self):
         """The backend (`calimon.backends.build_backend`: the one place backends are made)."""
@@ -48,13 +49,15 @@ class MonitorSpec:
         from calimon.prompts import load_prompt
 
         kwargs = {"max_input_tokens": self.max_input_tokens} if self.max_input_tokens else {}
+        if self.decoding != "free":
+            kwargs["decoding"] = self.decoding
         return make_monitor(backend if backend is not None else self.build_backend(),
                             load_prompt(self.prompt), self.readout, **kwargs)
 
 
 def make_monitor(backend, prompt: PromptTemplate, readout: str, **kwargs):
     """A monitor for any readout name: verdict, json, binary, or probe:<head name> (a probe head
-    needs a backend with hidden states)."""
+    needs a backend with hidden states); ``decoding="json"`` (binary only) goes to `Monitor`."""
     if readout.startswith("probe:"):
         from calimon.backends import HiddenStates, requires
         from calimon.heads.monitor import ProbeMonitor

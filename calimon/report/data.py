@@ -143,10 +143,12 @@ def _load_readings(prov: dict, settings: dict, samples: dict[str, Sample], store
                 notes.append(f"readings: provenance lacks {exc}; main readings not loaded")
             binary: dict[str, dict[str, Verdict]] = {}
             wanted = list(settings.get("binary_prompts") or [])
-            for name in wanted:
-                keys = [k for k in st.keys() if k.readout == "binary" and k.prompt == name
+            pinned = prov.get("binary_template_hashes") or {}
+            for name in (list(pinned) or wanted):
+                keys = [k for k in st.keys() if k.readout == "binary"
                         and k.model == prov.get("model")
-                        and k.model_revision == prov.get("model_revision")]
+                        and k.model_revision == prov.get("model_revision")
+                        and (k.template_hash == pinned[name] if pinned else k.prompt == name)]
                 # a prompt edited since the run has several template hashes: take the one
                 # that holds the most of this run's transcripts
                 best = max((per_id(st.get(k, list(by_hash))) for k in keys), key=len,
