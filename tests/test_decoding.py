@@ -228,3 +228,31 @@ def test_json_readout_and_decoding_share_prompt_and_position(tiny_qwen3_backend)
     c = Monitor(tiny_qwen3_backend, tpl, "binary").encoder.encode(s.request, s.response).ids
     assert a == b and a != c
     assert np.array_equal(np.array(a[-3:]), np.array(b[-3:]))
+
+
+def test_a_curve_draws_both_decodings_labelled(tiny_qwen3, tmp_path):
+    from calimon.pipeline import CurveSettings, run_curve
+    from calimon.samples import write_samples
+
+    bench = write_samples(toy_samples(10), tmp_path / "toy.jsonl")
+    settings = CurveSettings(model="tiny-qwen3", benchmark=str(bench), binary_prompts=("direct",),
+                             binary_decodings=("free", "json"), binary_limit=4, n_boot=5,
+                             device="cpu", store=tmp_path / "store.sqlite", out=tmp_path / "run")
+    doc = json.loads((run_curve(settings).out / "curve.json").read_text())
+    points = {b["name"]: b for b in doc["binary_points"]}
+    assert list(points) == ["binary/direct", "binary/direct (json)"]
+    assert points["binary/direct (json)"]["n_parse_failure"] == 0
+    hashes = doc["provenance"]["binary_template_hashes"]
+    assert hashes["direct"] == load_prompt("direct").template_hash("binary")
+    assert hashes["direct (json)"] != hashes["direct"]
+
+
+def test_an_unknown_binary_decoding_is_one_line_before_any_work(tmp_path):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+
+    res = CliRunner().invoke(app, ["curve", "--binary-decoding", "grammar", "--store",
+                                   str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "expected a decoding" in res.output
+    assert not (tmp_path / "s.sqlite").exists()

@@ -50,7 +50,7 @@ def main() -> None:
 
     backend = build_backend(MonitorSpec(model=args.model, options={"device": "cpu"}))
     samples = select_pairs(load_benchmark(args.benchmark), args.limit, args.seed)
-    backend.model  # load before timing
+    _ = backend.model  # load before timing
     print(f"{args.model}, {len(samples)} samples of {args.benchmark} (select_pairs seed "
           f"{args.seed}), transformers backend on CPU\n")
     print("| prompt | decoding | samples/s (wall) | seconds | generated tokens "
