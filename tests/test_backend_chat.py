@@ -79,6 +79,7 @@ def test_verdict_request_and_reading_from_token_strings(tmp_path):
     assert v.status == "ok" and v.p_raw == pytest.approx(p_yes / (p_yes + p_no))
     assert v.format_mass == pytest.approx(1 - p_yes - p_no)
     assert v.tokens == 100
+    assert v.extra == {"top_k": 4, "top_floor": pytest.approx(math.exp(-4.0))}
 
 
 def test_the_store_key_names_the_api_and_differs_from_token_backends(tmp_path):
