@@ -23,6 +23,19 @@ from calimon.samples import Sample
 from calimon.verdict import Verdict
 
 
+def _none_scored(evaluate: list[Sample], readings: dict[str, Verdict]) -> InputError:
+    """The error of a run in which no evaluated sample has a score: the statuses, and the first
+    error a backend recorded (e.g. the API's refusal)."""
+    from calimon.readings import status_counts
+
+    counts = status_counts(evaluate, readings)
+    first = next((v.error for x in evaluate if (v := readings.get(x.transcript_hash))
+                  and v.error), None)
+    return InputError(f"none of the {len(evaluate)} evaluated samples has a score (statuses "
+                      f"{counts}" + (f"; first error: {first}" if first else "") + "); a run "
+                      "needs scored samples (readings with errors are retried on the next run)")
+
+
 def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
                         readings: dict[str, Verdict], binary_set: list[Sample],
                         binary_readings: dict[str, dict[str, Verdict]], provenance: dict,
@@ -30,17 +43,11 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     """Write a curve run's files into ``out`` (curve.json, with ``timing`` when given, curve.csv,
     plots, calibration maps, token scores); returns the summary. InputError: none scored."""
     from calimon.jsonio import dump_json
-    from calimon.readings import status_counts, usable
+    from calimon.readings import usable
 
     kept, p_raw, y = usable(evaluate, readings)
     if len(kept) == 0:
-        counts = status_counts(evaluate, readings)
-        first = next((v.error for x in evaluate if (v := readings.get(x.transcript_hash))
-                      and v.error), None)
-        raise InputError(f"none of the {len(evaluate)} evaluated samples has a score "
-                         f"(statuses {counts}" + (f"; first error: {first}" if first else "")
-                         + "); a run needs scored samples (readings with errors are retried "
-                         "on the next run)")
+        raise _none_scored(evaluate, readings)
     base, bpoints = _base_summary(s, evaluate, readings, kept, y, binary_set,
                                   binary_readings, provenance, timing)
     fkept, fp, fy = usable(fit, readings)

@@ -8,6 +8,7 @@ recorded as the transcript's "error" reading (retried on the next run), never a 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -45,10 +46,15 @@ def _verdict(readout: str, sample: Sample, reply, seconds: float) -> Verdict:
         return Verdict(status="error", error=f"{type(reply).__name__}: {reply}"[:500], **common)
     common["tokens"] = reply.prompt_tokens
     if readout in ("verdict", "json"):
-        p_raw, p_pos, p_neg, mass = read_top_strings(reply.top or (), readout)
+        top = reply.top or ()
+        p_raw, p_pos, p_neg, mass = read_top_strings(top, readout)
+        # every token outside the top k is at most as likely as the k-th: the scale of what
+        # truncation can have hidden from p_yes and p_no
+        floor = min((math.exp(lp) for _, lp in top), default=None)
         return Verdict(status="ok" if p_raw is not None else "parse_failure", p_raw=p_raw,
                        format_mass=mass, p_yes=p_pos, p_no=p_neg,
-                       text=reply.texts[0] if reply.texts else None, **common)
+                       text=reply.texts[0] if reply.texts else None,
+                       extra={"top_k": len(top), "top_floor": floor}, **common)
     if readout == "sampled":
         return sampled_verdict(reply.texts, **common)
     text = reply.texts[0] if reply.texts else ""

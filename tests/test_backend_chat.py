@@ -79,6 +79,7 @@ def test_verdict_request_and_reading_from_token_strings(tmp_path):
     assert v.status == "ok" and v.p_raw == pytest.approx(p_yes / (p_yes + p_no))
     assert v.format_mass == pytest.approx(1 - p_yes - p_no)
     assert v.tokens == 100
+    assert v.extra == {"top_k": 4, "top_floor": pytest.approx(math.exp(-4.0))}
 
 
 def test_the_store_key_names_the_api_and_differs_from_token_backends(tmp_path):
@@ -332,3 +333,22 @@ def test_score_reports_what_it_asked_of_the_api(tmp_path, monkeypatch):
     assert summary["backend"] == "chat" and summary["statuses"] == {"ok": 4}
     assert summary["api_usage"]["requests"] == 4 and summary["model_revision"] == \
         "api:smollm2-135m"
+
+
+def test_a_run_the_api_refuses_entirely_names_the_first_error(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+    from calimon.samples import write_samples
+
+    monkeypatch.setenv("CALIMON_API_JOURNAL", str(tmp_path / "journal.sqlite"))
+    bench = write_samples(toy_samples(1), tmp_path / "toy.jsonl")
+    with FakeServer([(400, {"error": "context length exceeded"}, 0.0)]) as srv:
+        res = CliRunner().invoke(app, [
+            "curve", "--backend", "chat", "--base-url", srv.url, "--benchmark", str(bench),
+            "--store", str(tmp_path / "s.sqlite"), "--no-binary", "--quiet",
+            "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert "none of the 2 evaluated samples has a score (statuses {'error': 2}" in res.output
+    assert "chat/completions failed with HTTP 400" in res.output
+    assert "context length exceeded" in res.output

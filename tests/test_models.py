@@ -54,3 +54,25 @@ def test_bad_config_names_file_line_and_field(tmp_path):
     bad.write_text("version: 1\nname: x\nsource: {kind: huggingface}\nextra_key: 1\n")
     with pytest.raises(ConfigError, match="extra_key"):
         load_yaml_model(bad, ModelConfig)
+
+
+def test_an_api_model_has_no_weights_and_is_described_for_the_chat_backend(tmp_path):
+    from calimon.models import describe_api_model
+
+    with pytest.raises(ModelNotAvailableError, match="served behind an API.*--backend chat"):
+        resolve_model("gpt-4o-mini")
+    ref = describe_api_model("gpt-4o-mini")
+    assert ref.revision == "gpt-4o-mini-2024-07-18" and ref.config.api.prefill == "none"
+    assert describe_api_model("smollm2-135m", "served-name").revision == "api:served-name"
+    assert describe_api_model("not-configured").revision == "api:not-configured"
+    bad = tmp_path / "m.yaml"
+    bad.write_text("version: 1\nname: m\nsource:\n  kind: api\napi:\n  prefill: sometimes\n")
+    with pytest.raises(ConfigError, match=r"m.yaml:5: field 'api.prefill'"):
+        load_yaml_model(bad, ModelConfig)
+
+
+def test_models_list_shows_api_models_as_such():
+    from calimon.model_listing import list_models
+
+    row = next(r for r in list_models() if r["name"] == "gpt-4o-mini")
+    assert row["status"] == "api" and "--backend chat" in row["detail"]

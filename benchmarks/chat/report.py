@@ -83,6 +83,38 @@ def api_costs(runs: Path) -> list[str]:
     return lines
 
 
+def generated_answers(runs: Path) -> list[str]:
+    """What the model said where a readout reads text: the verbal answers that gave no number,
+    and the sampled answers that said neither Yes nor No (from the run store)."""
+    import sqlite3
+    from collections import Counter
+
+    from calimon.verdict import Verdict
+
+    db = sqlite3.connect(runs / "store.sqlite")
+    db.row_factory = sqlite3.Row
+
+    def readings(readout: str) -> list[Verdict]:
+        rows = db.execute("SELECT * FROM verdicts WHERE readout = ?", (readout,))
+        return [Verdict.from_row(dict(r)) for r in rows]
+
+    verbal, sampled = readings("verbal"), readings("sampled")
+    db.close()
+    failed = Counter(v.text for v in verbal if v.status == "parse_failure")
+    unparsed = sum(v.extra.get("unparsed", 0) for v in sampled)
+    asked = sum(v.extra.get("samples", 0) for v in sampled)
+    lines = ["## What the model answered where a readout reads text", ""]
+    if verbal:
+        common = ", ".join(f"{t!r} ({n})" for t, n in failed.most_common(3))
+        lines.append(f"- verbal: {sum(failed.values())} of {len(verbal)} answers carried no "
+                     f"number in 0..100 (parse failures, never scores); most common: {common}.")
+    if sampled:
+        lines.append(f"- sampled: {unparsed} of {asked} sampled answers said neither Yes nor No "
+                     f"({unparsed / asked:.0%}); they are counted in each reading's `extra`, "
+                     "and the share of Yes is taken over the rest.")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", type=Path)
@@ -96,7 +128,8 @@ def main() -> None:
             f"{prov['benchmark']}, split test, {first['counts']['evaluated']} evaluated "
             "samples, calibration maps fitted on the calib split; prompt `direct`.", ""]
     table = (args.runs / "compare" / "table.md").read_text().split("\n", 2)[2]
-    body = head + agreement(args.runs) + [""] + api_costs(args.runs) + [
+    body = head + agreement(args.runs) + [""] + api_costs(args.runs) + [""] + \
+        generated_answers(args.runs) + [
         "", "## All readouts on one leaderboard (`calimon compare`)", "", table.strip(), ""]
     args.out.write_text("\n".join(body) + "\n")
     print(f"wrote {args.out}")

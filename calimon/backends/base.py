@@ -137,8 +137,9 @@ class BackendBase:
 
 
 def supports(backend: Backend, capability: type) -> bool:
-    """Whether the backend declares ``capability``."""
-    return capability in type(backend).capabilities
+    """Whether the backend declares ``capability`` (a backend, or a wrapper around one, that
+    declares nothing has none)."""
+    return capability in getattr(type(backend), "capabilities", frozenset())
 
 
 def requires(backend: Backend, capability: type, *, needed_for: str = "this study"):
