@@ -20,6 +20,7 @@ from calimon.backends import (
     BACKENDS,
     Backend,
     CapabilityError,
+    Constrained,
     HiddenStates,
     LocalWeights,
     backend_class,
@@ -113,8 +114,8 @@ def implements(obj, protocol) -> bool:
 
 def test_built_in_backends_declare_their_capabilities(smol):
     names = {n: backend_class(n) for n in ("transformers", "vllm", "http")}
-    assert names["transformers"].capabilities == {HiddenStates, LocalWeights}
-    assert names["vllm"].capabilities == names["http"].capabilities == frozenset()
+    assert names["transformers"].capabilities == {HiddenStates, LocalWeights, Constrained}
+    assert names["vllm"].capabilities == names["http"].capabilities == {Constrained}
     for cls in names.values():
         for member in ("next_token_logprobs", "generate", "close", "tokenizer", "vocab_size"):
             assert callable(getattr(cls, member, None)) or isinstance(
