@@ -253,13 +253,20 @@ def test_a_curve_draws_both_decodings_labelled(tiny_qwen3, tmp_path):
     settings = CurveSettings(model="tiny-qwen3", benchmark=str(bench), binary_prompts=("direct",),
                              binary_decodings=("free", "json"), binary_limit=4, n_boot=5,
                              device="cpu", store=tmp_path / "store.sqlite", out=tmp_path / "run")
-    doc = json.loads((run_curve(settings).out / "curve.json").read_text())
+    run = run_curve(settings)
+    doc = json.loads((run.out / "curve.json").read_text())
     points = {b["name"]: b for b in doc["binary_points"]}
     assert list(points) == ["binary/direct", "binary/direct (json)"]
     assert points["binary/direct (json)"]["n_parse_failure"] == 0
     hashes = doc["provenance"]["binary_template_hashes"]
     assert hashes["direct"] == load_prompt("direct").template_hash("binary")
     assert hashes["direct (json)"] != hashes["direct"]
+    from calimon.report.data import gather
+
+    binary = gather(run.out).binary  # the report reads each decoding's own readings
+    assert set(binary) == {"direct", "direct (json)"}
+    assert all(v.text.startswith(PREFIX) for v in binary["direct (json)"].values())
+    assert not any(v.extra.get("decoding") for v in binary["direct"].values())
 
 
 def test_an_unknown_binary_decoding_is_one_line_before_any_work(tmp_path):
