@@ -45,6 +45,17 @@ def _within(a: Box, b: Box, tol: float = 0.5) -> bool:
     return b[0] - tol <= a[0] and a[2] <= b[2] + tol and b[1] - tol <= a[1] and a[3] <= b[3] + tol
 
 
+def box_clashes(labels: dict[str, Box], others: dict[str, Box], axes: Box) -> list[str]:
+    """Every label box that leaves ``axes`` or overlaps another label or one of ``others``,
+    by name (shared by the PNG and the SVG tests)."""
+    out = [f"{n} leaves the axes" for n, lab in labels.items() if not _within(lab, axes)]
+    out += [f"{n} overlaps {o}" for n, lab in labels.items() for o, box in others.items()
+            if _overlap(lab, box)]
+    out += [f"{a} overlaps {b}" for (a, la), (b, lb) in
+            itertools.combinations(labels.items(), 2) if _overlap(la, lb)]
+    return out
+
+
 # ------------------------------------------------------------------ PNG figures
 
 
@@ -96,13 +107,7 @@ def _clashes(fig, ops, binary) -> list[str]:
               for box in _marker_boxes(ax, [xy], renderer)}
     assert len(others) == len(points)
     others |= {"title": _box(ax.title, renderer), "legend": _box(ax.get_legend(), renderer)}
-    axes = _box(ax.patch, renderer)
-    out = [f"{n} leaves the axes" for n, lab in labels.items() if not _within(lab, axes)]
-    out += [f"{n} overlaps {o}" for n, lab in labels.items() for o, box in others.items()
-            if _overlap(lab, box)]
-    out += [f"{a} overlaps {b}" for (a, la), (b, lb) in
-            itertools.combinations(labels.items(), 2) if _overlap(la, lb)]
-    return out
+    return box_clashes(labels, others, _box(ax.patch, renderer))
 
 
 def test_curve_png_labels_clear_of_each_other_markers_and_title(tmp_path, saved):

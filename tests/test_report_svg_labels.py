@@ -5,12 +5,11 @@ point or the title, and stay inside the axes. Text boxes are estimated here from
 
 from __future__ import annotations
 
-import itertools
 import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from test_plotting_labels import CROWDED_BINARY, CROWDED_OPS, _weak_curve
+from test_plotting_labels import CROWDED_BINARY, CROWDED_OPS, _weak_curve, _within, box_clashes
 
 from calimon.report.chromium import check_page, find_chromium
 
@@ -27,24 +26,10 @@ def _svg() -> str:
                      operating_points=[p.to_dict() for p in CROWDED_OPS], title=TITLE)
 
 
-def _overlap(a: Box, b: Box, tol: float = 0.5) -> bool:
-    return (a[0] < b[2] - tol and b[0] < a[2] - tol and a[1] < b[3] - tol
-            and b[1] < a[3] - tol)
-
-
-def _within(a: Box, b: Box, tol: float = 0.5) -> bool:
-    return b[0] - tol <= a[0] and a[2] <= b[2] + tol and b[1] - tol <= a[1] and a[3] <= b[3] + tol
-
-
 def _clashes(labels: dict[str, Box], others: dict[str, Box], axes: Box) -> list[str]:
     assert set(labels) == {p.name for p in CROWDED_OPS}
     assert len(others) == len(CROWDED_OPS) + len(CROWDED_BINARY) + 1
-    out = [f"{n} leaves the axes" for n, lab in labels.items() if not _within(lab, axes)]
-    out += [f"{n} overlaps {o}" for n, lab in labels.items() for o, box in others.items()
-            if _overlap(lab, box)]
-    out += [f"{a} overlaps {b}" for (a, la), (b, lb) in
-            itertools.combinations(labels.items(), 2) if _overlap(la, lb)]
-    return out
+    return box_clashes(labels, others, axes)
 
 
 def _estimated(svg: str) -> tuple[dict[str, Box], dict[str, Box], Box]:

@@ -156,12 +156,11 @@ class ChatBackend(BackendBase):
         if not isinstance(out, dict) or not out.get("choices"):
             raise RequestFailed(f"POST {endpoint} returned no choices: {str(out)[:200]}",
                                 retryable=True)
-        usage = out.get("usage") if isinstance(out.get("usage"), dict) else {}
         with self._lock:
             self.forward_calls += 1
             self._counts["requests"] += 1
-            self._counts["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
-            self._counts["completion_tokens"] += int(usage.get("completion_tokens") or 0)
+            for name, value in _token_counts(out).items():
+                self._counts[name] += value
         if journal:
             journal.put(key, endpoint, out)
         return out
