@@ -9,15 +9,16 @@ chosen keeps the runs it continues. Repeated substrings keep several runs alive:
 then found at each of them (`spans`), and `span` reports the first.
 
 Tokens the encoder marked as not from the transcript (the truncation marker: offsets
-``(-1, -1)``) are never allowed inside a quote.
+``(-1, -1)``) are never allowed inside a quote, nor are ``blocked`` positions (the tokens of
+quotes already given, so that the next quote is a different piece of the transcript).
 
-This is the constraint and a greedy decoder over any next-token function; wiring it into a
-backend's generation and the evidence prompt is the next step (not done here).
+This is the constraint and a greedy decoder over any next-token function;
+`calimon.spans.copy_generation` drives it with a backend under the ``quotes`` prompt format.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +47,8 @@ class CopyConstraint:
     ``max_tokens`` only they are allowed."""
 
     def __init__(self, ids: Sequence[int], offsets: Sequence[tuple[int, int]],
-                 end_ids: Sequence[int], min_tokens: int = 1, max_tokens: int = 32):
+                 end_ids: Sequence[int], min_tokens: int = 1, max_tokens: int = 32,
+                 blocked: Iterable[int] = ()):
         if len(ids) != len(offsets):
             raise InputError(f"expected one offset per id, got {len(offsets)} for {len(ids)}",
                              field="offsets")
@@ -62,8 +64,11 @@ class CopyConstraint:
         self.min_tokens, self.max_tokens = min_tokens, max_tokens
         self.quoted: list[int] = []
         self.finished = False
+        blocked = set(blocked)
+        # which positions a quote may copy: transcript text that no earlier quote took
+        self._open = [self.offsets[p][0] >= 0 and p not in blocked for p in range(len(self.ids))]
         # positions p where a run can continue: the quote so far equals ids[p - len:p]
-        self._next = [p for p in range(len(self.ids)) if self.offsets[p][0] >= 0]
+        self._next = [p for p in range(len(self.ids)) if self._open[p]]
 
     def allowed(self) -> set[int]:
         """The ids the next token may be (empty once the quote is finished)."""
@@ -72,8 +77,7 @@ class CopyConstraint:
         can_end = len(self.quoted) >= self.min_tokens
         if len(self.quoted) >= self.max_tokens:
             return set(self.end_ids)
-        out = {self.ids[p] for p in self._next
-               if p < len(self.ids) and self.offsets[p][0] >= 0}
+        out = {self.ids[p] for p in self._next if p < len(self.ids) and self._open[p]}
         return out | set(self.end_ids) if can_end else out
 
     def advance(self, token: int) -> None:
@@ -86,7 +90,8 @@ class CopyConstraint:
             return
         self.quoted.append(token)
         # each run that this token continues now ends one position later
-        self._next = [p + 1 for p in self._next if p < len(self.ids) and self.ids[p] == token]
+        self._next = [p + 1 for p in self._next
+                      if p < len(self.ids) and self._open[p] and self.ids[p] == token]
 
     def spans(self) -> list[tuple[int, int]]:
         """Every token range ``[start, end)`` of the transcript the quote so far copies."""
@@ -111,6 +116,8 @@ def copy_greedy(next_logprobs: Callable[[list[int]], np.ndarray],
     while not constraint.finished:
         allowed = np.fromiter(constraint.allowed(), dtype=np.int64)
         if allowed.size == 0:
+            if constraint.quoted:  # at the end of the text or of max_tokens, with no end id
+                break
             raise InputError("nothing of the transcript can be quoted", field="transcript")
         lp = next_logprobs(list(constraint.quoted))
         constraint.advance(int(allowed[np.argmax(lp[allowed])]))

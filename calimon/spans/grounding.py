@@ -31,7 +31,7 @@ from rapidfuzz import fuzz
 
 from calimon.errors import InputError
 
-STATUSES = ("verbatim", "normalized", "fuzzy", "ungrounded")
+STATUSES = ("verbatim", "normalized", "fuzzy", "ungrounded", "copied")  # copied: by construction
 FUZZY_THRESHOLD = 90.0
 MIN_FUZZY_CHARS = 8
 

@@ -26,6 +26,7 @@ from calimon.errors import InputError
 from calimon.spans.segments import KINDS, segment
 
 NAN = float("nan")
+GROUPS = ("category", "task", "source", "cell")  # the groupings of a SpanReport
 
 
 @dataclass(frozen=True)
@@ -153,11 +154,18 @@ class SpanRow:
     n_quotes: int = 0
     n_ungrounded: int = 0
     kind: str = "auto"
+    source: str = ""  # the benchmark source the sample came from (a grouping key)
+
+    @property
+    def cell(self) -> str:
+        """The row's category x task cell, ``category/task``."""
+        return f"{self.category}/{self.task}"
 
 
 def span_row(id: str, text: str, pred: Iterable[Any], gold: Iterable[Any], *,
              category: str = "", task: str = "", kind: str = "auto",
-             n_quotes: int | None = None, n_ungrounded: int | None = None) -> SpanRow:
+             n_quotes: int | None = None, n_ungrounded: int | None = None,
+             source: str = "") -> SpanRow:
     """Validate and build a row; GroundedSpans in ``pred`` are counted as quotes when
     ``n_quotes``/``n_ungrounded`` are not given (ungrounded ones count, but predict nothing)."""
     if not isinstance(text, str):
@@ -176,14 +184,16 @@ def span_row(id: str, text: str, pred: Iterable[Any], gold: Iterable[Any], *,
     gold_spans = tuple((s.start, s.end) for s in
                        as_scored_spans(gold, text_len=len(text), name="gold"))
     return SpanRow(str(id), text, as_scored_spans(pred, text_len=len(text), name="pred"),
-                   gold_spans, category, task, n_quotes, n_ungrounded, kind)
+                   gold_spans, category, task, n_quotes, n_ungrounded, kind, str(source or ""))
 
 
 def span_row_from_sample(sample: Any, pred: Iterable[Any], *, kind: str = "auto",
                          **counts: int) -> SpanRow:
-    """A row for a :class:`calimon.samples.Sample` (its response, gold spans, category, task)."""
+    """A row for a :class:`calimon.samples.Sample` (its response, gold spans, category, task,
+    source)."""
     return span_row(sample.id, sample.response, pred, sample.gold_spans,
-                    category=sample.category, task=sample.task, kind=kind, **counts)
+                    category=sample.category, task=sample.task, kind=kind,
+                    source=getattr(sample, "source", "") or "", **counts)
 
 
 @dataclass(frozen=True)
@@ -207,20 +217,24 @@ class SpanScores:
 
 @dataclass(frozen=True)
 class SpanReport:
-    """Span metrics overall and per category and task."""
+    """Span metrics overall and per category, task, source and cell (category/task)."""
 
     overall: SpanScores
     by_category: dict[str, SpanScores] = field(default_factory=dict)
     by_task: dict[str, SpanScores] = field(default_factory=dict)
+    by_source: dict[str, SpanScores] = field(default_factory=dict)
+    by_cell: dict[str, SpanScores] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: NaN becomes None."""
         def clean(d: dict[str, Any]) -> dict[str, Any]:
             return {k: None if isinstance(v, float) and math.isnan(v) else v
                     for k, v in d.items()}
-        return {"overall": clean(asdict(self.overall)),
-                "by_category": {k: clean(asdict(v)) for k, v in self.by_category.items()},
-                "by_task": {k: clean(asdict(v)) for k, v in self.by_task.items()}}
+        out: dict[str, Any] = {"overall": clean(asdict(self.overall))}
+        for by in GROUPS:
+            out[f"by_{by}"] = {k: clean(asdict(v))
+                               for k, v in getattr(self, f"by_{by}").items()}
+        return out
 
 
 def _scores(rows: Sequence[SpanRow]) -> SpanScores:
@@ -256,14 +270,15 @@ def _check_rows(rows: Iterable[Any]) -> list[SpanRow]:
 
 
 def span_metrics(rows: Iterable[SpanRow]) -> SpanReport:
-    """Micro char P/R/F1, mean IoU, hit@1/3 and the ungrounded rate, overall and by group."""
+    """Micro char P/R/F1, mean IoU, hit@1/3 and the ungrounded rate, overall and by group
+    (category, task, source, cell)."""
     rows = _check_rows(rows)
 
     def group(key: str) -> dict[str, SpanScores]:
         keys = sorted({getattr(r, key) for r in rows})
         return {k: _scores([r for r in rows if getattr(r, key) == k]) for k in keys}
 
-    return SpanReport(_scores(rows), group("category"), group("task"))
+    return SpanReport(_scores(rows), *(group(by) for by in GROUPS))
 
 
 def random_rows(rows: Iterable[SpanRow], seed: int = 0) -> list[SpanRow]:
@@ -279,7 +294,7 @@ def random_rows(rows: Iterable[SpanRow], seed: int = 0) -> list[SpanRow]:
         rng = random.Random(f"{seed}\x00{r.id}")
         picks = rng.sample(segs, min(len(r.pred), len(segs)))
         out.append(SpanRow(r.id, r.text, tuple(ScoredSpan(s.start, s.end) for s in picks),
-                           r.gold, r.category, r.task, 0, 0, r.kind))
+                           r.gold, r.category, r.task, 0, 0, r.kind, r.source))
     return out
 
 
@@ -332,9 +347,10 @@ def spans_from_token_scores(offsets: Sequence[Sequence[int]], scores: Sequence[f
 
 def to_markdown(reports: Mapping[str, SpanReport], *, by: str = "category",
                 metrics: Sequence[str] = ("f1", "mean_iou", "hit_at_1")) -> str:
-    """A markdown table: one row per (group, method), ``all`` first; ``by`` is category|task."""
-    if by not in ("category", "task"):
-        raise InputError(f"expected 'category' or 'task', got {by!r}", field="by")
+    """A markdown table: one row per (group, method), ``all`` first; ``by`` is one of
+    `GROUPS` (category, task, source, cell)."""
+    if by not in GROUPS:
+        raise InputError(f"expected one of {list(GROUPS)}, got {by!r}", field="by")
     unknown = [m for m in metrics if m not in SpanScores.__dataclass_fields__]
     if unknown:
         raise InputError(f"unknown metric(s) {unknown}", field="metrics")

@@ -22,11 +22,14 @@ class SpanSettings(RunSettings):
     """A span study on ``split`` (None: every labelled sample): the confidence monitor whose
     drops are read (`RunSettings`' prompt and readout), the quote monitor, the sign of a span
     score (``direction``), ``top_k`` spans per sample out of at most ``max_segments`` units,
-    the mask, and whether masked variants share each sample's prefix."""
+    the mask, whether masked variants share each sample's prefix, and the extra span methods
+    (copy-constrained quotes, a token head)."""
 
     split: str | None = "test"
     quotes: bool = True
     quote_prompt: str = "evidence"
+    copy_quotes: bool = False  # also copy-constrained quotes (calimon.spans.copy_generation)
+    token_head: str | None = None  # also a token probe head's spans (a head name)
     direction: str = "raw"
     top_k: int = TOP_K
     max_segments: int = MAX_SEGMENTS
@@ -46,9 +49,9 @@ class SpanSettings(RunSettings):
         if self.direction not in DIRECTIONS:
             raise InputError(f"expected one of {list(DIRECTIONS)}, got {self.direction!r}",
                              field="direction")
-        if self.readout not in CONFIDENCE_READOUTS:
-            raise InputError(f"expected a confidence readout {list(CONFIDENCE_READOUTS)}, got "
-                             f"{self.readout!r}", field="readout")
+        if self.readout not in CONFIDENCE_READOUTS and not self.readout.startswith("probe:"):
+            raise InputError(f"expected a confidence readout {list(CONFIDENCE_READOUTS)} or a "
+                             f"probe head probe:<name>, got {self.readout!r}", field="readout")
         for name in ("top_k", "max_segments"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -1,22 +1,22 @@
-"""A span-localization study: occlusion spans and grounded quotes against gold spans.
+"""A span-localization study: occlusion spans, quotes and token-head spans against gold spans.
 
 ``run_span_study`` picks the labelled samples of a split (whole pairs, ``limit`` as in
-``calimon curve``), scores every original with the monitor (verdict or json readout), asks the
-quote monitor (the ``evidence`` prompt, binary readout: generated JSON with an ``evidence``
-list) for quotes on the misbehaving ones, grounds them in the response, masks every occlusion
-unit and every grounded quote, and reads the drops. Every reading goes through the run store,
-so a rerun of the same study makes no model call. Span metrics are computed on the misbehaving
-samples: occlusion spans in the chosen direction and flipped, grounded quotes, and the random
-segment floor with as many spans as each.
+``calimon curve``), scores every original with the monitor (verdict or json readout, or a
+sequence probe head ``probe:<name>``: occlusion then perturbs the head's score), asks the quote
+monitor (the ``evidence`` prompt, binary readout: generated JSON with an ``evidence`` list) for
+free quotes on the misbehaving ones and grounds them in the response, optionally generates
+copy-constrained quotes (`calimon.spans.copy_generation`: grounded by construction) and reads a
+token head's spans, masks every occlusion unit and every quote, and reads the drops. Every
+reading goes through the run store, so a rerun of the same study makes no model call. Span
+metrics are computed on the misbehaving samples for each method, each next to the random
+segment floor with as many spans.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-import random
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,32 +29,32 @@ from calimon.engines import Scorer
 from calimon.errors import InputError
 from calimon.monitor import Monitor
 from calimon.progress import Progress, ticker
+from calimon.prompts import load_prompt
 from calimon.samples import Sample
 from calimon.selection import dataset_hash, select
+from calimon.spans.copy_generation import CopyQuoter, copied_spans
 from calimon.spans.grounding import GroundedSpan, ground_quotes
-from calimon.spans.metrics import (
-    ScoredSpan,
-    SpanReport,
-    SpanRow,
-    random_baseline,
-    span_metrics,
-    span_row_from_sample,
-)
+from calimon.spans.metrics import ScoredSpan, SpanReport
 from calimon.spans.occlusion import (
     TOP_K,
     Occlusion,
     PrefixSharingBackend,
-    cost_multiple,
     mask_and_score,
     masked_sample,
     occlusion_units,
     score_quotes,
-    shared_tokens,
 )
 from calimon.spans.quotes import evidence_list, judge_quotes
 from calimon.spans.segments import segment
 from calimon.spans.settings import DIRECTIONS, SpanSettings
 from calimon.spans.study_markdown import study_markdown
+from calimon.spans.study_parts import (
+    quote_cost,
+    random_unit_rows,
+    study_cost,
+    study_counts,
+    study_reports,
+)
 from calimon.store import RunStore
 
 VARIANTS_PER_CALL = 64
@@ -70,6 +70,8 @@ class StudyRow:
     quotes: tuple[GroundedSpan, ...]  # grounded (or not), unscored
     quote_status: str  # reading status of the quote monitor, "skipped" when not asked
     merged: bool  # whether units were merged to respect max_segments
+    copied: tuple[GroundedSpan, ...] | None = None  # copy-constrained quotes, when asked
+    token_spans: tuple[ScoredSpan, ...] | None = None  # a token head's spans, when asked
 
     def occlusion_spans(self, direction: int = 1, top_k: int = TOP_K) -> list[ScoredSpan]:
         """The ``top_k`` occlusion units by ``direction * drop`` (quote spans left out), highest
@@ -84,6 +86,10 @@ class StudyRow:
         """The quotes scored by the drop of their masked span (see `score_quotes`)."""
         return score_quotes(self.quotes, self.occlusion, direction)
 
+    def copy_spans(self, direction: int = 1) -> list[GroundedSpan]:
+        """The copy-constrained quotes scored by the drop of their masked span."""
+        return score_quotes(self.copied or (), self.occlusion, direction)
+
     def record(self, direction: int = 1, top_k: int = TOP_K) -> dict[str, Any]:
         """The spans.jsonl record of this sample."""
         s = self.sample
@@ -92,12 +98,18 @@ class StudyRow:
         spans += [{"start": q.start, "end": q.end, "score": q.score, "status": q.status,
                    "source": "quote", "quote": q.quote, "reason": q.reason}
                   for q in self.quote_spans(direction)]
+        spans += [{"start": q.start, "end": q.end, "score": q.score, "status": q.status,
+                   "source": "copy_quote", "quote": q.quote, "order": k}
+                  for k, q in enumerate(self.copy_spans(direction))]
+        spans += [{"start": x.start, "end": x.end, "score": x.score, "status": "token",
+                   "source": "token_head"} for x in self.token_spans or ()]
         if s.meta.get("messages"):  # e.g. an Inspect trajectory: which messages each is in
             for x in spans:
                 if x["start"] is not None:
                     x["messages"] = messages_in_span(s.meta, x["start"], x["end"])
         units = set(self.units)
         return {"id": s.id, "pair_id": s.pair_id, "category": s.category, "task": s.task,
+                "source": s.source,
                 "label": s.label, "split": s.split, "response": s.response,
                 "gold": [list(g) for g in s.gold_spans], "spans": spans,
                 "p_raw": self.occlusion.p_raw, "status": self.occlusion.status,
@@ -158,8 +170,8 @@ def run_span_study(settings: SpanSettings, *, backend: Any = None,
                    progress: Progress | None = None) -> SpanStudy:
     """Run a span-localization study (see the module docstring) with ``settings``' monitor,
     backend and engine; ``backend`` is an already-built backend to use instead (tests pass a
-    fake one). Masked variants share each sample's prefix when the backend has local weights
-    and the engine is local (``share_prefix``)."""
+    fake one). Masked variants share each sample's prefix when the backend has local weights,
+    the engine is local and the readout is not a probe head (``share_prefix``)."""
     st = settings
     st.check()
     benchmark, split, limit, seed, store = st.benchmark, st.split, st.limit, st.seed, st.store
@@ -173,7 +185,7 @@ def run_span_study(settings: SpanSettings, *, backend: Any = None,
     with RunStore(store) as db, Scorer(spec, db, engine=engine, progress=progress,
                                        backend=backend) as scorer:
         monitor = scorer.monitor()
-        share = (st.share_prefix and engine.name == "local"
+        share = (st.share_prefix and engine.name == "local" and not readout.startswith("probe:")
                  and supports(scorer.backend, LocalWeights))
         if share:
             scorer.backend.model  # noqa: B018 - loads the weights now, outside the timings
@@ -184,24 +196,30 @@ def run_span_study(settings: SpanSettings, *, backend: Any = None,
         if quotes and bad:
             quote_readings, _, _ = _timed_score(scorer, scorer.monitor(quote_prompt, "binary"),
                                                 bad, f"{quote_prompt}/binary")
-        units, grounded, to_mask = _mask_plan(bad, quote_readings, max_segments)
+        copies = _copy_quotes(scorer, monitor, st, bad, db, progress) if st.copy_quotes and bad else None
+        heads = _token_spans(scorer, st.token_head, bad) if st.token_head and bad else None
+        units, grounded, to_mask = _mask_plan(bad, quote_readings, max_segments, copies)
         occ, scorer_backend, var_run = _occlude(scorer, monitor, bad, to_mask, mask, share)
         model_calls = scorer.model_calls + (scorer_backend.group_calls if share else 0)
     rows = tuple(
         StudyRow(s, o, tuple(u), tuple(g),
                  quote_readings[s.transcript_hash].status
                  if s.transcript_hash in quote_readings else "skipped",
-                 len(u) < len(segment(s.response, "auto", task=s.task)))
-        for s, o, u, g in zip(bad, occ, units, grounded, strict=True))
-    reports = _reports(rows, sign, top_k, seed, quotes)
-    cost = _cost(monitor, bad, to_mask, mask, scorer_backend, share,
-                 (t_orig, n_orig, len(chosen)), var_run)
+                 len(u) < len(segment(s.response, "auto", task=s.task)),
+                 None if copies is None else tuple(copies[1][i]),
+                 None if heads is None else heads[i])
+        for i, (s, o, u, g) in enumerate(zip(bad, occ, units, grounded, strict=True)))
+    reports = study_reports(rows, sign, top_k, seed, quotes)
+    cost = study_cost(monitor, bad, to_mask, mask, scorer_backend, share,
+                      (t_orig, n_orig, len(chosen)), var_run)
+    cost["quotes"] = quote_cost(bad, quote_readings, copies[0] if copies else {},
+                                scorer.backend.tokenizer if quotes else None)
     summary = {
         "provenance": _provenance(monitor, prompt, readout, quote_prompt if quotes else None,
                                   benchmark, split, limit, seed, chosen, store),
         "settings": {"direction": direction, "sign": sign, "top_k": top_k,
                      "max_segments": max_segments, "mask": mask, "share_prefix": share},
-        "counts": _counts(chosen, bad, rows, originals, quote_readings),
+        "counts": study_counts(chosen, bad, rows, originals, quote_readings),
         "auroc_raw": _auroc(chosen, originals), "calib_auroc_raw": calib_auroc,
         "reports": {k: v.to_dict() for k, v in reports.items()},
         "cost": cost,
@@ -214,6 +232,7 @@ def _provenance(monitor, prompt, readout, quote_prompt, benchmark, split, limit,
                 store) -> dict[str, Any]:
     ref = monitor.backend.model_ref
     return {"model": ref.name, "model_revision": ref.revision, "prompt": prompt,
+            "benchmark_sources": sorted({s.source for s in chosen if s.source}),
             "template_hash": monitor.key.template_hash, "readout": readout,
             "quote_prompt": quote_prompt, "benchmark": benchmark, "split": split,
             "limit": limit, "seed": seed, "dataset_hash": dataset_hash(chosen),
@@ -221,19 +240,43 @@ def _provenance(monitor, prompt, readout, quote_prompt, benchmark, split, limit,
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
 
 
-def _mask_plan(bad, quote_readings, max_segments):
+def _mask_plan(bad, quote_readings, max_segments, copies=None):
     """Per misbehaving sample: its occlusion units, its grounded quotes, and the spans to mask
-    (units, then grounded quotes)."""
+    (units, then grounded quotes, then copy-constrained quotes)."""
     units, grounded, to_mask = [], [], []
-    for s in bad:
+    for i, s in enumerate(bad):
         u = [(x.start, x.end) for x in occlusion_units(s.response, task=s.task,
                                                        max_segments=max_segments)]
         v = quote_readings.get(s.transcript_hash)
         g = ground_quotes(list(judge_quotes(v)), s.response) if v is not None else []
         units.append(u)
         grounded.append(g)
-        to_mask.append(u + [(q.start, q.end) for q in g if q.grounded])
+        copied = [(q.start, q.end) for q in copies[1][i]] if copies else []
+        to_mask.append(u + [(q.start, q.end) for q in g if q.grounded] + copied)
     return units, grounded, to_mask
+
+
+def _copy_quotes(scorer, monitor, st, bad, db, progress):
+    """(readings by transcript hash, copied spans per misbehaving sample) of the quote prompt's
+    copy-constrained quotes, through the store."""
+    quoter = CopyQuoter(scorer.backend, load_prompt(st.quote_prompt),
+                        max_input_tokens=monitor.encoder.max_input_tokens)
+    todo = len(db.missing(quoter.key, [s.transcript_hash for s in bad]))
+    readings = quoter.quote_all(bad, db, ticker(progress, "copy quotes", todo))
+    return readings, [copied_spans(readings.get(s.transcript_hash), s.response) for s in bad]
+
+
+def _token_spans(scorer, head: str, bad) -> list[tuple[ScoredSpan, ...]]:
+    """A token head's spans on each misbehaving sample (``extra["spans"]`` of its readings;
+    none for a sample without a reading)."""
+    monitor = scorer.monitor(readout=head if head.startswith("probe:") else f"probe:{head}")
+    readings = scorer.score(bad, monitor, label=f"token head {head}", chunk_size=64)
+    out = []
+    for s in bad:
+        v = readings.get(s.transcript_hash)
+        spans = (v.extra.get("spans") or []) if v is not None and v.scored else []
+        out.append(tuple(ScoredSpan(int(a), int(b), float(c)) for a, b, c in spans))
+    return out
 
 
 def _occlude(scorer, monitor, bad, to_mask, mask, share):
@@ -280,87 +323,6 @@ def _sample_chunks(n_variants: Sequence[int]) -> list[tuple[int, int]]:
     if lo < len(n_variants):
         chunks.append((lo, len(n_variants)))
     return chunks
-
-
-def random_unit_rows(span_rows: Sequence[SpanRow], study_rows: Sequence[StudyRow],
-                     seed: int = 0) -> list[SpanRow]:
-    """The random floor for occlusion spans: as many units as the row predicts, drawn from the
-    row's own occlusion units (merged ones included) with :func:`random_rows`' rule
-    (``random.Random(f"{seed}\\0{id}")``, uniform, without replacement), so that it equals
-    ``random_rows`` wherever no unit was merged."""
-    out = []
-    for r, st in zip(span_rows, study_rows, strict=True):
-        rng = random.Random(f"{seed}\0{r.id}")
-        picks = rng.sample(list(st.units), min(len(r.pred), len(st.units)))
-        out.append(SpanRow(r.id, r.text, tuple(ScoredSpan(a, b) for a, b in picks), r.gold,
-                           r.category, r.task, 0, 0, r.kind))
-    return out
-
-
-def _reports(rows: Sequence[StudyRow], sign: int, top_k: int, seed: int, quotes: bool
-             ) -> dict[str, SpanReport]:
-    occ = [span_row_from_sample(r.sample, r.occlusion_spans(sign, top_k)) for r in rows]
-    flip = [span_row_from_sample(r.sample, r.occlusion_spans(-sign, top_k)) for r in rows]
-    reports = {"occlusion": span_metrics(occ), "occlusion (flipped)": span_metrics(flip),
-               "random (as occlusion)": span_metrics(random_unit_rows(occ, rows, seed))}
-    if quotes:
-        qrows = [span_row_from_sample(r.sample, r.quote_spans(sign)) for r in rows]
-        reports["quotes"] = span_metrics(qrows)
-        reports["random (as quotes)"] = random_baseline(qrows, seed)
-    return reports
-
-
-def _counts(chosen, bad, rows, originals, quote_readings) -> dict[str, Any]:
-    n_quotes = sum(len(r.quotes) for r in rows)
-    return {
-        "samples": len(chosen), "pairs": len({s.pair_id for s in chosen}),
-        "misbehaving": len(bad), "misbehaving_with_gold": sum(bool(s.gold_spans) for s in bad),
-        "by_category": dict(sorted(Counter(s.category for s in bad).items())),
-        "by_task": dict(sorted(Counter(s.task for s in bad).items())),
-        "original_status": dict(sorted(Counter(
-            originals[s.transcript_hash].status if s.transcript_hash in originals
-            else "missing" for s in chosen).items())),
-        "quote_status": dict(sorted(Counter(r.quote_status for r in rows).items())),
-        "quotes_from_unparsed_verdicts": sum(
-            len(judge_quotes(v)) for v in quote_readings.values() if v.status == "parse_failure"),
-        "quotes": n_quotes,
-        "ungrounded_quotes": sum(not q.grounded for r in rows for q in r.quotes),
-        "grounding": dict(sorted(Counter(q.status for r in rows for q in r.quotes).items())),
-        "units_per_sample": (sum(len(r.units) for r in rows) / len(rows)) if rows else math.nan,
-        "samples_with_merged_units": sum(r.merged for r in rows),
-        "variant_status": dict(sorted(Counter(
-            x.status for r in rows for x in r.occlusion.segments).items())),
-    }
-
-
-def _cost(monitor, bad, to_mask, mask, scorer_backend, share_prefix, orig_run, var_run
-          ) -> dict[str, Any]:
-    """Tokens (template prefix excluded) of one scoring pass over the misbehaving originals,
-    of their masked variants run plainly, and as the prefix-sharing backend runs them (each
-    sample's variants as one call, its original already scored); seconds of this run."""
-    enc = monitor.encoder
-    prefix = enc.prefix_len
-    one_pass = plain = shared = n_var = 0
-    for s, spans in zip(bad, to_mask, strict=True):
-        ids = [enc.encode(v.request, v.response).ids
-               for v in (masked_sample(s, b, mask) for b in dict.fromkeys(spans))]
-        one_pass += len(enc.encode(s.request, s.response).ids) - prefix
-        plain += sum(len(x) - prefix for x in ids)
-        shared += shared_tokens(ids, prefix)
-        n_var += len(ids)
-    (t_orig, n_orig, n_chosen), (t_mask, n_todo, n_variants) = orig_run, var_run
-    out = {"variants": n_var, "tokens_one_pass": one_pass,
-           "tokens_variants_plain": plain, "tokens_variants_shared": shared,
-           "multiple_plain": cost_multiple(plain, one_pass),
-           "multiple_shared": cost_multiple(shared, one_pass),
-           "seconds_originals": t_orig, "originals_scored": n_orig,
-           "seconds_variants": t_mask, "variants_scored": n_todo}
-    if share_prefix:
-        out["tokens_computed_this_run"] = scorer_backend.tokens_computed
-    if n_orig == n_chosen and n_todo == n_variants and n_orig and n_todo and bad:
-        # seconds per misbehaving sample for its variants / seconds per original
-        out["measured_multiple"] = (t_mask / len(bad)) / (t_orig / n_orig)
-    return out
 
 
 __all__ = ["DIRECTIONS", "SpanSettings", "SpanStudy", "StudyRow", "evidence_list", "judge_quotes",

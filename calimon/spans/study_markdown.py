@@ -1,5 +1,5 @@
 """A span study (`calimon.spans.study.SpanStudy`) as markdown: settings, sample sizes, the
-tables by category and by task, the ungrounded-quote rate and the cost figures."""
+tables by category, task, source and cell, the ungrounded-quote rates and the cost figures."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 
 def study_markdown(study, command: str | None = None) -> str:
-    """The study as markdown: settings, sample sizes, the tables by category and by task, the
-    ungrounded-quote rate and the cost figures."""
+    """The study as markdown: settings, sample sizes, the tables by category, task, source and
+    cell, the ungrounded-quote rates and the cost figures."""
     s = study.summary
     p, st, c, cost = s["provenance"], s["settings"], s["counts"], s["cost"]
     lines = ["# Span localization", ""]
@@ -45,10 +45,14 @@ def study_markdown(study, command: str | None = None) -> str:
         f"auto segmentation capped at {st['max_segments']} (mean {_fmt(c['units_per_sample'], 1)}"
         f" per sample, {c['samples_with_merged_units']} samples merged). Random floors: "
         "`random (as occlusion)` draws as many units per sample as occlusion predicts from the "
-        "same units; `random (as quotes)` as many auto segments as there are grounded quotes.",
+        "same units; `random (as quotes)` (and as copy quotes, as token head) as many auto "
+        "segments as the method predicts. `copy quotes` rank in the order the model wrote "
+        "them, `(by drop)` by the drop of the monitor's confidence when the quote is masked.",
         "",
         "## By category", "", to_markdown(study.reports, by="category", metrics=METRICS),
         "## By task", "", to_markdown(study.reports, by="task", metrics=METRICS),
+        "## By source", "", to_markdown(study.reports, by="source", metrics=METRICS),
+        "## By cell", "", to_markdown(study.reports, by="cell", metrics=METRICS),
     ]
     q = study.reports.get("quotes")
     if q is not None:
@@ -59,6 +63,13 @@ def study_markdown(study, command: str | None = None) -> str:
                   f"{c['quotes_from_unparsed_verdicts']}. Quotes: {o.n_quotes}, ungrounded: "
                   f"{o.n_ungrounded}, **ungrounded-quote rate {_fmt(o.ungrounded_rate)}**; "
                   f"grounding statuses {c['grounding']}.", ""]
+    cq = study.reports.get("copy quotes")
+    if cq is not None:
+        o = cq.overall
+        lines += [f"Copy-constrained quotes: {o.n_quotes}, ungrounded: {o.n_ungrounded}, "
+                  f"**ungrounded-quote rate {_fmt(o.ungrounded_rate)}** (grounded by "
+                  "construction: each is a run of the response's own tokens).", ""]
+    lines += _quote_cost(cost.get("quotes") or {})
     lines += ["## Cost", "",
               "Tokens after the shared template prefix. One scoring pass = the misbehaving "
               "originals once.", "",
@@ -75,3 +86,20 @@ def study_markdown(study, command: str | None = None) -> str:
               f"| measured multiple (seconds per misbehaving sample, variants / one pass) | "
               f"{_fmt(cost.get('measured_multiple'), 2)} |", ""]
     return "\n".join(lines) + "\n"
+
+
+def _quote_cost(q: dict[str, Any]) -> list[str]:
+    """The per-sample cost of each quote method, as its readings recorded it."""
+    if not q:
+        return []
+    out = ["Quote generation, mean per misbehaving sample (from the readings; seconds are this "
+           "machine's, tokens exact):", "",
+           "| method | decoding | samples | seconds | tokens computed |", "|---|---|---|---|---|"]
+    names = {"free": ("free quotes", "unconstrained greedy JSON (prompt + generated tokens)"),
+             "copy": ("copy quotes", "copy-constrained greedy (prompt once per quote + quote "
+                      "tokens)")}
+    for k, (name, how) in names.items():
+        if k in q:
+            out.append(f"| {name} | {how} | {q[k]['samples']} | {_fmt(q[k]['seconds'], 2)} | "
+                       f"{_fmt(q[k]['tokens'], 0)} |")
+    return out + [""]
