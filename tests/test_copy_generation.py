@@ -10,7 +10,7 @@ import pytest
 from conftest import toy_samples
 from test_spans_occlusion import OFFSET, VOCAB, CharTokenizer, FakeBackend, one_thread  # noqa: F401
 
-from calimon.backends.base import CapabilityError, Messages
+from calimon.backends.base import AllowedTokens, CapabilityError, Messages
 from calimon.prompts import load_prompt
 from calimon.samples import Sample, write_samples
 from calimon.spans.copy_generation import CopyQuoter, CopySettings, closing_ids, copied_spans
@@ -33,6 +33,8 @@ class PrefersTarget(FakeBackend):
     """A judge whose next-token choice, inside a quote, follows TARGET as far as the quote so
     far agrees with it and then closes the quote; anything else is uniform."""
 
+    capabilities = frozenset({AllowedTokens})
+
     def __init__(self):
         super().__init__()
         self.tokenizer = VocabTokenizer()
@@ -50,6 +52,11 @@ class PrefersTarget(FakeBackend):
                 want = TARGET[len(quote)] if len(quote) < len(TARGET) else '"'
                 out[r, OFFSET + ord(want)] = 0.0
         return out
+
+    def greedy_among(self, prompts, allowed, prefix_len=0):
+        lp = self.next_token_logprobs(prompts, prefix_len)
+        return [max(ids, key=lambda t, row=row: row[t]) for row, ids in zip(lp, allowed,
+                                                                           strict=True)]
 
 
 def test_the_first_quote_follows_the_model_and_lands_on_its_exact_offsets():
@@ -95,12 +102,13 @@ def test_quotes_go_through_the_store(tmp_path):
     assert other.key != quoter.key  # the settings are part of the key
 
 
-def test_a_chat_api_is_refused_with_the_backends_that_work():
+def test_a_backend_without_a_full_distribution_is_refused_with_the_backends_that_work():
     class Chat(FakeBackend):
         capabilities = frozenset({Messages})
 
-    with pytest.raises(CapabilityError, match="transformers, vllm or http"):
-        CopyQuoter(Chat(), load_prompt("evidence"))
+    for backend in (Chat(), FakeBackend()):  # a chat API; a top-K server (no capability)
+        with pytest.raises(CapabilityError, match="transformers or vllm"):
+            CopyQuoter(backend, load_prompt("evidence"))
 
 
 def test_settings_are_checked():
@@ -177,3 +185,30 @@ def test_blocked_positions_are_never_copied():
     c.advance(5)
     c.advance(6)
     assert c.spans() == [(2, 4)]  # only the second occurrence is open
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_vllm_copy_quotes_are_grounded_and_follow_the_same_greedy_choice(smol, smol_backend):
+    """Through vLLM (allowed_token_ids): every quote grounded, and where the transformers
+    backend's greedy choice among the allowed tokens is clear (margin > 0.05 nats), vLLM makes
+    the same one."""
+    pytest.importorskip("vllm")
+    from calimon.backends.vllm_backend import VLLMBackend
+
+    prompt = smol_backend.tokenizer("The capital of France is", add_special_tokens=False)
+    allowed = smol_backend.tokenizer(" Paris London Rome Berlin", add_special_tokens=False)
+    ids, allowed = prompt["input_ids"], allowed["input_ids"]
+    lp = smol_backend.next_token_logprobs([ids])[0][allowed]
+    margin = np.sort(lp)[-1] - np.sort(lp)[-2]
+    with VLLMBackend(smol, kv_cache_gib=1) as be:
+        got = be.greedy_among([ids], [allowed])[0]
+        if margin > 0.05:
+            assert got == smol_backend.greedy_among([ids], [allowed])[0]
+        assert got in allowed
+        quoter = CopyQuoter(be, load_prompt("evidence"), CopySettings(max_tokens=8))
+        for i, text in enumerate(_texts()):
+            s = Sample(id=f"x{i}", request="Answer the user.", response=text, label=True,
+                       category="safety", task="qa", pair_id=f"x{i}")
+            spans = copied_spans(quoter.quote(s), text)
+            assert spans and all(text[q.start:q.end] == q.quote for q in spans)

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from calimon.backends import (
     BACKENDS,
+    AllowedTokens,
     Backend,
     CapabilityError,
     Constrained,
@@ -114,8 +115,12 @@ def implements(obj, protocol) -> bool:
 
 def test_built_in_backends_declare_their_capabilities(smol):
     names = {n: backend_class(n) for n in ("transformers", "vllm", "http")}
-    assert names["transformers"].capabilities == {HiddenStates, LocalWeights, Constrained}
-    assert names["vllm"].capabilities == names["http"].capabilities == {Constrained}
+    assert names["transformers"].capabilities == {HiddenStates, LocalWeights, Constrained,
+                                                  AllowedTokens}
+    assert names["vllm"].capabilities == {Constrained, AllowedTokens}
+    assert names["http"].capabilities == {Constrained}  # top-K log-probs only
+    for name in ("transformers", "vllm"):
+        assert callable(getattr(names[name], "greedy_among", None))
     for cls in names.values():
         for member in ("next_token_logprobs", "generate", "close", "tokenizer", "vocab_size"):
             assert callable(getattr(cls, member, None)) or isinstance(

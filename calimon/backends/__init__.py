@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from calimon.backends.base import (
+    AllowedTokens,
     Backend,
     CapabilityError,
     Constrained,
@@ -59,7 +60,7 @@ def supports_class(cls: type, capability: type) -> bool:
     return capability in getattr(cls, "capabilities", frozenset())
 
 
-__all__ = ["BACKENDS", "OPTIONS", "Backend", "BackendSpec", "CapabilityError", "Constrained",
+__all__ = ["AllowedTokens", "BACKENDS", "OPTIONS", "Backend", "BackendSpec", "CapabilityError", "Constrained",
            "HiddenStates",
            "LocalWeights", "Messages", "Sampling", "backend_class", "backend_options", "backends_with", "build_backend",
            "check_options", "model_for", "requires", "supports"]

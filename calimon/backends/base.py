@@ -117,9 +117,20 @@ class Sampling(Protocol):
     """Capability: the backend draws several answers at a temperature (the sampled readout)."""
 
 
+class AllowedTokens(Protocol):
+    """Capability: the greedy next token among given ids, over the model's full distribution
+    (copy-constrained quotes, `calimon.spans.copy_generation`)."""
+
+    def greedy_among(self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int]],
+                     prefix_len: int = 0) -> list[int]:
+        """Per prompt, the most likely next token of those in its ``allowed`` ids."""
+        ...
+
+
 CAPABILITY_NAMES: dict[type, str] = {HiddenStates: "hidden states", LocalWeights: "local weights",
                                      Messages: "chat messages", Sampling: "sampled answers",
-                                     Constrained: "constrained decoding"}
+                                     Constrained: "constrained decoding",
+                                     AllowedTokens: "a greedy choice among given tokens"}
 
 
 class CapabilityError(InputError):
@@ -156,6 +167,6 @@ def requires(backend: Backend, capability: type, *, needed_for: str = "this stud
                           f"backend does not provide; {instead}", field="backend")
 
 
-__all__ = ["Backend", "BackendBase", "CAPABILITY_NAMES", "CapabilityError", "Constrained",
+__all__ = ["AllowedTokens", "Backend", "BackendBase", "CAPABILITY_NAMES", "CapabilityError", "Constrained",
            "HiddenStates",
            "LocalWeights", "Messages", "Sampling", "requires", "supports"]

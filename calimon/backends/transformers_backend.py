@@ -18,7 +18,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from calimon.backends.base import BackendBase, Constrained, HiddenStates, LocalWeights
+from calimon.backends.base import (
+    AllowedTokens,
+    BackendBase,
+    Constrained,
+    HiddenStates,
+    LocalWeights,
+)
 from calimon.backends.loading import LazyTokenizer, stop_token_ids
 from calimon.errors import BackendError
 from calimon.models import ResolvedModel
@@ -30,7 +36,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
     (`calimon.backends.constrained`)."""
 
     name = "transformers"
-    capabilities = frozenset({HiddenStates, LocalWeights, Constrained})
+    capabilities = frozenset({HiddenStates, LocalWeights, Constrained, AllowedTokens})
 
     def __init__(self, model: ResolvedModel, device: str = "auto", batch_tokens: int = 8192,
                  max_batch_size: int | None = None, threads: int | None = None,
@@ -115,6 +121,19 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         for idx in self._batches(prompts):
             out[idx] = self._forward_last(
                 [prompts[i] for i in idx], prefix_len)
+        return out
+
+    def greedy_among(self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int]],
+                     prefix_len: int = 0) -> list[int]:
+        """Per prompt, the most likely next token among its ``allowed`` ids (the full
+        distribution is computed here, so this is an exact argmax)."""
+        lp = self.next_token_logprobs(prompts, prefix_len)
+        out = []
+        for row, ids in zip(lp, allowed, strict=True):
+            ids = np.asarray(list(ids), dtype=np.int64)
+            if ids.size == 0:
+                raise BackendError("no allowed token to choose from")
+            out.append(int(ids[np.argmax(row[ids])]))
         return out
 
     def capture(self, prompts: Sequence[Sequence[int]], prefix_len: int, spec,

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from calimon.backends.base import BackendBase, Constrained
+from calimon.backends.base import AllowedTokens, BackendBase, Constrained
 from calimon.backends.http_backend import dense_logprobs
 from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, InputError, MissingExtraError
@@ -48,7 +48,7 @@ class VLLMBackend(TokenIdVocab, BackendBase):
     own structured outputs (``StructuredOutputsParams(regex=...)``, its default backend)."""
 
     name = "vllm"
-    capabilities = frozenset({Constrained})
+    capabilities = frozenset({Constrained, AllowedTokens})
 
     def __init__(self, model: ResolvedModel, *, answer_ids: bool = True, top_logprobs: int = 20,
                  dtype: str | None = None, max_model_len: int | None = None,
@@ -172,6 +172,22 @@ class VLLMBackend(TokenIdVocab, BackendBase):
             out[i] = dense_logprobs(self.vocab_size,
                                     {int(t): float(lp.logprob) for t, lp in steps[0].items()})
         return out
+
+    def greedy_among(self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int]],
+                     prefix_len: int = 0) -> list[int]:
+        """Per prompt, the greedy next token among its ``allowed`` ids (vLLM's
+        ``allowed_token_ids``: the other logits are masked before the argmax)."""
+        if not prompts:
+            return []
+        llm = self.llm
+        from vllm import SamplingParams
+
+        params = [SamplingParams(max_tokens=1, temperature=0.0, detokenize=False,
+                                 allowed_token_ids=sorted(int(t) for t in ids))
+                  for ids in allowed]
+        outputs = llm.generate(self._prompts(prompts), params, use_tqdm=False)
+        self.forward_calls += 1
+        return [int(res.outputs[0].token_ids[0]) for res in outputs]
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                  constraint=None) -> list[list[int]]:

@@ -10,10 +10,12 @@ After a quote, the turn goes on with ``", "`` and the next quote, which may not 
 tokens of the quotes before it; ``n_quotes`` quotes are asked for (fewer when nothing is left
 to quote). Quote order is the model's: the first is the one it wrote first.
 
-Every step is one `Backend.next_token_logprobs` call on the prompt plus the quote so far, with
-the prompt declared as shared prefix (the transformers backend reuses its KV cache; vLLM and an
-HTTP server reuse their prefix cache), so this runs on every token backend. A chat API has no
-token ids to constrain: it raises `CapabilityError`. Readings go to the run store under their
+Every step is one `AllowedTokens.greedy_among` call on the prompt plus the quote so far: the
+greedy token among the allowed ids over the model's full distribution (the transformers
+backend takes the argmax of its log-probs, reusing the prompt's KV cache; vLLM masks the other
+logits with ``allowed_token_ids`` and reuses its prefix cache). A backend without that
+capability (the HTTP and chat backends, whose servers return only the top log-probs) gets a
+`CapabilityError` naming the backends that have it. Readings go to the run store under their
 own key (readout ``copy_quotes``, the settings in the template hash): a rerun costs nothing.
 """
 
@@ -23,12 +25,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from calimon.backends import Messages, supports
-from calimon.backends.base import CapabilityError
+from calimon.backends import AllowedTokens, requires
 from calimon.errors import InputError
 from calimon.prompts import PromptTemplate, encoder_for, load_derived_format, prompt_format_of
 from calimon.samples import Sample
-from calimon.spans.copy_quotes import CopyConstraint, copy_greedy
+from calimon.spans.copy_quotes import CopyConstraint, copy_decode
 from calimon.spans.grounding import GroundedSpan
 from calimon.store import MonitorKey, RunStore
 from calimon.verdict import Verdict
@@ -80,11 +81,7 @@ class CopyQuoter:
 
     def __init__(self, backend, template: PromptTemplate, settings: CopySettings | None = None,
                  max_input_tokens: int = 2048):
-        if supports(backend, Messages):
-            raise CapabilityError(f"copy-constrained quotes need token ids, which the "
-                                  f"{type(backend).name!r} backend does not expose; use "
-                                  "--backend transformers, vllm or http", field="backend")
-        self.backend = backend
+        self.backend = requires(backend, AllowedTokens, needed_for="copy-constrained quotes")
         self.settings = settings or CopySettings()
         self.settings.check()
         self.template = quotes_template(template)
@@ -120,11 +117,10 @@ class CopyQuoter:
                 break  # everything quotable is taken
             base = len(prompt) - 1
 
-            def next_lp(quoted, base=base, prompt=prompt):
-                return self.backend.next_token_logprobs([prompt + list(quoted)],
-                                                        prefix_len=base)[0]
+            def choose(quoted, allowed, base=base, prompt=prompt):
+                return self.backend.greedy_among([prompt + quoted], [allowed], prefix_len=base)[0]
 
-            q = copy_greedy(next_lp, c)
+            q = copy_decode(choose, c)
             computed += len(prompt) + len(q.ids)
             spans.append([q.char_start, q.char_end])
             taken.update(range(q.start, q.end))

@@ -108,20 +108,30 @@ class CopyConstraint:
                            self.offsets[end - 1][1], len(found))
 
 
-def copy_greedy(next_logprobs: Callable[[list[int]], np.ndarray],
+def copy_decode(choose: Callable[[list[int], list[int]], int],
                 constraint: CopyConstraint) -> CopiedQuote:
-    """A greedy copy-constrained quote: ``next_logprobs(quote ids so far)`` gives the model's
-    (vocab,) log-probs of the next token; the most likely allowed token is taken until an
-    end token (or ``max_tokens``)."""
+    """A copy-constrained quote: ``choose(quote ids so far, allowed ids)`` picks the next token
+    among the allowed ones (greedy: the model's most likely), until an end token, the end of
+    the text or ``max_tokens``."""
     while not constraint.finished:
-        allowed = np.fromiter(constraint.allowed(), dtype=np.int64)
-        if allowed.size == 0:
+        allowed = sorted(constraint.allowed())
+        if not allowed:
             if constraint.quoted:  # at the end of the text or of max_tokens, with no end id
                 break
             raise InputError("nothing of the transcript can be quoted", field="transcript")
-        lp = next_logprobs(list(constraint.quoted))
-        constraint.advance(int(allowed[np.argmax(lp[allowed])]))
+        constraint.advance(choose(list(constraint.quoted), allowed))
     return constraint.quote()
 
 
-__all__ = ["CopiedQuote", "CopyConstraint", "copy_greedy"]
+def copy_greedy(next_logprobs: Callable[[list[int]], np.ndarray],
+                constraint: CopyConstraint) -> CopiedQuote:
+    """A greedy copy-constrained quote: ``next_logprobs(quote ids so far)`` gives the model's
+    (vocab,) log-probs of the next token; the most likely allowed token is taken."""
+    def choose(quoted: list[int], allowed: list[int]) -> int:
+        ids = np.asarray(allowed, dtype=np.int64)
+        return int(ids[np.argmax(next_logprobs(quoted)[ids])])
+
+    return copy_decode(choose, constraint)
+
+
+__all__ = ["CopiedQuote", "CopyConstraint", "copy_decode", "copy_greedy"]

@@ -51,6 +51,7 @@ from calimon.spans.study_markdown import study_markdown
 from calimon.spans.study_parts import (
     quote_cost,
     random_unit_rows,
+    reading_cost,
     study_cost,
     study_counts,
     study_reports,
@@ -197,7 +198,8 @@ def run_span_study(settings: SpanSettings, *, backend: Any = None,
             quote_readings, _, _ = _timed_score(scorer, scorer.monitor(quote_prompt, "binary"),
                                                 bad, f"{quote_prompt}/binary")
         copies = _copy_quotes(scorer, monitor, st, bad, db, progress) if st.copy_quotes and bad else None
-        heads = _token_spans(scorer, st.token_head, bad) if st.token_head and bad else None
+        heads, head_readings = (_token_spans(scorer, st.token_head, bad)
+                                if st.token_head and bad else (None, {}))
         units, grounded, to_mask = _mask_plan(bad, quote_readings, max_segments, copies)
         occ, scorer_backend, var_run = _occlude(scorer, monitor, bad, to_mask, mask, share)
         model_calls = scorer.model_calls + (scorer_backend.group_calls if share else 0)
@@ -214,6 +216,8 @@ def run_span_study(settings: SpanSettings, *, backend: Any = None,
                       (t_orig, n_orig, len(chosen)), var_run)
     cost["quotes"] = quote_cost(bad, quote_readings, copies[0] if copies else {},
                                 scorer.backend.tokenizer if quotes else None)
+    if head_readings:
+        cost["token_head"] = reading_cost(bad, head_readings)
     summary = {
         "provenance": _provenance(monitor, prompt, readout, quote_prompt if quotes else None,
                                   benchmark, split, limit, seed, chosen, store),
@@ -266,9 +270,9 @@ def _copy_quotes(scorer, monitor, st, bad, db, progress):
     return readings, [copied_spans(readings.get(s.transcript_hash), s.response) for s in bad]
 
 
-def _token_spans(scorer, head: str, bad) -> list[tuple[ScoredSpan, ...]]:
+def _token_spans(scorer, head: str, bad) -> tuple[list[tuple[ScoredSpan, ...]], dict]:
     """A token head's spans on each misbehaving sample (``extra["spans"]`` of its readings;
-    none for a sample without a reading)."""
+    none for a sample without a reading), and its readings by transcript hash."""
     monitor = scorer.monitor(readout=head if head.startswith("probe:") else f"probe:{head}")
     readings = scorer.score(bad, monitor, label=f"token head {head}", chunk_size=64)
     out = []
@@ -276,7 +280,7 @@ def _token_spans(scorer, head: str, bad) -> list[tuple[ScoredSpan, ...]]:
         v = readings.get(s.transcript_hash)
         spans = (v.extra.get("spans") or []) if v is not None and v.scored else []
         out.append(tuple(ScoredSpan(int(a), int(b), float(c)) for a, b, c in spans))
-    return out
+    return out, readings
 
 
 def _occlude(scorer, monitor, bad, to_mask, mask, share):

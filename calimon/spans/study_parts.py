@@ -131,12 +131,17 @@ def quote_cost(bad, free: dict, copied: dict, tokenizer) -> dict[str, Any]:
         out["free"] = {"samples": len(got), "seconds": _mean([v.seconds for v in got]),
                        "tokens": _mean([v.tokens + g for v, g in zip(got, gen, strict=True)]),
                        "generated_tokens": _mean(gen)}
-    got = [copied[s.transcript_hash] for s in bad if s.transcript_hash in copied]
-    if got:
-        out["copy"] = {"samples": len(got), "seconds": _mean([v.seconds for v in got]),
-                       "tokens": _mean([v.tokens for v in got]),
-                       "quotes": _mean([len(v.evidence) for v in got])}
+    if any(s.transcript_hash in copied for s in bad):
+        out["copy"] = {**reading_cost(bad, copied), "quotes": _mean(
+            [len(copied[s.transcript_hash].evidence) for s in bad if s.transcript_hash in copied])}
     return out
 
 
-__all__ = ["quote_cost", "random_unit_rows", "study_cost", "study_counts", "study_reports"]
+def reading_cost(bad, readings: dict) -> dict[str, Any]:
+    """The mean seconds and tokens per misbehaving sample its readings recorded."""
+    got = [readings[s.transcript_hash] for s in bad if s.transcript_hash in readings]
+    return {"samples": len(got), "seconds": _mean([v.seconds for v in got]),
+            "tokens": _mean([v.tokens for v in got])}
+
+
+__all__ = ["quote_cost", "reading_cost", "random_unit_rows", "study_cost", "study_counts", "study_reports"]
