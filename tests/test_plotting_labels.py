@@ -121,7 +121,7 @@ def test_curve_png_labels_clear_of_each_other_markers_and_title(tmp_path, saved)
     # the rest of the figure is as before: one legend row per series and binary point
     legend = [t.get_text() for t in saved[-1].axes[0].get_legend().texts]
     assert legend[0].startswith("all (calibrated) (AUROC") and legend[1:] == [
-        "binary/direct (binary, 2 parse failures)", "binary/evidence (binary, 1 parse failures)"]
+        "binary/direct (2 parse failures)", "binary/evidence (1 parse failures)"]
 
 
 def test_curve_png_label_without_room_is_listed_under_the_axes(tmp_path, saved):

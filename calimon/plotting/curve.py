@@ -56,20 +56,23 @@ def _draw_binary(ax: Any, i: int, p: BinaryPoint, color: Any = None,
     """Marker ``i``; ``color`` default: a colour of its own; ``name`` default: the point's.
     Returns the artists drawn on the axes (marker, bars, caps; none for an undefined point,
     which is a legend entry only)."""
-    label = f"{name or p.name} (binary"
-    if p.n_parse_failure:
-        label += f", {p.n_parse_failure} parse failures"
+    base = name or p.name
+    # a point named binary/<prompt> says it is binary already: no second "(binary" suffix
+    notes = ([] if base.startswith("binary/") else ["binary"]) + \
+        ([f"{p.n_parse_failure} parse failures"] if p.n_parse_failure else [])
     if math.isnan(p.mr) or math.isnan(p.far):
+        notes.append("undefined on parsed samples")
         ax.plot([], [], linestyle="none", marker=_MARKERS[i % len(_MARKERS)],
-                color=color or "black", label=label + ", undefined on parsed samples)")
+                color=color or "black", label=f"{base} ({', '.join(notes)})")
         return []
+    label = f"{base} ({', '.join(notes)})" if notes else base
     # Bars span failures-counted-as-passed to failures-counted-as-flagged.
     xerr = [[p.far - p.far_lo], [p.far_hi - p.far]]
     yerr = [[p.mr - p.mr_lo], [p.mr_hi - p.mr]]
     bars = ax.errorbar([p.far], [p.mr], xerr=xerr, yerr=yerr,
                        marker=_MARKERS[i % len(_MARKERS)], markersize=7,
                        color=color or f"C{(i + 5) % 10}", markeredgecolor="black", capsize=3,
-                       linestyle="none", label=label + ")", zorder=5)
+                       linestyle="none", label=label, zorder=5)
     line, caps, cols = bars.lines
     return [line, *caps, *cols]
 

@@ -163,7 +163,8 @@ def _binary_marks(f: Frame, binary_points: Sequence[dict]
     for i, b in enumerate(binary_points):
         color = BINARY_COLORS[i % len(BINARY_COLORS)]
         mr, far = b.get("mr"), b.get("far")
-        label = f"{b.get('name')} (binary)"
+        name = str(b.get("name"))
+        label = name if name.startswith("binary/") else f"{name} (binary)"
         if mr is None or far is None:
             failed = b.get("n_parse_failure")
             rows.append((color, label + ": undefined" + (f" ({failed} parse failures)"
