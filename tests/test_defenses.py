@@ -291,3 +291,19 @@ def test_an_unknown_defense_is_a_one_line_error_naming_it(smol, tmp_path, monkey
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert res.exit_code == 2 and len(lines) == 1 and "'sandwich'" in lines[0], res.output
 
+
+
+def test_the_curve_flag_reaches_its_monitors_binary_points_included(monkeypatch, tmp_path):
+    import calimon.pipeline as pipeline
+    from calimon.cli import app
+
+    got = []
+    monkeypatch.setattr(pipeline, "run_curve", lambda s, progress=None: got.append(s) or 1 / 0)
+    CliRunner().invoke(app, ["curve", "--model", "m", "--benchmark", "b", "--store",
+                             str(tmp_path / "s.sqlite"), "--defense", "strip",
+                             "--defense", "spotlight"])
+    (s,) = got
+    assert s.defense == ("spotlight", "strip")
+    spec = pipeline.monitor_spec(s)
+    assert spec.defenses == ("spotlight", "strip")
+    assert spec.with_monitor("evidence", "binary").defenses == ("spotlight", "strip")
