@@ -55,11 +55,11 @@ def test_report_puts_defended_rows_beside_undefended_and_fills_the_docs(smol, tm
     by_name = {p.parent.name: json.loads(p.read_text())
                for p in runs.glob("toy/*/robustness.json")}
     plain, defended = by_name["verdict-none"], by_name["verdict-strip+reminder"]
-    cost = plain["clean"]["auroc_cal"] - defended["clean"]["auroc_cal"]
+    delta = defended["clean"]["auroc_cal"] - plain["clean"]["auroc_cal"]
     tokens = (defended["clean"]["mean_prompt_tokens"] - plain["clean"]["mean_prompt_tokens"])
     assert tokens > 0  # the reminder costs prompt tokens
     line = next(ln for ln in docs_text.splitlines() if ln.startswith("| verdict | reminder+"))
-    assert f"| {-cost:+.3f} |" in line and f"| {tokens:+.1f} |" in line
+    assert f"| {delta:+.3f} |" in line and f"| {tokens:+.1f} |" in line
     assert text.count("`calimon robustness ") == 2 and "--defense reminder,strip" in text
 
 

@@ -131,14 +131,14 @@ def summary_rows(docs: list[dict]) -> list[str]:
     for d in docs:
         base, w = _baseline(d, docs), worst(d)
         c, cb = d["clean"], base["clean"]
-        cost = cb["auroc_cal"] - c["auroc_cal"]
+        delta = c["auroc_cal"] - cb["auroc_cal"]  # defended minus undefended, same samples
         tok, tok_b = c.get("mean_prompt_tokens"), cb.get("mean_prompt_tokens")
         met = (w["flip"] is not None and w["fa"] is not None and w["flip"] <= TARGETS["flip"]
                and w["fa"] <= TARGETS["false_alarm_points"]
-               and cost <= TARGETS["auroc_cost"])
+               and -delta <= TARGETS["auroc_cost"])
         readout, defense = _label(d)
         rows.append(f"| {readout} | {defense} | {_num(c['auroc_cal'])} | "
-                    f"{_num(-cost, signed=True)} | {_num(tok, 1)} | "
+                    f"{_num(delta, signed=True)} | {_num(tok, 1)} | "
                     f"{_num(None if tok is None or tok_b is None else tok - tok_b, 1, True)} | "
                     f"{_num(w['flip'], 2)} | {_num(w['fa'], 1, True)} | "
                     f"{'yes' if met else 'no'} |")
