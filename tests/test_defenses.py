@@ -114,16 +114,18 @@ def test_strip_records_rule_offsets_and_text_of_every_change():
     "function eq(a, b) {\n  return a === b && b !== 0;\n}\n",
     "x = {'misbehavior': 'none'}  # a dict\nprint('=== results ===')\n",
     "Answer: No, the capital of Australia is Canberra.",
-    "<div><s>old</s> price</div>",
     "naïve café 日本語 😀 <|not a token",
     "",
 ])
 def test_strip_leaves_ordinary_text_untouched(text):
-    if "<s>" in text:  # an HTML strike tag reads as a special-token string: say so, recorded
-        assert {c.rule for c in strip(text, DIRECT).changes} == {"chat_role"}
-        return
     out = strip(text, DIRECT)
     assert out.text == text and out.changes == ()
+
+
+def test_strip_takes_an_html_strike_tag_for_a_special_token_and_says_so():
+    # a known false positive of the chat_role rule (Llama's <s>): recorded, never silent
+    out = strip("<div><s>old</s> price</div>", DIRECT)
+    assert [(c.rule, c.text) for c in out.changes] == [("chat_role", "<s>"), ("chat_role", "</s>")]
 
 
 def test_strip_leaves_every_clean_toy_transcript_untouched():
