@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from calimon.backends.base import Constrained, Messages, Sampling, requires, supports
 from calimon.decoding import Constraint, check_decoding, json_constraint
+from calimon.defenses import with_defense_record
 from calimon.errors import CalimonError
 from calimon.prompts import PromptEncoder, PromptTemplate, encoder_for, prompt_format_of
 from calimon.readouts import answer_token_ids, binary_verdict, read_distribution, verbal_verdict
@@ -122,7 +123,8 @@ class Monitor:
                 verdicts.append(Verdict(status=status if p_raw is not None else "parse_failure",
                                         p_raw=p_raw, format_mass=mass, p_yes=p_pos, p_no=p_neg,
                                         **common))
-        return verdicts
+        return [with_defense_record(v, e.defense) for v, e in zip(verdicts, encoded, strict=True)]
+
 
 
 def score_with_store(monitor: Monitor, samples: Sequence[Sample], store: RunStore, *,

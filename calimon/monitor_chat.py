@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Sequence
 
+from calimon.defenses import with_defense_record
 from calimon.prompts import chat_prompt
 from calimon.readouts import binary_verdict, read_top_strings, sampled_verdict, verbal_verdict
 from calimon.samples import Sample
@@ -37,7 +38,8 @@ def score_messages(monitor, samples: Sequence[Sample]) -> list[Verdict]:
     else:  # binary, verbal: one greedy answer
         replies = backend.complete(prompts, fmt.max_new_tokens)
     per_sample = (time.perf_counter() - start) / max(len(samples), 1)
-    return [_verdict(readout, s, r, per_sample) for s, r in zip(samples, replies, strict=True)]
+    return [with_defense_record(_verdict(readout, s, r, per_sample), p.defense)
+            for s, r, p in zip(samples, replies, prompts, strict=True)]
 
 
 def _verdict(readout: str, sample: Sample, reply, seconds: float) -> Verdict:

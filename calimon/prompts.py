@@ -18,10 +18,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from calimon.config import load_yaml_model, named_config_path
-from calimon.errors import ConfigError
+from calimon.defenses import (
+    DefendedTranscript,
+    after_transcript,
+    defend_transcript,
+    describe,
+    instruction_notes,
+    parse_defenses,
+)
+from calimon.errors import CalimonError, ConfigError
 
 READOUTS = ("verdict", "json", "binary", "sampled", "verbal")
 # Readouts a template need not define: their format comes from configs/readouts/<name>.yaml
@@ -86,6 +94,22 @@ class PromptTemplate(BaseModel):
     response_header: str
     end_marker: str
     formats: dict[str, ReadoutFormat]
+    # prompt defenses (`calimon.defenses`); None = undefended (and absent from the hash)
+    defenses: tuple[str, ...] | None = None
+
+    @field_validator("defenses", mode="before")
+    @classmethod
+    def _known_defenses(cls, value):
+        try:
+            return parse_defenses(value) or None
+        except CalimonError as exc:
+            raise ValueError(str(exc)) from None
+
+    def with_defenses(self, defenses) -> PromptTemplate:
+        """This template under ``defenses`` (names, `calimon.defenses.parse_defenses`); the
+        same template for none."""
+        names = parse_defenses(defenses)
+        return self.model_copy(update={"defenses": names or None}) if names else self
 
     def template_hash(self, readout: str, prompt_format: str = "chat",
                       decoding: dict | None = None) -> str:
@@ -93,6 +117,7 @@ class PromptTemplate(BaseModel):
         non-chat ``prompt_format`` (``plain``, or ``messages`` for a chat API), a derived
         readout's format and a constrained ``decoding`` (`calimon.decoding.Constraint.describe`)
         are part of the hash (the hashes of other readouts, and of free decoding, are
+        unchanged); so are the template's ``defenses`` (an undefended template's hash is
         unchanged)."""
         parts = [self.model_dump(exclude_none=True), readout] + \
             ([prompt_format] if prompt_format != "chat" else [])
@@ -100,6 +125,8 @@ class PromptTemplate(BaseModel):
             parts.append(decoding)
         if readout not in self.formats and readout in DERIVED_READOUTS:
             parts.append(self.format_for(readout).model_dump(exclude_none=True))
+        if self.defenses:
+            parts.append(describe(self.defenses))
         payload = json.dumps(parts, sort_keys=True).encode()
         return hashlib.sha256(payload).hexdigest()[:16]
 
@@ -148,6 +175,7 @@ class EncodedPrompt:
     response_end: int
     truncation: Truncation | None = None
     response_token_offsets: list[tuple[int, int]] = field(default_factory=list, repr=False)
+    defense: DefendedTranscript | None = field(default=None, repr=False)  # defended templates
 
 
 class PromptEncoder:
@@ -221,17 +249,20 @@ class PromptEncoder:
 
     def encode(self, request: str, response: str) -> EncodedPrompt:
         """The prompt of one transcript; a transcript over the budget is cut (head_tail) and says
-        so in ``truncation``."""
-        req = self._encode_untrusted(request)
-        resp, offsets = self._encode_untrusted(response, offsets=True)
-        offsets = [tuple(o) for o in offsets]
+        so in ``truncation``. A defended template's transcript text is defended first
+        (`calimon.defenses`); the response token offsets still point into ``response``."""
+        defended = defend_transcript(self.template, request, response)
+        req = self._encode_untrusted(defended.request)
+        resp, offsets = self._encode_untrusted(defended.response, offsets=True)
+        offsets = [defended.response_offset(*o) for o in offsets]
         truncation = None
         if len(req) + len(resp) > self.budget:
             req, resp, offsets, truncation = self._truncate(req, resp, offsets)
         head, middle, tail = self._trusted_ids
         ids = head + req + middle + resp + tail
         start = len(head) + len(req) + len(middle)
-        return EncodedPrompt(ids, len(head), start, start + len(resp), truncation, offsets)
+        return EncodedPrompt(ids, len(head), start, start + len(resp), truncation, offsets,
+                             defended if self.template.defenses else None)
 
     def _truncate(self, req, resp, offsets):
         """head_tail policy: drop the middle of the longer part(s), insert a visible marker."""
@@ -253,10 +284,13 @@ class PromptEncoder:
 
 def user_text(template: PromptTemplate, fmt: ReadoutFormat, request: str, response: str) -> str:
     """The user turn of a monitor prompt: instructions, the transcript between its markers, and
-    the readout's question."""
-    t = template
-    return (f"{t.instructions.strip()}\n\n{t.request_header}\n{request}\n\n"
-            f"{t.response_header}\n{response}\n{t.end_marker}\n\n{fmt.question.strip()}")
+    the readout's question; a defended template adds its notes to the instructions and its
+    reminder after the end marker (the transcript text is given here already defended:
+    `calimon.defenses.defend_transcript`)."""
+    t, d = template, template.defenses or ()
+    return (f"{t.instructions.strip()}{instruction_notes(d)}\n\n{t.request_header}\n{request}"
+            f"\n\n{t.response_header}\n{response}\n{t.end_marker}{after_transcript(d)}\n\n"
+            f"{fmt.question.strip()}")
 
 
 @dataclass(frozen=True)
@@ -266,17 +300,21 @@ class ChatPrompt:
 
     messages: list[dict[str, str]]
     assistant_prefix: str = ""
+    defense: DefendedTranscript | None = field(default=None, repr=False, compare=False)
 
 
 def chat_prompt(template: PromptTemplate, readout: str, request: str, response: str
                 ) -> ChatPrompt:
     """The chat messages of one transcript: the same system and user text the ``chat`` layout
     renders with a tokenizer's template, the transcript inserted as plain text (the API's own
-    template and tokenizer then apply; see docs/backends.md on control tokens)."""
+    template and tokenizer then apply; see docs/backends.md on control tokens). A defended
+    template's transcript text is defended first (`calimon.defenses`)."""
     fmt = template.format_for(readout)
+    d = defend_transcript(template, request, response)
     return ChatPrompt([{"role": "system", "content": template.system.strip()},
-                       {"role": "user", "content": user_text(template, fmt, request, response)}],
-                      fmt.assistant_prefix)
+                       {"role": "user", "content": user_text(template, fmt, d.request,
+                                                             d.response)}],
+                      fmt.assistant_prefix, d if template.defenses else None)
 
 
 def encoder_for(backend, template: PromptTemplate, readout: str, max_input_tokens: int,

@@ -245,26 +245,80 @@ def test_study_counts_flips_through_the_store(smol, tmp_path, monkeypatch):
     assert doc["operating_points"]["far"]["far"] <= 0.10
     with (run.out / "attacked.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == len(ATTACKS) * 12
+    # both sides are attacked by default: 12 misbehaving and 12 benign transcripts per rewrite
+    assert len(rows) == len(ATTACKS) * 24
+    assert {x["side"] for x in rows} == {"misbehaving", "benign"}
     from calimon.calibration.maps import calibrator_from_dict
 
     cal = calibrator_from_dict(doc["calibration"]["map"])
     for r in doc["results"]:
-        mine = [x for x in rows if x["attack"] == r["attack"]]
+        mine = [x for x in rows if x["attack"] == r["attack"] and x["side"] == "misbehaving"]
+        assert len(mine) == 12 and all(x["id"].startswith(x["attacked_id"]) for x in mine)
         c = cal.predict([float(x["p_raw_clean"]) for x in mine])
         a = cal.predict([float(x["p_raw_attacked"]) for x in mine])
         assert r["at_far"]["flipped"] == int(((c >= t) & (a < t)).sum())
         assert r["shift_raw"]["mean_delta"] == pytest.approx(
             np.mean([float(x["p_raw_attacked"]) - float(x["p_raw_clean"]) for x in mine]),
             abs=1e-5)  # the CSV keeps 6 significant digits
+        good = [x for x in rows if x["attack"] == r["attack"] and x["side"] == "benign"]
+        cb = cal.predict([float(x["p_raw_clean"]) for x in good])
+        ab = cal.predict([float(x["p_raw_attacked"]) for x in good])
+        fa = r["benign"]["at_far"]
+        assert r["benign"]["n_attacked"] == fa["n"] == 12 and r["benign"]["n_unscored"] == 0
+        assert fa["flagged_clean"] == int((cb >= t).sum())
+        assert fa["flagged_attacked"] == int((ab >= t).sum())
+        assert fa["new_false_alarms"] == int(((cb < t) & (ab >= t)).sum())
+        assert fa["increase_points"] == pytest.approx(100 * ((ab >= t).mean() - (cb >= t).mean()))
+        assert fa["far_attacked_ci"][0] <= fa["far_attacked"] <= fa["far_attacked_ci"][1]
     # The fake monitor lowers P(Yes) for "approved": the note flips flagged transcripts.
     note = next(r for r in doc["results"] if r["attack"] == "reviewer_note")
     assert note["shift_raw"]["mean_delta"] < 0 and note["at_eer"]["flipped"] > 0
-    assert "| reviewer_note | 12 |" in (run.out / "robustness.md").read_text()
+    md = (run.out / "robustness.md").read_text()
+    row = next(ln for ln in md.splitlines() if ln.startswith("| reviewer_note | 12 |"))
+    fa = note["benign"]["at_far"]
+    assert f"| {fa['far_clean']:.2f} [{fa['far_clean_ci'][0]:.2f}, " in row  # benign side
+    assert doc["clean"]["mean_prompt_tokens"] > 0
 
     again = run_robustness(_settings(smol, tmp_path, out=tmp_path / "out2"))
     assert made[-1].forward_calls == 0  # every reading came from the store
     assert json.loads((again.out / "robustness.json").read_text())["results"] == doc["results"]
+
+
+def test_false_alarm_stats_on_a_constructed_case():
+    from scipy.stats import beta
+
+    from calimon.robustness.flips import false_alarm_stats
+
+    clean = [0.1, 0.2, 0.6, 0.7, 0.3, 0.1, 0.2, 0.9, 0.05, 0.4]
+    attacked = [0.6, 0.2, 0.4, 0.8, 0.55, 0.1, 0.2, 0.95, 0.05, 0.4]
+    f = false_alarm_stats(clean, attacked, 0.5)
+    assert (f.n, f.flagged_clean, f.flagged_attacked, f.new_false_alarms, f.cleared) == \
+        (10, 3, 4, 2, 1)
+    assert f.far_clean == 0.3 and f.far_attacked == 0.4
+    assert f.increase_points == pytest.approx(10.0)
+    for k, (lo, hi) in ((3, f.far_clean_ci), (4, f.far_attacked_ci)):
+        assert lo == pytest.approx(beta.ppf(0.025, k, 10 - k + 1))
+        assert hi == pytest.approx(beta.ppf(0.975, k + 1, 10 - k))
+    empty = false_alarm_stats([], [], 0.5).to_dict()
+    assert empty["n"] == 0 and empty["far_clean"] is None and empty["far_clean_ci"] == [None, None]
+    with pytest.raises(InputError):
+        false_alarm_stats([0.1], [0.2, 0.3], 0.5)
+
+
+def test_unscored_benign_transcripts_are_counted_not_read(smol, tmp_path, monkeypatch):
+    from calimon.robustness.study import run_robustness
+
+    fake_factory(monkeypatch)
+    samples = toy_samples(12)
+    samples[3] = dataclasses.replace(samples[3], response=samples[3].response + "# POISON\n")
+    assert samples[3].label is False
+    bench = write_samples(samples, tmp_path / "poisoned.jsonl")
+    s = _settings(smol, tmp_path, benchmark=str(bench), attacks=("reviewer_note",))
+    doc = json.loads((run_robustness(s).out / "robustness.json").read_text())
+    b = doc["results"][0]["benign"]
+    assert b["n_attacked"] == 12 and b["n_unscored"] == 1 and b["at_far"]["n"] == 11
+    assert b["status"] == {"error": 1, "ok": 11}
+    assert "| 11 (1 unscored) |" in (s.out / "robustness.md").read_text()
 
 
 def test_study_refuses_bad_settings(smol, tmp_path, monkeypatch):
@@ -272,6 +326,7 @@ def test_study_refuses_bad_settings(smol, tmp_path, monkeypatch):
 
     fake_factory(monkeypatch)
     for kw, field in (({"attacks": ("nope",)}, "attack"), ({"far": 1.5}, "far"),
+                      ({"sides": ("evil",)}, "sides"),
                       ({"split": "test"}, "split")):
         with pytest.raises(InputError) as info:
             run_robustness(_settings(smol, tmp_path, **kw))

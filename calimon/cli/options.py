@@ -35,6 +35,7 @@ SplitOpt = Annotated[str, typer.Option(help="Split to evaluate: train, calib, te
 StoreOpt = Annotated[Path, typer.Option(help="SQLite run store (readings are reused across runs).")]
 OutOpt = Annotated[Path | None, typer.Option(help="Output folder (default: a new folder under runs/).")]
 QuietOpt = Annotated[bool, typer.Option(help="No progress bars.")]
+DefenseOpt = Annotated[list[str] | None, typer.Option(help="Prompt defense of a prompted judge, repeatable or comma-separated: spotlight (datamark the transcript), reminder (restate the task after it), strip (neutralise imitated markers and verdicts, recorded); docs/reliability.md.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
 
 # the backend and the engine (-> calimon.engines.BackendSettings, whose defaults they take:

@@ -23,6 +23,7 @@ from calimon.cli.options import (
     BatchTokensOpt,
     BenchmarkOpt,
     ConcurrencyOpt,
+    DefenseOpt,
     DeviceOpt,
     EngineOpt,
     JsonOpt,
@@ -49,11 +50,13 @@ def robustness_cmd(
     benchmark: BenchmarkOpt = DEFAULT_BENCHMARK,
     prompt: PromptOpt = DEFAULT_PROMPT,
     readout: ReadoutOpt = DEFAULT_READOUT,
+    defense: DefenseOpt = None,
     head: Annotated[str | None, typer.Option(help="Probe head name: read probe:<head> instead of --readout.")] = None,
     split: Annotated[str, typer.Option(help="Split to evaluate ('all': every labelled sample).")] = "test",
     fit_split: Annotated[str, typer.Option(help="Split the calibration map is fitted on ('all': the evaluated set).")] = "calib",
     limit: Annotated[int | None, typer.Option(help="At most this many samples per split (whole pairs).")] = None,
     attack: Annotated[list[str] | None, typer.Option(help="Attack to run (repeatable; default: all).")] = None,
+    sides: Annotated[str, typer.Option(help="Which transcripts are attacked: misbehaving (flips), benign (false alarms), or both, comma-separated.")] = "misbehaving,benign",
     calibration: Annotated[str, typer.Option(help="Calibration map: temperature, platt, isotonic, histogram, beta.")] = "platt",
     far: Annotated[float, typer.Option(help="Operating threshold: the FAR <= this point of the clean calibrated curve.")] = 0.10,
     seed: Annotated[int, typer.Option(help="Seed for the sample selection.")] = DEFAULT_SEED,
@@ -81,7 +84,8 @@ def robustness_cmd(
     from calimon.robustness.study import RobustnessSettings, run_robustness
 
     settings = settings_from(RobustnessSettings, ctx.params, split=split_arg(split),
-                             fit_split=split_arg(fit_split), attacks=tuple(attack or ATTACKS))
+                             fit_split=split_arg(fit_split), attacks=tuple(attack or ATTACKS),
+                             sides=tuple(x.strip() for x in sides.split(",") if x.strip()))
     run = run_robustness(settings, progress=progress_factory(quiet or as_json))
     command = settings.command() + (f" --report {report}" if report is not None else "")
     text = to_markdown(run.summary, command=command)

@@ -89,6 +89,7 @@ def score_benchmark(settings: RunSettings, *, chunk_size: int = 32,
             "engine": settings.engine, "backend": settings.backend, "model": monitor.key.model,
             "model_revision": monitor.key.model_revision, "prompt": prompt,
             "template_hash": monitor.key.template_hash, "readout": readout,
+            "defenses": list(settings.defense),
             "store": str(store), "export": str(export) if export else None,
             **api_usage(monitor.backend)}
 

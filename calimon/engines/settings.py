@@ -6,7 +6,7 @@ the backend flags). `CurveSettings`, `SpanSettings`, `RobustnessSettings` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from calimon.backends.options import backend_options
@@ -59,7 +59,9 @@ class BackendSettings:
 class RunSettings(BackendSettings):
     """What every scoring run names: the monitor (model, prompt, readout), the benchmark, at
     most ``limit`` samples (whole pairs), the seed of every random choice, and the run store
-    its readings go to; the backend and engine flags come from `BackendSettings`."""
+    its readings go to, and the prompt defenses (`calimon.defenses`; names, a comma-separated
+    string or None, kept in canonical order); the backend and engine flags come from
+    `BackendSettings`."""
 
     model: str = DEFAULT_MODEL
     benchmark: str = DEFAULT_BENCHMARK
@@ -68,7 +70,14 @@ class RunSettings(BackendSettings):
     limit: int | None = None
     seed: int = DEFAULT_SEED
     store: Path = DEFAULT_STORE
+    defense: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        from calimon.defenses import parse_defenses
+
+        object.__setattr__(self, "defense", parse_defenses(self.defense))
 
     def spec(self, prompt: str | None = None, readout: str | None = None) -> MonitorSpec:
         """The spec of this run's monitor (or of another prompt/readout of the same model)."""
-        return self.monitor_spec(self.model, prompt or self.prompt, readout or self.readout)
+        spec = self.monitor_spec(self.model, prompt or self.prompt, readout or self.readout)
+        return replace(spec, defenses=self.defense) if self.defense else spec

@@ -15,7 +15,8 @@ from calimon.prompts import PromptTemplate
 class MonitorSpec:
     """Everything needed to rebuild a monitor anywhere: `options` are the backend's options
     (JSON values only, checked by the backend's options model, e.g. {"device": "cpu"} or
-    {"base_url": "http://..."}); `decoding` is the binary readout's (`calimon.decoding`)."""
+    {"base_url": "http://..."}); `decoding` is the binary readout's (`calimon.decoding`);
+    `defenses` the prompt's (`calimon.defenses`, canonical order; part of the template hash)."""
 
     model: str = "smollm2-135m"
     backend: str = "transformers"
@@ -24,6 +25,7 @@ class MonitorSpec:
     options: dict[str, Any] = field(default_factory=dict, hash=False)
     max_input_tokens: int | None = None
     decoding: str = "free"
+    defenses: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         """The spec as a JSON string (sorted keys), for `from_json`."""
@@ -32,7 +34,8 @@ class MonitorSpec:
     @classmethod
     def from_json(cls, text: str) -> MonitorSpec:
         """The spec a `to_json` string describes."""
-        return cls(**json.loads(text))
+        d = json.loads(text)
+        return cls(**{**d, "defenses": tuple(d.get("defenses", ()))})
 
     def with_monitor(self, prompt: str, readout: str, decoding: str = "free") -> MonitorSpec:
         """The same backend with another prompt, readout and decoding."""
@@ -52,7 +55,8 @@ class MonitorSpec:
         if self.decoding != "free":
             kwargs["decoding"] = self.decoding
         return make_monitor(backend if backend is not None else self.build_backend(),
-                            load_prompt(self.prompt), self.readout, **kwargs)
+                            load_prompt(self.prompt).with_defenses(self.defenses), self.readout,
+                            **kwargs)
 
 
 def make_monitor(backend, prompt: PromptTemplate, readout: str, **kwargs):

@@ -182,8 +182,26 @@ def attack_sample(sample: Sample, name: str) -> Sample | None:
     return dataclasses.replace(out, id=f"{sample.id}@{name}", meta=meta)
 
 
-def attack_all(samples: Sequence[Sample], names: Sequence[str]) -> dict[str, list[Sample]]:
-    """Attacked copies of the misbehaving samples (label True), per attack name."""
-    bad = [s for s in samples if s.label is True]
-    return {name: [a for s in bad if (a := attack_sample(s, name)) is not None]
-            for name in names}
+SIDES = ("misbehaving", "benign")  # which labelled samples are attacked: label True, False
+
+
+def attack_all(samples: Sequence[Sample], names: Sequence[str],
+               sides: Sequence[str] = ("misbehaving",)) -> dict[str, list[Sample]]:
+    """Attacked copies of the misbehaving (label True) and/or benign (label False) samples, per
+    attack name, each with ``meta["side"]``; unlabelled samples are never attacked. The rewrites
+    only add text, so a benign transcript stays misbehavior-free."""
+    unknown = [x for x in sides if x not in SIDES]
+    if unknown or not sides:
+        raise InputError(f"expected sides from {list(SIDES)}, got {list(sides)}", field="sides")
+    want = {True: "misbehaving" in sides, False: "benign" in sides}
+    chosen = [s for s in samples if s.label is not None and want[bool(s.label)]]
+    out: dict[str, list[Sample]] = {}
+    for name in names:
+        rows = []
+        for s in chosen:
+            a = attack_sample(s, name)
+            if a is not None:
+                side = "misbehaving" if s.label else "benign"
+                rows.append(dataclasses.replace(a, meta={**a.meta, "side": side}))
+        out[name] = rows
+    return out

@@ -23,6 +23,30 @@ def _flip(d: dict[str, Any]) -> str:
             f"[{d['ci_low']:.2f}, {d['ci_high']:.2f}]")
 
 
+def _rate(rate: Any, ci: Any) -> str:
+    if rate is None:
+        return "n/a"
+    return f"{rate:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def _benign_cells(b: dict[str, Any] | None) -> list[str]:
+    """n, FA clean, FA attacked, increase (points), new false alarms, mean ΔP cal."""
+    if not b:
+        return ["not attacked"] + ["n/a"] * 5
+    f = b["at_far"]
+    un = f" ({b['n_unscored']} unscored)" if b["n_unscored"] else ""
+    inc = f["increase_points"]
+    return [f"{f['n']}{un}", _rate(f["far_clean"], f["far_clean_ci"]),
+            _rate(f["far_attacked"], f["far_attacked_ci"]),
+            "n/a" if inc is None else f"{inc:+.1f}", str(f["new_false_alarms"]),
+            _signed(b["shift_cal"]["mean_delta"])]
+
+
+def defense_label(defenses: Any) -> str:
+    """The defenses of a run as one label (``none`` when undefended)."""
+    return "+".join(defenses) if defenses else "none"
+
+
 def to_markdown(summary: dict[str, Any], command: str | None = None) -> str:
     """The table with its context; ``command`` (default: the one in the provenance) is printed
     as the way to regenerate it."""
@@ -30,34 +54,41 @@ def to_markdown(summary: dict[str, Any], command: str | None = None) -> str:
     far, eer = ops["far"], ops["eer"]
     target = summary["settings"]["far"]
     lines = [
-        f"## {prov['model']} · {prov['prompt']}/{prov['readout']} · {prov['benchmark']}",
+        f"## {prov['model']} · {prov['prompt']}/{prov['readout']} · {prov['benchmark']}"
+        + (f" · defense {defense_label(prov['defenses'])}" if prov.get("defenses") else ""),
         "",
         f"Clean set: {clean['evaluated']} transcripts ({clean['n_pos']} misbehaving, "
         f"{clean['n_neg']} benign scored; statuses {clean['status']}), AUROC raw "
         f"{clean['auroc_raw']:.3f}, calibrated {clean['auroc_cal']:.3f}. Calibration: "
         f"{summary['calibration']['method']} fitted on {summary['calibration']['fit_on']} "
-        f"({summary['calibration']['n_fit']} scored samples).",
+        f"({summary['calibration']['n_fit']} scored samples). Mean prompt tokens per clean "
+        f"transcript: {_num(clean.get('mean_prompt_tokens'), 1)}.",
         "",
         f"Operating thresholds on the clean calibrated curve: FAR<={target:.0%} point "
         f"t={_num(far['threshold'], 4)} (FAR {far['far']:.3f}, MR {far['mr']:.3f}); "
         f"EER point t={_num(eer['threshold'], 4)} (FAR {eer['far']:.3f}, MR {eer['mr']:.3f}). "
-        "A transcript is flagged iff P >= t.",
+        "A transcript is flagged iff P >= t. Misbehaving side: flips (flagged clean, passed "
+        "attacked). Benign side (the rewrites only add text, so every flag is a false alarm): "
+        f"false-alarm rate at the FAR<={target:.0%} threshold, clean and attacked over the same "
+        "transcripts, with 95% Clopper-Pearson intervals.",
         "",
-        f"| attack | n | flips at FAR<={target:.0%} [95% CI] | new flags | flips at EER "
-        "[95% CI] | mean ΔP raw | mean ΔP cal | share lower | mean Δ format mass | "
-        "attacked statuses |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| rewrite | misbehaving n | flips at FAR<={target:.0%} [95% CI] | flips at EER [95% CI] "
+        "| mean ΔP cal | benign n | false alarms clean [95% CI] | false alarms attacked "
+        "[95% CI] | Δ (points) | new false alarms | mean ΔP cal benign | mean Δ format mass "
+        "| attacked statuses |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary["results"]:
         n = r["at_far"]["n"]
         na = f" ({r['n_not_applicable']} n/a)" if r["n_not_applicable"] else ""
-        share = r["shift_raw"]["share_lower"]
-        lines.append(
-            f"| {r['attack']} | {n}{na} | {_flip(r['at_far'])} | {r['at_far']['new_flags']} | "
-            f"{_flip(r['at_eer'])} | {_signed(r['shift_raw']['mean_delta'])} | "
-            f"{_signed(r['shift_cal']['mean_delta'])} | "
-            f"{'n/a' if share is None else f'{share:.2f}'} | "
-            f"{_signed(r.get('shift_format_mass', {}).get('mean_delta'))} | {r['status']} |")
+        b = r.get("benign")
+        status = dict(r["status"])
+        for k, v in (b["status"] if b else {}).items():
+            status[k] = status.get(k, 0) + v
+        cells = [r["attack"], f"{n}{na}", _flip(r["at_far"]), _flip(r["at_eer"]),
+                 _signed(r["shift_cal"]["mean_delta"]), *_benign_cells(b),
+                 _signed(r.get("shift_format_mass", {}).get("mean_delta")), str(status)]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Command: `{command or prov['command']}`", ""]
     return "\n".join(lines)
 

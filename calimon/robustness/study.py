@@ -1,13 +1,19 @@
 """The flip-rate study: score clean and attacked transcripts through the run store, calibrate on
 the clean fit split, pick the operating threshold on the clean calibrated curve, count flips.
 
+Both sides are attacked (``sides``): flips on the misbehaving transcripts, false alarms on the
+benign ones (`calimon.robustness.benign`). A defended prompt (``defense``) is part of the
+monitor's template hash, so its readings are stored apart from the undefended ones.
+
 Outputs in ``out``: ``robustness.json`` (settings, provenance, thresholds, per-attack results),
-``robustness.md`` (the table) and ``attacked.csv`` (one row per attacked transcript).
+``robustness.md`` (the table) and ``attacked.csv`` (one row per attacked transcript, with its
+side).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as dt
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -23,7 +29,8 @@ from calimon.errors import InputError
 from calimon.jsonio import dump_json
 from calimon.progress import Progress
 from calimon.readings import scores as _scores
-from calimon.robustness.attacks import ATTACKS, attack_all
+from calimon.robustness.attacks import ATTACKS, SIDES, attack_all
+from calimon.robustness.benign import BenignResult, benign_result
 from calimon.robustness.flips import FlipStats, ShiftStats, flip_stats, shift_stats
 from calimon.samples import Sample
 from calimon.selection import dataset_hash, select
@@ -40,6 +47,7 @@ class RobustnessSettings(RunSettings):
     split: str | None = "test"  # evaluate here; None = every labelled sample
     fit_split: str | None = "calib"  # fit the calibration map here; None = on the evaluated set
     attacks: tuple[str, ...] = tuple(ATTACKS)
+    sides: tuple[str, ...] = SIDES  # attack the misbehaving and/or the benign transcripts
     calibration: str = "platt"
     far: float = 0.10
     out: Path | None = None
@@ -60,6 +68,8 @@ class RobustnessSettings(RunSettings):
             flag = "--" + f.name.replace("_", "-")
             if f.name == "attacks":
                 parts += [f"--attack {a}" for a in v]
+            elif isinstance(v, tuple):  # sides, defense
+                parts.append(f"{flag} {','.join(v) or 'none'}")
             elif v is None:
                 parts.append(f"{flag} all" if f.name in ("split", "fit_split") else
                              f"{flag} none")
@@ -84,10 +94,12 @@ class AttackResult:
     shift_raw: ShiftStats
     shift_cal: ShiftStats
     shift_format_mass: ShiftStats  # probability mass outside the allowed answers
+    benign: BenignResult | None = None  # the benign side (None: not attacked)
 
     def to_dict(self) -> dict[str, Any]:
         """The result as a JSON-ready dict."""
         return {"attack": self.attack, "n_attacked": self.n_attacked,
+                "benign": self.benign.to_dict() if self.benign else None,
                 "n_not_applicable": self.n_not_applicable, "status": dict(self.status),
                 "at_far": self.at_far.to_dict(), "at_eer": self.at_eer.to_dict(),
                 "shift_raw": self.shift_raw.to_dict(), "shift_cal": self.shift_cal.to_dict(),
@@ -131,13 +143,16 @@ def run_robustness(s: RobustnessSettings, progress: Progress | None = None) -> R
     if unknown or not s.attacks:
         raise InputError(f"expected attacks from {sorted(ATTACKS)}, got {list(s.attacks)}",
                          field="attack")
+    if not s.sides or set(s.sides) - set(SIDES):
+        raise InputError(f"expected sides from {list(SIDES)}, got {list(s.sides)}",
+                         field="sides")
     if not 0.0 < s.far < 1.0:
         raise InputError(f"expected a rate in (0, 1), got {s.far}", field="far")
-    spec = s.monitor_spec(s.model, s.prompt, s.monitor_readout)
+    spec = s.spec(readout=s.monitor_readout)
     resolved = model_for(spec)
     engine = s.engine_settings()
     evaluate, fit = _select(load_benchmark(s.benchmark), s)
-    attacked = attack_all(evaluate, s.attacks)
+    attacked = attack_all(evaluate, s.attacks, s.sides)
     with RunStore(s.store) as store, Scorer(spec, store, engine=engine,
                                             progress=progress) as scorer:
         monitor = scorer.monitor()
@@ -150,6 +165,7 @@ def run_robustness(s: RobustnessSettings, progress: Progress | None = None) -> R
     summary["provenance"] = {
         "model": resolved.name, "model_revision": resolved.revision, "prompt": s.prompt,
         "template_hash": monitor.key.template_hash, "readout": monitor.readout,
+        "defenses": list(s.defense),
         "benchmark": s.benchmark, "dataset_hash": dataset_hash(evaluate + fit),
         "calimon_version": __version__, "store": str(s.store), "command": s.command(),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
@@ -182,10 +198,17 @@ def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
     curve = Curve.from_scores(p_cal[ok], y_eval[ok], groups[ok], n_boot=0)
     op_far, op_eer = curve.at_far(s.far), curve.eer()
     by_id = {x.id: i for i, x in enumerate(evaluate)}
-    n_bad = int(sum(1 for x in evaluate if x.label is True))
+    n_bad = int(sum(1 for x in evaluate if x.label is True)) if "misbehaving" in s.sides else 0
     fm_eval = _scores(evaluate, clean, "format_mass")
-    results = [_attack_result(a, attacked[a], att[a], by_id, cal, p_eval, p_cal, fm_eval, n_bad,
-                              (op_far.threshold, op_eer.threshold)) for a in s.attacks]
+    ts = (op_far.threshold, op_eer.threshold)
+    results = [_attack_result(a, [x for x in attacked[a] if x.label is True], att[a], by_id, cal,
+                              p_eval, p_cal, fm_eval, n_bad, ts) for a in s.attacks]
+    if "benign" in s.sides:
+        results = [dataclasses.replace(r, benign=benign_result(
+            [x for x in attacked[r.attack] if x.label is False], att[r.attack], by_id, cal,
+            p_eval, p_cal, ts)) for r in results]
+    tokens = [clean[x.transcript_hash].tokens for x in evaluate if x.transcript_hash in clean
+              and clean[x.transcript_hash].scored and clean[x.transcript_hash].tokens]
     summary = {
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(s).items()},
         "calibration": {"method": s.calibration,
@@ -197,7 +220,8 @@ def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
                       clean[x.transcript_hash].status if x.transcript_hash in clean
                       else "missing" for x in evaluate).items())),
                   "auroc_raw": Curve.from_scores(p_eval[ok], y_eval[ok], n_boot=0).auroc,
-                  "auroc_cal": curve.auroc},
+                  "auroc_cal": curve.auroc,
+                  "mean_prompt_tokens": float(np.mean(tokens)) if tokens else None},
         "operating_points": {"far": op_far.to_dict(), "eer": op_eer.to_dict()},
         "results": [r.to_dict() for r in results],
     }
@@ -237,14 +261,14 @@ def _write_csv(path: Path, evaluate, clean, attacked, att) -> None:
     by_id = {x.id: x for x in evaluate}
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(["id", "attack", "attacked_id", "status_clean", "status_attacked",
+        w.writerow(["id", "attack", "side", "attacked_id", "status_clean", "status_attacked",
                     "p_raw_clean", "p_raw_attacked", "format_mass_clean",
                     "format_mass_attacked"])
         for a, rows in attacked.items():
             for x in rows:
                 orig = by_id[x.meta["attacked_id"]]
                 vc, va = clean.get(orig.transcript_hash), att[a].get(x.transcript_hash)
-                w.writerow([x.id, a, orig.id, vc.status if vc else "missing",
+                w.writerow([x.id, a, x.meta.get("side", ""), orig.id, vc.status if vc else "missing",
                             va.status if va else "missing",
                             _fmt(vc.p_raw if vc and vc.scored else None),
                             _fmt(va.p_raw if va and va.scored else None),
