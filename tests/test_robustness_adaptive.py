@@ -225,8 +225,10 @@ def test_cli_adaptive_end_to_end(smol, tmp_path, monkeypatch):
     assert json.loads(again.output)["by_budget"] == doc["by_budget"]
 
 
-def test_cli_adaptive_refuses_a_bad_budget_in_one_line(smol, tmp_path, monkeypatch):
+@pytest.mark.parametrize("extra, needle", [(["--budget", "0"], "budget"),
+                                           (["--attack", "reviewer_note"], "--attack")])
+def test_cli_adaptive_refuses_bad_flags_in_one_line(smol, tmp_path, monkeypatch, extra, needle):
     fake_factory(monkeypatch)
-    res = CliRunner().invoke(_app(), _args(smol, tmp_path, budget=0))
+    res = CliRunner().invoke(_app(), _args(smol, tmp_path, budget=3) + extra)
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert res.exit_code == 2 and len(lines) == 1 and "budget" in lines[0], res.output
+    assert res.exit_code == 2 and len(lines) == 1 and needle in lines[0], res.output

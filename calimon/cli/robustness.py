@@ -82,6 +82,11 @@ def robustness_cmd(
 ):
     """Measure how often adversarial text in a response flips a flagged transcript to a pass."""
     if adaptive:
+        if attack:
+            from calimon.errors import InputError
+
+            raise InputError("--attack names a fixed attack; --adaptive searches its own "
+                             "phrases (drop one of them)", field="attack")
         return _adaptive(ctx, split, fit_split, report, quiet or as_json, as_json)
     from calimon.robustness.attacks import ATTACKS
     from calimon.robustness.report import to_markdown, write_section
