@@ -37,8 +37,9 @@ def to_markdown(docs: list[dict], command: str) -> str:
              f"{len(docs[0]['library'])} phrases (notes, fake verdicts, role markers, "
              "instructions, neutral text) and insertion positions (end, start, paragraph "
              "boundaries, top-level code comments), keeping the code's AST and the gold spans' "
-             "text. Budget: monitor queries per transcript. Flips at each readout's FAR<=10% "
-             "threshold of its clean calibrated curve [95% Clopper-Pearson].", "",
+             "text. Budget: monitor queries per transcript. Flips at each readout's "
+             f"FAR<={s['far']:.0%} threshold of its clean calibrated curve [95% "
+             "Clopper-Pearson].", "",
              "| readout | clean AUROC | searched | " + " | ".join(
                  f"flips at {b} {'query' if b == 1 else 'queries'}" for b in budgets) + " |",
              "|---|---|---|" + "---|" * len(budgets)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -71,6 +72,7 @@ def benign_side(settings: RobustnessSettings, summary: dict) -> dict[str, dict]:
     benign = [x for x in evaluate if x.label is False]
     cal = calibrator_from_dict(summary["calibration"]["map"])
     t = summary["operating_points"]["far"]["threshold"]
+    t = math.inf if t is None else t  # no finite FAR point: nothing is flagged
     spec = settings.monitor_spec(settings.model, settings.prompt, settings.monitor_readout)
     out = {}
     with RunStore(settings.store) as store, Scorer(spec, store) as scorer:

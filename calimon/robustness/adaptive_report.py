@@ -14,6 +14,10 @@ def _rate(d: dict[str, Any]) -> str:
             f"[{d['ci_low']:.2f}, {d['ci_high']:.2f}]")
 
 
+def _t(x: float | None) -> str:
+    return "n/a (no threshold flags a transcript)" if x is None else f"{x:.4f}"
+
+
 def _clip(text: str, n: int = 70) -> str:
     flat = text.replace("\n", "⏎").replace("|", "\\|").replace("`", "'")
     return flat if len(flat) <= n else flat[:n - 1] + "…"
@@ -31,7 +35,7 @@ def to_markdown(summary: dict[str, Any], command: str | None = None) -> str:
         f"Clean set: {clean['evaluated']} transcripts ({clean['n_pos']} misbehaving, "
         f"{clean['n_neg']} benign scored), calibrated AUROC {clean['auroc_cal']:.3f}; "
         f"{clean['calibration']['method']} fitted on {clean['calibration']['fit_on']}. "
-        f"Threshold: the FAR<={s['far']:.0%} point t={summary['threshold']:.4f} (FAR "
+        f"Threshold: the FAR<={s['far']:.0%} point t={_t(summary['threshold'])} (FAR "
         f"{op['far']:.3f}, MR {op['mr']:.3f}); flagged iff P >= t.",
         "",
         f"Search: beam {s['beam']}, width {s['width']}, up to {s['max_edits']} phrases per "

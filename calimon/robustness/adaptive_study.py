@@ -186,7 +186,8 @@ def _summary(s: AdaptiveSettings, targets, searches: list[SearchResult], cal, t:
     kinds = Counter(e["kind"] for d in best for e in d["edits"])
     return {"settings": {k: (list(v) if isinstance(v, tuple) else v)
                          for k, v in vars(s).items()},
-            "clean": info, "operating_point": op, "threshold": t,
+            "clean": info, "operating_point": op,
+            "threshold": t if np.isfinite(t) else None,
             "searched": len(searches),
             "queries": {"total": sum(r.queries for r in searches),
                         "refused_candidates": sum(r.refused for r in searches)},
