@@ -232,3 +232,22 @@ def test_cli_adaptive_refuses_bad_flags_in_one_line(smol, tmp_path, monkeypatch,
     res = CliRunner().invoke(_app(), _args(smol, tmp_path, budget=3) + extra)
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert res.exit_code == 2 and len(lines) == 1 and needle in lines[0], res.output
+
+
+def test_nothing_flagged_means_nothing_searched_and_no_rate(smol, tmp_path, monkeypatch):
+    from calimon.robustness.adaptive_study import AdaptiveSettings, run_adaptive
+
+    made = fake_factory(monkeypatch)
+    # Labels swapped: the monitor scores the benign (hard-coded) replies highest; the isotonic
+    # map (non-decreasing) cannot turn that round, so at FAR <= 10% no misbehaving transcript
+    # is flagged and there is nothing to attack.
+    swapped = [replace(s, label=not s.label, gold_spans=()) for s in toy_samples(10)]
+    bench = write_samples(swapped, tmp_path / "swapped.jsonl")
+    run = run_adaptive(AdaptiveSettings(model=str(smol.path), benchmark=str(bench), split=None,
+                                        fit_split=None, budget=4, calibration="isotonic",
+                                        store=tmp_path / "s.sqlite", out=tmp_path / "out"))
+    assert run.summary["searched"] == 0 and run.summary["queries"]["total"] == 0
+    assert all(d["flagged_clean"] == 0 and d.get("flip_rate") is None
+               for d in run.summary["by_budget"])
+    assert "n/a (none flagged)" in (tmp_path / "out" / "adaptive.md").read_text()
+    assert made[-1].forward_calls > 0  # the clean set was scored
