@@ -48,7 +48,7 @@ def heads_train(
     category: Annotated[list[str] | None, typer.Option(help="Train on these categories only; repeatable.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for folds, subsampling and the MLP.")] = DEFAULT_SEED,
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the calib/test figures on the card.")] = False,
-    augment: Annotated[list[str] | None, typer.Option(help="Add rewritten copies of the train transcripts (both classes) with text of this kind appended: neutral, note, verdict, instruction, role or all; repeatable. Recorded on the card.")] = None,
+    augment: Annotated[list[str] | None, typer.Option(help="Add rewritten copies of the train transcripts (both classes) with text of this kind added (end, start, paragraph or top-level code comment): neutral, note, verdict, instruction, role or all; repeatable. Recorded on the card.")] = None,
     augment_copies: Annotated[int, typer.Option(help="Rewritten copies per train transcript with --augment.")] = 1,
     backend: Annotated[str, typer.Option(help="A backend with hidden states (transformers; vllm and http expose none).")] = BACKEND.backend,
     engine: Annotated[str, typer.Option(help="local (features are read in this process).")] = BACKEND.engine,

@@ -56,7 +56,7 @@ def robustness_cmd(
     attack: Annotated[list[str] | None, typer.Option(help="Attack to run (repeatable; default: all).")] = None,
     calibration: Annotated[str, typer.Option(help="Calibration map: temperature, platt, isotonic, histogram, beta.")] = "platt",
     far: Annotated[float, typer.Option(help="Operating threshold: the FAR <= this point of the clean calibrated curve.")] = 0.10,
-    seed: Annotated[int, typer.Option(help="Seed for the sample selection.")] = DEFAULT_SEED,
+    seed: Annotated[int, typer.Option(help="Seed for the sample selection (and the --adaptive search order).")] = DEFAULT_SEED,
     backend: BackendOpt = BACKEND.backend,
     engine: EngineOpt = BACKEND.engine,
     ray_address: RayAddressOpt = BACKEND.ray_address,
