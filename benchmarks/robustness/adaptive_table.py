@@ -48,8 +48,9 @@ def to_markdown(docs: list[dict], command: str) -> str:
         lines.append(f"| {doc['provenance']['readout']} | {doc['clean']['auroc_cal']:.3f} | "
                      f"{doc['searched']} | " + " | ".join(_cell(by.get(b)) for b in budgets)
                      + " |")
-    lines += ["", "Each readout's best rewrites are in its own section below (`--report` of "
-              "the command in it).", "", f"Command: `{command}`", ""]
+    lines += ["", "Each readout's best rewrites (inserted text, position, ΔP) are in its own "
+              "\"Adaptive attacker · <model> · <readout> · <benchmark>\" section of this file.",
+              "", f"Command: `{command}`", ""]
     return "\n".join(lines)
 
 

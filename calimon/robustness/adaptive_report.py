@@ -49,7 +49,8 @@ def to_markdown(summary: dict[str, Any], command: str | None = None) -> str:
         "|---|---|",
     ]
     lines += [f"| {d['budget']} | {_rate(d)} |" for d in summary["by_budget"]]
-    lines += ["", f"Lowest-scoring rewrites (top {TOP} of {len(summary['best_attacks'])} by "
+    n_best = len(summary["best_attacks"])
+    lines += ["", f"Lowest-scoring rewrites (top {min(TOP, n_best)} of {n_best} by "
               "ΔP raw; kinds in all best rewrites: "
               f"{summary['best_attack_kinds'] or 'none'}):", "",
               "| transcript | ΔP raw | ΔP cal | flipped at query | inserted (kind @ position: "
