@@ -48,6 +48,8 @@ def heads_train(
     category: Annotated[list[str] | None, typer.Option(help="Train on these categories only; repeatable.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for folds, subsampling and the MLP.")] = DEFAULT_SEED,
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the calib/test figures on the card.")] = False,
+    augment: Annotated[list[str] | None, typer.Option(help="Add rewritten copies of the train transcripts (both classes) with text of this kind added (end, start, paragraph or top-level code comment): neutral, note, verdict, instruction, role or all; repeatable. Recorded on the card.")] = None,
+    augment_copies: Annotated[int, typer.Option(help="Rewritten copies per train transcript with --augment.")] = 1,
     backend: Annotated[str, typer.Option(help="A backend with hidden states (transformers; vllm and http expose none).")] = BACKEND.backend,
     engine: Annotated[str, typer.Option(help="local (features are read in this process).")] = BACKEND.engine,
     base_url: BaseUrlOpt = BACKEND.base_url,
@@ -66,7 +68,7 @@ def heads_train(
         raise InputError("give --layer or --sweep, not both", field="layer")
     settings = settings_from(HeadTrainSettings, ctx.params,
                              categories=tuple(category) if category else None,
-                             evaluate=not no_eval)
+                             augment=tuple(augment or ()), evaluate=not no_eval)
     done = train_head(settings, progress=progress_factory(quiet or as_json))
     if as_json:
         typer.echo(done.card.model_dump_json(indent=1))

@@ -59,7 +59,7 @@ def robustness_cmd(
     sides: Annotated[str, typer.Option(help="Which transcripts are attacked: misbehaving (flips), benign (false alarms), or both, comma-separated.")] = "misbehaving,benign",
     calibration: Annotated[str, typer.Option(help="Calibration map: temperature, platt, isotonic, histogram, beta.")] = "platt",
     far: Annotated[float, typer.Option(help="Operating threshold: the FAR <= this point of the clean calibrated curve.")] = 0.10,
-    seed: Annotated[int, typer.Option(help="Seed for the sample selection.")] = DEFAULT_SEED,
+    seed: Annotated[int, typer.Option(help="Seed for the sample selection (and the --adaptive search order).")] = DEFAULT_SEED,
     backend: BackendOpt = BACKEND.backend,
     engine: EngineOpt = BACKEND.engine,
     ray_address: RayAddressOpt = BACKEND.ray_address,
@@ -77,8 +77,20 @@ def robustness_cmd(
     report: Annotated[Path | None, typer.Option(help="Also write the table into this markdown file (its section for this readout and benchmark is replaced).")] = None,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
+    adaptive: Annotated[bool, typer.Option("--adaptive", help="Run the adaptive attacker (a budgeted search over inserted phrases and positions) instead of the fixed attacks.")] = False,
+    budget: Annotated[int, typer.Option(help="--adaptive: monitor queries per transcript.")] = 16,
+    beam: Annotated[int, typer.Option(help="--adaptive: states kept per search round (1: greedy).")] = 2,
+    width: Annotated[int, typer.Option(help="--adaptive: candidates tried per state and round.")] = 4,
+    max_edits: Annotated[int, typer.Option(help="--adaptive: at most this many phrases per rewrite.")] = 3,
 ):
     """Measure how often adversarial text in a response flips a flagged transcript to a pass."""
+    if adaptive:
+        if attack:
+            from calimon.errors import InputError
+
+            raise InputError("--attack names a fixed attack; --adaptive searches its own "
+                             "phrases (drop one of them)", field="attack")
+        return _adaptive(ctx, split, fit_split, report, quiet or as_json, as_json)
     from calimon.robustness.attacks import ATTACKS
     from calimon.robustness.report import to_markdown, write_section
     from calimon.robustness.study import RobustnessSettings, run_robustness
@@ -96,6 +108,27 @@ def robustness_cmd(
         return
     typer.echo(text)
     typer.echo(f"wrote {run.out}/robustness.json, robustness.md, attacked.csv")
+
+
+def _adaptive(ctx: typer.Context, split: str, fit_split: str, report: Path | None,
+              quiet: bool, as_json: bool) -> None:
+    """`calimon robustness --adaptive`: the adaptive attacker's study and its report section."""
+    from calimon.robustness.adaptive_report import to_markdown
+    from calimon.robustness.adaptive_study import AdaptiveSettings, run_adaptive
+    from calimon.robustness.report import write_section
+
+    settings = settings_from(AdaptiveSettings, ctx.params, split=split_arg(split),
+                             fit_split=split_arg(fit_split))
+    run = run_adaptive(settings, progress=progress_factory(quiet))
+    command = settings.command() + (f" --report {report}" if report is not None else "")
+    text = to_markdown(run.summary, command=command)
+    if report is not None:
+        write_section(report, f"adaptive:{settings.monitor_readout}/{settings.benchmark}", text)
+    if as_json:
+        typer.echo(json.dumps(run.summary, indent=1, default=str))
+        return
+    typer.echo(text)
+    typer.echo(f"wrote {run.out}/adaptive.json, adaptive.md, adaptive.csv")
 
 
 def register(app: typer.Typer) -> None:

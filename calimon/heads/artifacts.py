@@ -53,6 +53,20 @@ class PromptRef(BaseModel):
     max_input_tokens: int
 
 
+class AugmentationRef(BaseModel):
+    """The card's training-time augmentation (`calimon.heads.augment`): kinds, copies per
+    sample, seed, copies added, the phrase set's hash and what is held out for evaluation."""
+
+    model_config = ConfigDict(extra="forbid")
+    kinds: list[str]
+    copies: int
+    seed: int
+    n_added: int
+    n_added_positive: int
+    phrases_sha256: str
+    held_out: str
+
+
 class TrainingRef(BaseModel):
     """The card's training data (benchmark, dataset hash, split, counts, categories), parameters
     and cost."""
@@ -68,6 +82,7 @@ class TrainingRef(BaseModel):
     params: dict[str, Any] = {}
     seconds: float | None = None
     peak_memory_mb: float | None = None
+    augmentation: AugmentationRef | None = None
 
 
 class HeadCard(BaseModel):

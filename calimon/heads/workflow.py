@@ -21,6 +21,7 @@ from calimon.data.registry import load_benchmark
 from calimon.engines import RunSettings
 from calimon.errors import InputError
 from calimon.heads.artifacts import (
+    AugmentationRef,
     BaseModelRef,
     HeadCard,
     PromptRef,
@@ -63,6 +64,8 @@ class HeadTrainSettings(RunSettings):
     categories: tuple[str, ...] | None = None
     token_layers: tuple[int, ...] | None = None  # token heads: candidate layers
     evaluate: bool = True
+    augment: tuple[str, ...] = ()  # augmentation kinds (calimon.heads.augment); () = none
+    augment_copies: int = 1
     out: Path | None = None  # heads root (default: heads/)
 
 
@@ -89,6 +92,13 @@ def _check(s: HeadTrainSettings) -> None:
     if s.estimator not in ESTIMATORS or (s.kind == "token" and s.estimator != "logistic"):
         raise InputError(f"expected one of {list(ESTIMATORS)} (token heads: logistic), got "
                          f"{s.estimator!r}", field="estimator")
+    if s.augment:
+        from calimon.heads.augment import check_kinds
+
+        check_kinds(s.augment)
+        if isinstance(s.augment_copies, bool) or s.augment_copies < 1:
+            raise InputError(f"expected an integer >= 1, got {s.augment_copies!r}",
+                             field="augment_copies")
     if s.engine != "local":
         raise InputError(f"head training reads hidden states in this process; engine "
                          f"{s.engine!r} cannot run it (use --engine local)", field="engine")
@@ -127,8 +137,10 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
         return extract_features(backend, prompt, rows, max_input_tokens=s.max_input_tokens,
                                 token_layers=token_layers, progress=tick)
 
-    fs = features(train, "train")
-    log(f"train split: {len(train)} samples, {int(fs.y.sum())} misbehaving")
+    added = _augmented(train, s)
+    fs = features(train + added, "train")
+    log(f"train split: {len(train)} samples, {sum(bool(x.label) for x in train)} misbehaving"
+        + (f"; {len(added)} augmented copies" if added else ""))
     start = time.perf_counter()
     tracemalloc.start()
     head, sweep, metrics, params = _fit(fs, s, token_layers)
@@ -143,7 +155,8 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
                                  ft.y)
             metrics.update({"test_auroc": r.auroc_raw, "test_ece_cal": r.ece_cal,
                             "test_mr_at_far_5pct": r.mr_at_far, "test_n": r.n_test})
-    card = _card(s, head, backend, prompt, train, fs, params, metrics, seconds, peak)
+    card = _card(s, head, backend, prompt, train, fs, params, metrics, seconds, peak,
+                 _augmentation_ref(s, added) if s.augment else None)
     path = save_head(head, card, s.out)
     from calimon.heads.artifacts import load_head
 
@@ -151,11 +164,33 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
     return TrainedHead(path, saved, sweep)
 
 
+def _augmented(train: list[Sample], s: HeadTrainSettings) -> list[Sample]:
+    """The augmented copies of ``train`` the settings ask for (none without ``augment``)."""
+    if not s.augment:
+        return []
+    from calimon.heads.augment import augment_samples
+
+    return augment_samples(train, s.augment, s.augment_copies, s.seed)
+
+
+def _augmentation_ref(s: HeadTrainSettings, added: list[Sample]) -> AugmentationRef:
+    from calimon.heads.augment import check_kinds, phrases_sha256
+
+    return AugmentationRef(
+        kinds=list(check_kinds(s.augment)), copies=s.augment_copies, seed=s.seed,
+        n_added=len(added), n_added_positive=sum(bool(x.label) for x in added),
+        phrases_sha256=phrases_sha256(),
+        held_out="calimon.heads.augment.TRAIN_PHRASES shares no text with the fixed attacks "
+                 "(calimon.robustness.attacks) or the adaptive library "
+                 "(calimon.robustness.edits.PHRASES); positions are shared")
+
+
 def _card(s: HeadTrainSettings, head, backend, prompt, train: list[Sample], fs: FeatureSet,
-          params: dict, metrics: dict, seconds: float, peak_bytes: int) -> HeadCard:
-    """The card of a head fitted on ``train`` (``fs``) in ``seconds`` with ``peak_bytes`` of
-    traced memory; its weights fields are filled when it is saved. Non-finite metrics become
-    None."""
+          params: dict, metrics: dict, seconds: float, peak_bytes: int,
+          augmentation: AugmentationRef | None = None) -> HeadCard:
+    """The card of a head fitted on ``train`` (``fs``: its features, augmented copies
+    included) in ``seconds`` with ``peak_bytes`` of traced memory; its weights fields are
+    filled when it is saved. Non-finite metrics become None."""
     resolved = backend.model_ref
     return HeadCard(
         version=1, name=s.name, kind=head.kind, estimator=head.estimator, layer=head.layer,
@@ -165,10 +200,12 @@ def _card(s: HeadTrainSettings, head, backend, prompt, train: list[Sample], fs: 
         prompt=PromptRef(name=prompt.name, template_hash=prompt.template_hash("verdict"),
                          max_input_tokens=s.max_input_tokens),
         training=TrainingRef(benchmark=s.benchmark, dataset_hash=dataset_hash(train),
-                             split="train", n_samples=len(train), n_positive=int(fs.y.sum()),
+                             split="train", n_samples=len(train),
+                             n_positive=sum(bool(x.label) for x in train),
                              categories=sorted({x.category for x in train}), seed=s.seed,
                              params=params, seconds=round(seconds, 3),
-                             peak_memory_mb=round(peak_bytes / 2**20, 1)),
+                             peak_memory_mb=round(peak_bytes / 2**20, 1),
+                             augmentation=augmentation),
         metrics={k: (None if v is None or not np.isfinite(v) else float(v))
                  for k, v in metrics.items()},
         weights_file="", weights_sha256="", calimon_version=__version__, created=now())

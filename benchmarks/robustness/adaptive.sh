@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The adaptive attacker against three readouts: the prompted verdict, the plain probe head and
+# the augmented probe head (trained by benchmarks/robustness/augment.py, which must run first),
+# then the side-by-side "Adaptive attacker" section of the report.
+#
+#   LIMIT=80 BUDGET=64 bash benchmarks/robustness/adaptive.sh
+#
+# Size flags (environment): BENCH (humaneval-pairs), LIMIT (test and calib samples each, whole
+# pairs; 80), FAR (the operating point; 0.10), BUDGET (queries per transcript; 64), BEAM (2), WIDTH (4), MAX_EDITS (3), SEED (0),
+# DEVICE (auto), CALIMON and PYTHON (the commands to run), STORE (runs/store.sqlite), REPORT (benchmarks/results/robustness.md; "none":
+# write no report). Every query goes through the store: a rerun resumes where it stopped.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+BENCH=${BENCH:-humaneval-pairs}
+LIMIT=${LIMIT:-80}
+FAR=${FAR:-0.10}
+BUDGET=${BUDGET:-64}
+BEAM=${BEAM:-2}
+WIDTH=${WIDTH:-4}
+MAX_EDITS=${MAX_EDITS:-3}
+SEED=${SEED:-0}
+DEVICE=${DEVICE:-auto}
+STORE=${STORE:-runs/store.sqlite}
+REPORT=${REPORT:-benchmarks/results/robustness.md}
+OUT=${OUT:-runs/adaptive}
+CALIMON=${CALIMON:-calimon}
+
+common=(--benchmark "$BENCH" --limit "$LIMIT" --far "$FAR" --budget "$BUDGET" --beam "$BEAM"
+        --width "$WIDTH" --max-edits "$MAX_EDITS" --seed "$SEED" --device "$DEVICE"
+        --store "$STORE" --quiet)
+report=()
+[ "$REPORT" != none ] && report=(--report "$REPORT")
+
+$CALIMON robustness --adaptive "${common[@]}" --out "$OUT/verdict" "${report[@]}"
+for head in "$BENCH-seq-plain" "$BENCH-seq-aug"; do
+    $CALIMON robustness --adaptive --head "$head" "${common[@]}" --out "$OUT/$head" \
+        "${report[@]}"
+done
+${PYTHON:-python} benchmarks/robustness/adaptive_table.py "$OUT/verdict" \
+    "$OUT/$BENCH-seq-plain" "$OUT/$BENCH-seq-aug" "${report[@]}" --command \
+    "BENCH=$BENCH LIMIT=$LIMIT FAR=$FAR BUDGET=$BUDGET BEAM=$BEAM WIDTH=$WIDTH MAX_EDITS=$MAX_EDITS SEED=$SEED bash benchmarks/robustness/adaptive.sh"
