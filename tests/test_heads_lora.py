@@ -50,3 +50,27 @@ def test_lora_training_moves_the_verdict_and_leaves_the_judge_intact(smol_backen
     # deterministic given the seed
     again = train_lora_verdict(smol_backend, prompt, samples, settings)
     assert again.adapter_sha256 == run.adapter_sha256
+
+
+@pytest.mark.lora
+@pytest.mark.model
+def test_saved_adapters_score_as_the_trained_run(smol_backend, tmp_path):
+    from calimon.errors import InputError
+    from calimon.heads.lora import LoraSettings, load_lora_verdict, train_lora_verdict
+    from calimon.monitor import Monitor
+    from calimon.prompts import load_prompt
+
+    samples = toy_samples(2)
+    prompt = load_prompt("direct")
+    settings = LoraSettings(r=2, alpha=4, lr=5e-3, epochs=1, batch_size=2,
+                            max_input_tokens=512, seed=0)
+    run = train_lora_verdict(smol_backend, prompt, samples, settings, save_dir=tmp_path / "ad")
+    assert (tmp_path / "ad" / "adapter_model.safetensors").is_file()
+    loaded, digest = load_lora_verdict(smol_backend, tmp_path / "ad")
+    assert digest == run.adapter_sha256
+    assert loaded.model_ref.revision == run.backend.model_ref.revision
+    a = Monitor(run.backend, prompt, "verdict", max_input_tokens=512).score(samples)
+    b = Monitor(loaded, prompt, "verdict", max_input_tokens=512).score(samples)
+    assert max(abs(x.p_raw - y.p_raw) for x, y in zip(a, b, strict=True)) < 1e-5
+    with pytest.raises(InputError, match="adapter_config.json"):
+        load_lora_verdict(smol_backend, tmp_path)

@@ -1,7 +1,8 @@
 """The fine-tuned verdict baseline (LoRA via peft) on a benchmark's train split, scored on
 subsets of calib and test; writes <out>/lora-<benchmark>.json with per-sample scores so that
 benchmarks/heads/report.py compares it with the verdict readout and the probes on the SAME
-samples.
+samples. ``--save-adapter DIR`` keeps the adapters (safetensors); ``--adapter DIR`` scores with
+saved adapters instead of training (e.g. on a rebuilt benchmark's test split).
 
     python benchmarks/heads/lora_baseline.py --benchmark humaneval-pairs \
         --train-limit 64 --eval-limit 64 --out benchmarks/heads/out
@@ -41,13 +42,18 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/heads/out"))
+    ap.add_argument("--save-adapter", type=Path, default=None,
+                    help="write the trained adapters to this folder")
+    ap.add_argument("--adapter", type=Path, default=None,
+                    help="score with adapters saved by --save-adapter instead of training")
+    ap.add_argument("--tag", default="", help="suffix of the output file name")
     args = ap.parse_args(argv)
 
     import torch
 
     from calimon.backends import build_backend
     from calimon.engines import MonitorSpec
-    from calimon.heads.lora import LoraSettings, train_lora_verdict
+    from calimon.heads.lora import LoraSettings, load_lora_verdict, train_lora_verdict
     from calimon.models import resolve_model
     from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
@@ -65,10 +71,18 @@ def main(argv=None) -> int:
     settings = LoraSettings(r=args.rank, alpha=2 * args.rank, lr=args.lr, epochs=args.epochs,
                             batch_size=args.batch_size, max_input_tokens=args.max_input_tokens,
                             seed=args.seed)
-    run = train_lora_verdict(backend, prompt, train, settings, log=log)
-    log(f"trained in {run.seconds:.0f} s")
+    if args.adapter is not None:
+        tuned, digest = load_lora_verdict(backend, args.adapter)
+        losses, train_seconds = [], None
+        log(f"loaded adapters from {args.adapter} (sha256 {digest[:12]})")
+    else:
+        run = train_lora_verdict(backend, prompt, train, settings, log=log,
+                                 save_dir=args.save_adapter)
+        tuned, digest, losses, train_seconds = (run.backend, run.adapter_sha256,
+                                                list(run.losses), round(run.seconds, 1))
+        log(f"trained in {run.seconds:.0f} s")
     start = time.perf_counter()
-    mon = Monitor(run.backend, prompt, "verdict", max_input_tokens=args.max_input_tokens)
+    mon = Monitor(tuned, prompt, "verdict", max_input_tokens=args.max_input_tokens)
     scores = {}
     for name, rows in (("calib", calib), ("test", test)):
         verdicts = []
@@ -78,17 +92,18 @@ def main(argv=None) -> int:
         scores[name] = {s.id: v.p_raw for s, v in zip(rows, verdicts, strict=True)}
     score_s = time.perf_counter() - start
     result = {"benchmark": args.benchmark, "model": resolved.name,
-              "model_revision": resolved.revision, "tuned_revision": run.backend.model_ref.revision,
+              "model_revision": resolved.revision, "tuned_revision": tuned.model_ref.revision,
               "prompt": args.prompt, "settings": asdict(settings), "threads": args.threads,
               "n": {"train": len(train), "calib": len(calib), "test": len(test)},
               "dataset_hash": {"train": dataset_hash(train), "calib": dataset_hash(calib),
                                "test": dataset_hash(test)},
-              "train_seconds": round(run.seconds, 1), "score_seconds": round(score_s, 1),
+              "train_seconds": train_seconds, "score_seconds": round(score_s, 1),
+              "adapter": str(args.adapter or args.save_adapter or ""),
               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-              "losses": run.losses, "adapter_sha256": run.adapter_sha256,
+              "losses": losses, "adapter_sha256": digest,
               "calimon_version": __version__, "scores": scores}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"lora-{args.benchmark}.json"
+    path = args.out / f"lora-{args.benchmark}{args.tag}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {path}")
     return 0

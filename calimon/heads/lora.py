@@ -15,6 +15,7 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -85,9 +86,12 @@ def verdict_margin(logits, last, pos_ids, neg_ids):
 
 def train_lora_verdict(backend, prompt: PromptTemplate, samples: Sequence[Sample],
                        settings: LoraSettings = LoraSettings(),
-                       log: Callable[[str], None] = lambda m: None) -> LoraRun:
+                       log: Callable[[str], None] = lambda m: None,
+                       save_dir: str | Path | None = None) -> LoraRun:
     """Fit LoRA adapters on ``samples`` (pass the train split) and return a backend around the
-    merged model. Deterministic given ``settings.seed`` (data order and adapter init)."""
+    merged model. Deterministic given ``settings.seed`` (data order and adapter init).
+    ``save_dir``: also write the adapters there (peft's ``adapter_config.json`` and
+    ``adapter_model.safetensors``), which :func:`load_lora_verdict` reads back."""
     import torch
 
     peft = _peft()
@@ -129,16 +133,37 @@ def train_lora_verdict(backend, prompt: PromptTemplate, samples: Sequence[Sample
             log(f"epoch {epoch} batch {b // settings.batch_size}: loss {losses[-1]:.4f}")
     seconds = time.perf_counter() - start
     model.eval()
+    if save_dir is not None:
+        model.save_pretrained(str(save_dir), safe_serialization=True)
+    wrapped, digest = _merged_backend(backend, model)
+    return LoraRun(wrapped, tuple(losses), seconds, len(labelled), settings, digest)
+
+
+def _merged_backend(backend, model):
+    """A backend around ``model`` (a peft model) merged, and the sha256 of its adapters."""
     h = hashlib.sha256()
     for name, p in sorted(model.named_parameters()):
-        if p.requires_grad:
+        if "lora_" in name:
             h.update(name.encode())
             h.update(p.detach().numpy().tobytes())
-    merged = model.merge_and_unload()
     digest = h.hexdigest()
+    merged = model.merge_and_unload()
     ref = backend.model_ref
     tuned = replace(ref, name=f"{ref.name}+lora", revision=f"{ref.revision}+lora-{digest[:12]}")
     from calimon.backends.transformers_backend import TransformersBackend
 
-    wrapped = TransformersBackend.from_loaded(tuned, merged, tok)
-    return LoraRun(wrapped, tuple(losses), seconds, len(labelled), settings, digest)
+    return TransformersBackend.from_loaded(tuned, merged, backend.tokenizer), digest
+
+
+def load_lora_verdict(backend, adapter_dir: str | Path):
+    """A backend around the judge with the adapters that ``train_lora_verdict(save_dir=...)``
+    wrote merged in, and the adapters' sha256 (the same digest the training run reported).
+    The judge ``backend`` is left intact."""
+    peft = _peft()
+    folder = Path(adapter_dir)
+    if not (folder / "adapter_config.json").is_file():
+        raise InputError(f"{folder}: no adapter_config.json (expected a folder written by "
+                         "train_lora_verdict(save_dir=...))", field="adapter_dir")
+    model = peft.PeftModel.from_pretrained(copy.deepcopy(backend.model), str(folder))
+    model.eval()
+    return _merged_backend(backend, model)
