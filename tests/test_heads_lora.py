@@ -14,6 +14,55 @@ from calimon.errors import MissingExtraError
 HAS_PEFT = importlib.util.find_spec("peft") is not None
 
 
+@pytest.mark.model
+def test_left_padded_batches_read_the_answer_position_of_every_row(smol_backend):
+    """The training batch (left padding, explicit positions, logits at the last column only)
+    gives each row the margin of that row scored alone, and finite gradients."""
+    import torch
+
+    from calimon.heads.lora import _batch_tensors, verdict_margin
+    from calimon.prompts import encoder_for, load_prompt
+    from calimon.readouts import answer_token_ids
+
+    model = smol_backend.model
+    enc = encoder_for(smol_backend, load_prompt("direct"), "verdict", 512)
+    encoded = [enc.encode(s.request, s.response) for s in toy_samples(2)]
+    assert len({len(e.ids) for e in encoded}) > 1  # rows of different lengths get padding
+    pos, neg = (torch.tensor(a) for a in answer_token_ids(smol_backend.tokenizer, "verdict"))
+
+    def margins(rows):
+        ids, mask, positions = _batch_tensors(rows, 0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                    logits_to_keep=1).logits[:, -1]
+        return verdict_margin(out, pos, neg)
+
+    with torch.no_grad():
+        alone = torch.cat([margins([e]) for e in encoded])
+        batched = margins(encoded)
+    assert torch.allclose(alone, batched, atol=1e-3), (alone, batched)
+    emb = model.get_input_embeddings().weight
+    was = emb.requires_grad
+    emb.requires_grad_(True)
+    try:
+        margins(encoded).sum().backward()
+        assert emb.grad is not None and torch.isfinite(emb.grad).all()
+    finally:
+        emb.grad = None
+        emb.requires_grad_(was)
+
+
+def test_length_batches_cover_every_row_once_in_similar_lengths():
+    from calimon.heads.lora import length_batches
+
+    lengths = [5, 100, 7, 98, 6, 99, 101, 4]
+    batches = length_batches(lengths, 2, np.random.default_rng(0))
+    flat = sorted(int(i) for b in batches for i in b)
+    assert flat == list(range(8))
+    assert all(abs(lengths[b[0]] - lengths[b[-1]]) <= 3 for b in batches)
+    again = length_batches(lengths, 2, np.random.default_rng(0))
+    assert [list(b) for b in batches] == [list(b) for b in again]
+
+
 @pytest.mark.skipif(HAS_PEFT, reason="peft is installed here")
 def test_missing_peft_names_the_install_line():
     from calimon.heads.lora import _peft

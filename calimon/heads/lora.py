@@ -64,24 +64,35 @@ class LoraRun:
 
 
 def _batch_tensors(encoded, pad: int):
+    """Left-padded ids, attention mask and position ids (counted from each row's first real
+    token), so that every row's answer position is the last column."""
     import torch
 
     width = max(len(e.ids) for e in encoded)
     ids = torch.full((len(encoded), width), pad, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, e in enumerate(encoded):
-        ids[row, :len(e.ids)] = torch.tensor(e.ids)
-        mask[row, :len(e.ids)] = 1
-    last = torch.tensor([len(e.ids) - 1 for e in encoded])
-    return ids, mask, last
+        ids[row, width - len(e.ids):] = torch.tensor(e.ids)
+        mask[row, width - len(e.ids):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids, mask, positions
 
 
-def verdict_margin(logits, last, pos_ids, neg_ids):
-    """log P(yes forms) - log P(no forms) at each row's last position."""
+def verdict_margin(last_logits, pos_ids, neg_ids):
+    """log P(yes forms) - log P(no forms) from each row's logits at the answer position."""
     import torch
 
-    lp = torch.log_softmax(logits[torch.arange(logits.shape[0]), last].float(), -1)
+    lp = torch.log_softmax(last_logits.float(), -1)
     return torch.logsumexp(lp[:, pos_ids], -1) - torch.logsumexp(lp[:, neg_ids], -1)
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, rng) -> list[np.ndarray]:
+    """Batches of similar length (less padding): a seeded shuffle, a stable sort by length,
+    cut into ``batch_size`` rows, the batches in a seeded order."""
+    order = rng.permutation(len(lengths))
+    order = order[np.argsort(np.asarray(lengths)[order], kind="stable")]
+    batches = [order[b:b + batch_size] for b in range(0, len(order), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
 
 
 def train_lora_verdict(backend, prompt: PromptTemplate, samples: Sequence[Sample],
@@ -117,20 +128,21 @@ def train_lora_verdict(backend, prompt: PromptTemplate, samples: Sequence[Sample
     model.train()
     start = time.perf_counter()
     for epoch in range(settings.epochs):
-        order = rng.permutation(len(labelled))
-        for b in range(0, len(order), settings.batch_size):
-            idx = order[b:b + settings.batch_size]
-            ids, mask, last = _batch_tensors([encoded[i] for i in idx], pad)
-            logits = model(input_ids=ids, attention_mask=mask).logits
-            margin = verdict_margin(logits, last, pos, neg)
+        batches = length_batches([len(e.ids) for e in encoded], settings.batch_size, rng)
+        for b, idx in enumerate(batches):
+            ids, mask, positions = _batch_tensors([encoded[i] for i in idx], pad)
+            # logits at the answer position only: the output layer is a fifth of this model
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                           logits_to_keep=1).logits[:, -1]
+            margin = verdict_margin(logits, pos, neg)
             target = torch.tensor(y[idx], dtype=torch.float32)
             loss = (weights[idx] * torch.nn.functional.binary_cross_entropy_with_logits(
                 margin, target, reduction="none")).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
-            losses.append(float(loss))
-            log(f"epoch {epoch} batch {b // settings.batch_size}: loss {losses[-1]:.4f}")
+            losses.append(float(loss.detach()))
+            log(f"epoch {epoch} batch {b}/{len(batches)}: loss {losses[-1]:.4f}")
     seconds = time.perf_counter() - start
     model.eval()
     if save_dir is not None:
