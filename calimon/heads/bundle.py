@@ -1,0 +1,172 @@
+"""A shipped monitor: one card, ``heads/<model>/<name>.bundle.yaml``, naming a sequence head (the
+score), an optional token head (the evidence spans) and an optional calibration map, all in the
+same folder, with the command that made them, the training data and the measured metrics.
+
+The heads are ordinary head artifacts (`calimon.heads.artifacts`) and the map an ordinary map file
+(`calimon.calibration.io`), so each part is also usable alone; the card only binds them and
+records the checks that make them one monitor: the same base model and revision, and the same
+scoring pass (prompt template hash and input limit), so one forward pass serves both heads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from calimon.calibration.io import StoredMap, load_map
+from calimon.config import load_yaml_model
+from calimon.errors import InputError
+from calimon.heads.artifacts import (
+    HeadCard,
+    HeadMismatchError,
+    check_name,
+    heads_dir,
+    load_head,
+)
+from calimon.heads.head import ProbeHead
+
+SUFFIX = ".bundle.yaml"
+
+
+class BundleModelRef(BaseModel):
+    """The bundle's base model: name and revision (the heads' cards carry the shapes)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    revision: str
+
+
+class BundleCard(BaseModel):
+    """A bundle's card (module docstring); unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: Literal[1]
+    name: str
+    base_model: BundleModelRef
+    sequence_head: str
+    token_head: str | None = None
+    calibration_map: str | None = None
+    recipe: str
+    command: str
+    training: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+    calimon_version: str
+    created: str
+
+
+@dataclass(frozen=True, eq=False)
+class Bundle:
+    """A loaded bundle: its card and path, the sequence head, the token head and the map."""
+
+    card: BundleCard
+    path: Path
+    sequence: ProbeHead
+    sequence_card: HeadCard
+    token: ProbeHead | None = None
+    token_card: HeadCard | None = None
+    calibration: StoredMap | None = None
+
+    @property
+    def weights_sha256(self) -> str:
+        """The heads' weight hashes together (what a reading of the bundle depends on)."""
+        parts = [self.sequence_card.weights_sha256]
+        if self.token_card is not None:
+            parts.append(self.token_card.weights_sha256)
+        return "+".join(parts)
+
+
+def bundle_path(model: str, name: str, root: str | Path | None = None) -> Path:
+    """``heads/<model>/<name>.bundle.yaml`` under ``root`` (default: `heads_dir`)."""
+    return Path(root or heads_dir()) / model / f"{check_name(name)}{SUFFIX}"
+
+
+def find_bundle(path_or_name: str | Path, model_name: str | None,
+                root: str | Path | None = None) -> Path | None:
+    """The bundle card that ``path_or_name`` names (a card path, or a name under
+    ``heads/<model_name>/``), or None when it names no bundle."""
+    p = Path(path_or_name)
+    if p.name.endswith(SUFFIX):
+        if not p.is_file():
+            raise InputError(f"no bundle card at {p}", field="head")
+        return p
+    if model_name is None or "/" in str(path_or_name) or p.suffix in (".yaml", ".safetensors"):
+        return None
+    try:
+        card = bundle_path(model_name, str(path_or_name), root)
+    except InputError:
+        return None
+    return card if card.is_file() else None
+
+
+def load_bundle(card_path: str | Path, *, model_ref=None, hidden_size: int | None = None
+                ) -> Bundle:
+    """Load a bundle card and everything it names; with ``model_ref`` the base model must
+    match. A part that is missing, altered or reads another pass raises HeadMismatchError."""
+    card_path = Path(card_path)
+    card = load_yaml_model(card_path, BundleCard)
+    where = f"bundle {card.name!r} ({card_path})"
+    folder = card_path.parent
+
+    def head(name: str, kind: str) -> tuple[ProbeHead, HeadCard]:
+        h, c = load_head(folder / f"{check_name(name)}.card.yaml", model_ref=model_ref,
+                         hidden_size=hidden_size)
+        if c.kind != kind:
+            raise HeadMismatchError(f"{where}: {name!r} is a {c.kind} head, expected {kind}")
+        if (c.base_model.name, c.base_model.revision) != (card.base_model.name,
+                                                          card.base_model.revision):
+            raise HeadMismatchError(f"{where}: head {name!r} was trained on "
+                                    f"{c.base_model.name} {c.base_model.revision}, the bundle "
+                                    f"names {card.base_model.name} {card.base_model.revision}")
+        return h, c
+
+    seq, seq_card = head(card.sequence_head, "sequence")
+    tok = tok_card = None
+    if card.token_head is not None:
+        tok, tok_card = head(card.token_head, "token")
+        if (tok_card.prompt.template_hash, tok_card.prompt.max_input_tokens) != \
+                (seq_card.prompt.template_hash, seq_card.prompt.max_input_tokens):
+            raise HeadMismatchError(f"{where}: the two heads read different passes (template "
+                                    f"hash / input limit {seq_card.prompt.template_hash}/"
+                                    f"{seq_card.prompt.max_input_tokens} vs "
+                                    f"{tok_card.prompt.template_hash}/"
+                                    f"{tok_card.prompt.max_input_tokens}); retrain one of them")
+    stored = None
+    if card.calibration_map is not None:
+        name = card.calibration_map
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise HeadMismatchError(f"{where}: calibration_map must be a plain file name in the "
+                                    f"card's folder, got {name!r}")
+        stored = load_map(folder / name)
+    return Bundle(card, card_path, seq, seq_card, tok, tok_card, stored)
+
+
+def save_bundle(card: BundleCard, root: str | Path | None = None) -> Path:
+    """Write the card next to the parts it names and load it back, so that a card naming a
+    missing or mismatched part is never left behind; returns the card path."""
+    path = bundle_path(card.base_model.name, card.name, root)
+    _check_parts(card, path.parent)
+    path.write_text(yaml.safe_dump(json.loads(card.model_dump_json()), sort_keys=False),
+                    encoding="utf-8")
+    try:
+        load_bundle(path)
+    except Exception:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _check_parts(card: BundleCard, folder: Path) -> None:
+    names = [f"{card.sequence_head}.card.yaml"]
+    if card.token_head is not None:
+        names.append(f"{card.token_head}.card.yaml")
+    if card.calibration_map is not None:
+        names.append(card.calibration_map)
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise InputError(f"bundle {card.name!r}: {', '.join(missing)} not found in {folder}",
+                         field="bundle")

@@ -1,0 +1,109 @@
+"""Bundles (calimon.heads.bundle): one card binding a sequence head, a token head and a map."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from calimon.calibration.io import save_map
+from calimon.calibration.maps import PlattScaling
+from calimon.errors import InputError
+from calimon.heads.artifacts import (
+    BaseModelRef,
+    HeadCard,
+    HeadMismatchError,
+    PromptRef,
+    TrainingRef,
+    save_head,
+)
+from calimon.heads.bundle import BundleCard, BundleModelRef, find_bundle, load_bundle, save_bundle
+from calimon.heads.head import ProbeHead, fit_logistic
+
+
+@dataclass(frozen=True)
+class _Ref:
+    name: str
+    revision: str
+    path: Path = Path("/nonexistent")
+
+
+def _head_card(name, kind, template_hash="abc", revision="r1"):
+    return HeadCard(version=1, name=name, kind=kind, estimator="logistic", layer=3,
+                    pooling="mean" if kind == "sequence" else None,
+                    base_model=BaseModelRef(name="m", revision=revision, hidden_size=6,
+                                            num_layers=30),
+                    prompt=PromptRef(name="direct", template_hash=template_hash,
+                                     max_input_tokens=1024),
+                    training=TrainingRef(benchmark="toy", dataset_hash="x", split="train",
+                                         n_samples=80, n_positive=40, categories=["safety"],
+                                         seed=0),
+                    weights_file="", weights_sha256="", calimon_version="0", created="now")
+
+
+def _parts(root, *, token_hash="abc", token_revision="r1"):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 6))
+    y = X[:, 0] > 0
+    for name, kind, th, rev in (("seq", "sequence", "abc", "r1"),
+                                ("tok", "token", token_hash, token_revision)):
+        head = ProbeHead(kind, "logistic", 3, fit_logistic(X, y, C=1.0),
+                         pooling="mean" if kind == "sequence" else None)
+        save_head(head, _head_card(name, kind, th, rev), root)
+    cal = PlattScaling().fit(rng.uniform(size=80), rng.uniform(size=80) > 0.5)
+    save_map(cal, root / "m" / "mon.calibration.json", fit_hash="h", metrics={})
+
+
+def _card(**kw):
+    base = dict(version=1, name="mon", base_model=BundleModelRef(name="m", revision="r1"),
+                sequence_head="seq", token_head="tok", calibration_map="mon.calibration.json",
+                recipe="logistic", command="make it", training={"benchmark": "toy"},
+                metrics={"auroc": 0.9}, calimon_version="0", created="now")
+    base.update(kw)
+    return BundleCard(**base)
+
+
+def test_a_bundle_binds_its_parts_and_loads_them(tmp_path):
+    _parts(tmp_path)
+    path = save_bundle(_card(), tmp_path)
+    assert path == tmp_path / "m" / "mon.bundle.yaml"
+    assert find_bundle("mon", "m", tmp_path) == path
+    assert find_bundle("seq", "m", tmp_path) is None  # a plain head is not a bundle
+    b = load_bundle(path, model_ref=_Ref("m", "r1"), hidden_size=6)
+    assert b.sequence.kind == "sequence" and b.token.kind == "token"
+    assert b.calibration.method == "platt"
+    assert b.weights_sha256 == f"{b.sequence_card.weights_sha256}+{b.token_card.weights_sha256}"
+    with pytest.raises(HeadMismatchError, match="trained on m revision r1"):
+        load_bundle(path, model_ref=_Ref("m", "r2"))
+
+
+def test_a_card_naming_a_missing_part_is_refused_and_not_written(tmp_path):
+    _parts(tmp_path)
+    with pytest.raises(InputError, match="nope.card.yaml not found"):
+        save_bundle(_card(token_head="nope"), tmp_path)
+    assert not (tmp_path / "m" / "mon.bundle.yaml").exists()
+
+
+def test_heads_of_different_passes_or_kinds_are_refused(tmp_path):
+    _parts(tmp_path, token_hash="other")
+    with pytest.raises(HeadMismatchError, match="different passes"):
+        save_bundle(_card(), tmp_path)
+    assert not (tmp_path / "m" / "mon.bundle.yaml").exists()
+    with pytest.raises(HeadMismatchError, match="is a token head, expected sequence"):
+        save_bundle(_card(sequence_head="tok", token_head=None), tmp_path)
+
+
+def test_an_altered_card_names_its_field(tmp_path):
+    _parts(tmp_path)
+    path = save_bundle(_card(), tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    doc["threshold"] = 0.5
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError, match="threshold"):
+        load_bundle(path)
+    doc.pop("threshold")
+    doc["calibration_map"] = "../elsewhere.json"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(HeadMismatchError, match="plain file name"):
+        load_bundle(path)
