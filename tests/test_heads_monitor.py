@@ -95,6 +95,34 @@ def test_token_head_gives_spans_inside_the_response(smol_backend, heads):
             assert s.response[start:end] == quote and score > 0.5
 
 
+def test_a_bundle_scores_with_its_sequence_head_and_points_with_its_token_head(
+        smol_backend, heads):
+    from calimon.heads.bundle import BundleCard, BundleModelRef, save_bundle
+
+    root, fs, seq, tok = heads
+    ref = smol_backend.model_ref
+    save_bundle(BundleCard(version=1, name="toy-bundle",
+                           base_model=BundleModelRef(name=ref.name, revision=ref.revision),
+                           sequence_head="toy-seq", token_head="toy-token", recipe="logistic",
+                           command="test", calimon_version="0", created="now"), root)
+    prompt = load_prompt("direct")
+    mon = make_monitor(smol_backend, prompt, "probe:toy-bundle", heads_root=root)
+    seq_only = make_monitor(smol_backend, prompt, "probe:toy-seq", heads_root=root)
+    tok_only = make_monitor(smol_backend, prompt, "probe:toy-token", heads_root=root)
+    samples = toy_samples(2)
+    calls = smol_backend.forward_calls
+    got = mon.score(samples)
+    assert smol_backend.forward_calls - calls == len(samples)  # one pass serves both heads
+    assert [r.p_raw for r in got] == pytest.approx([r.p_raw for r in seq_only.score(samples)],
+                                                   abs=1e-6)
+    for a, b in zip(got, tok_only.score(samples), strict=True):
+        assert a.readout == "probe:toy-bundle" and a.extra["bundle"] == "toy-bundle"
+        assert a.extra["spans"] == b.extra["spans"] and a.evidence == b.evidence
+        assert a.extra["token_scores"] == b.extra["token_scores"]
+    assert len({mon.key.template_hash, seq_only.key.template_hash,
+                tok_only.key.template_hash}) == 3
+
+
 def test_wrong_prompt_or_unknown_head_refused(smol_backend, heads):
     root = heads[0]
     with pytest.raises(HeadMismatchError, match="use --prompt direct"):

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from calimon.heads.artifacts import HeadMismatchError, load_head
+from calimon.heads.bundle import find_bundle, load_bundle
 from calimon.heads.capture import CaptureSpec
 from calimon.heads.features import READOUT
 from calimon.heads.labels import span_offsets
@@ -45,16 +46,28 @@ def token_scores_record(offsets, probs) -> dict[str, list]:
 
 
 class ProbeMonitor:
-    """``head``: a head name (looked up under ``heads/<model>/``) or a card path."""
+    """``head``: a head or bundle name (looked up under ``heads/<model>/``) or a card path. A
+    bundle (`calimon.heads.bundle`) scores with its sequence head and takes its spans from its
+    token head, both read from the same pass; a token head alone does both."""
 
     def __init__(self, backend, prompt: PromptTemplate, head: str,
                  max_input_tokens: int | None = None, heads_root=None):
         self.backend = backend
         self.prompt = prompt
         ref = backend.model_ref
-        self.head, self.card = load_head(head, model_ref=ref, hidden_size=_model_hidden_size(ref),
-                                         root=heads_root)
-        self.readout = f"probe:{self.card.name}"
+        hidden = _model_hidden_size(ref)
+        found = find_bundle(head, ref.name, heads_root)
+        self.bundle = None if found is None else load_bundle(found, model_ref=ref,
+                                                             hidden_size=hidden)
+        if self.bundle is not None:
+            self.head, self.card = self.bundle.sequence, self.bundle.sequence_card
+            self.span_head = self.bundle.token
+            self.readout = f"probe:{self.bundle.card.name}"
+        else:
+            self.head, self.card = load_head(head, model_ref=ref, hidden_size=hidden,
+                                             root=heads_root)
+            self.span_head = self.head if self.head.kind == "token" else None
+            self.readout = f"probe:{self.card.name}"
         trained = self.card.prompt
         if prompt.template_hash(READOUT) != trained.template_hash:
             raise HeadMismatchError(
@@ -70,10 +83,11 @@ class ProbeMonitor:
         weights' sha256, the input limit and the head's aggregation and span threshold, hashed
         together."""
         ref = self.backend.model_ref
+        spans = self.span_head or self.head
+        weights = self.bundle.weights_sha256 if self.bundle else self.card.weights_sha256
         payload = json.dumps([self.prompt.template_hash(READOUT, prompt_format_of(self.backend)),
-                              self.card.weights_sha256,
-                              self.max_input_tokens, self.head.aggregate,
-                              self.head.span_threshold])
+                              weights, self.max_input_tokens, spans.aggregate,
+                              spans.span_threshold])
         return MonitorKey(ref.name, ref.revision, self.prompt.name,
                           hashlib.sha256(payload.encode()).hexdigest()[:16], self.readout)
 
@@ -87,11 +101,12 @@ class ProbeMonitor:
 
     @property
     def capture_spec(self) -> CaptureSpec:
-        """What the pass captures: the head's pooled layer (sequence head) or its layer's per-
-        token states (token head)."""
-        if self.head.kind == "sequence":
-            return CaptureSpec(layers=(self.head.layer,), pooling=(self.head.pooling,))
-        return CaptureSpec(layers=(), pooling=("last",), token_layers=(self.head.layer,))
+        """What the pass captures: the sequence head's pooled layer and the token head's per-
+        token states, whichever the monitor has."""
+        seq = self.head.kind == "sequence"
+        return CaptureSpec(layers=(self.head.layer,) if seq else (),
+                           pooling=(self.head.pooling,) if seq else ("last",),
+                           token_layers=(self.span_head.layer,) if self.span_head else ())
 
     def score(self, samples: Sequence[Sample]) -> list[Verdict]:
         """The head's readings of ``samples``, in order (see `score_with_verdict`)."""
@@ -105,10 +120,11 @@ class ProbeMonitor:
         got = self.backend.capture([e.ids for e in encoded], self.encoder.prefix_len,
                                    self.capture_spec,
                                    [(e.response_start, e.response_end) for e in encoded])
+        token_p = ([self.span_head.predict_proba(t[:, 0]) for t in got.tokens]
+                   if self.span_head else None)
         if self.head.kind == "sequence":
             p_head = self.head.predict_proba(got.features(self.head.layer, self.head.pooling))
         else:
-            token_p = [self.head.predict_proba(t[:, 0]) for t in got.tokens]
             p_head = np.array([self.head.sequence_score(p) for p in token_p])
         per_sample = (time.perf_counter() - start) / max(len(samples), 1)
         pos, neg = answer_token_ids(self.backend.tokenizer, READOUT)
@@ -125,8 +141,10 @@ class ProbeMonitor:
             extra = {"head": self.card.name, "kind": self.head.kind, "layer": self.head.layer,
                      "verdict": {"p_raw": p_raw, "p_yes": p_yes, "p_no": p_no,
                                  "format_mass": mass}}
+            if self.bundle is not None:
+                extra["bundle"] = self.bundle.card.name
             evidence: tuple[str, ...] = ()
-            if self.head.kind == "token":
+            if token_p is not None:
                 spans = self._spans(s, e, token_p[i])
                 extra["spans"] = [[sp.start, sp.end, sp.score] for sp in spans]
                 extra["token_scores"] = token_scores_record(e.response_token_offsets, token_p[i])
@@ -144,5 +162,5 @@ class ProbeMonitor:
         from calimon.spans.metrics import spans_from_token_scores
 
         return spans_from_token_scores(span_offsets(enc.response_token_offsets), probs,
-                                       self.head.span_threshold,
+                                       self.span_head.span_threshold,
                                        text=sample.response)
