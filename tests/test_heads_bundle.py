@@ -107,3 +107,39 @@ def test_an_altered_card_names_its_field(tmp_path):
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(HeadMismatchError, match="plain file name"):
         load_bundle(path)
+
+
+def _curve_json(path):
+    import json
+
+    doc = {"run": {"benchmark": "toy", "dataset_hash": "d", "readout": "probe:seq",
+                   "calibration": "platt"}, "split": "test", "auroc_raw": 0.8, "auroc": 0.8,
+           "operating_points": [{"name": "FAR<=5%", "threshold": 0.7, "mr": 0.4, "far": 0.05,
+                                 "tp": 6, "fp": 1, "tn": 19, "fn": 4}]}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_cli_assembles_a_bundle_from_saved_heads_a_map_and_a_curve(tmp_path):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+
+    _parts(tmp_path)
+    src = tmp_path / "m" / "mon.calibration.json"
+    mapfile = src.rename(tmp_path / "platt.json")
+    curve = _curve_json(tmp_path / "curve.json")
+    args = ["heads", "bundle", "--name", "mon", "--model", "m", "--root", str(tmp_path),
+            "--sequence-head", "seq", "--token-head", "tok", "--recipe", "logistic",
+            "--command", "bash make.sh", "--calibration-map", str(mapfile),
+            "--metrics-from", str(curve)]
+    got = CliRunner().invoke(app, args)
+    assert got.exit_code == 0, got.output
+    b = load_bundle(tmp_path / "m" / "mon.bundle.yaml")
+    assert b.card.calibration_map == "mon.calibration.json" and b.calibration is not None
+    assert b.card.metrics["operating_points"]["FAR<=5%"]["mr"] == 0.4
+    assert b.card.training["benchmark"] == "toy" and b.card.command == "bash make.sh"
+    listed = CliRunner().invoke(app, ["heads", "list", "--root", str(tmp_path)])
+    assert "bundle   seq + tok" in listed.output and "readout probe:mon" in listed.output
+    bad = CliRunner().invoke(app, args[:-2] + ["--metrics-from", str(mapfile)])
+    assert bad.exit_code != 0 and "curve.json" in bad.output

@@ -26,7 +26,7 @@ from calimon.cli.options import (
 )
 
 heads_app = typer.Typer(no_args_is_help=True,
-                        help="Probe heads on hidden states (train, list).")
+                        help="Probe heads on hidden states (train, list, bundle).")
 
 
 @heads_app.command("train")
@@ -89,12 +89,13 @@ def heads_list(
 ):
     """Trained heads with their layer, pooling and metrics."""
     from calimon.heads.artifacts import list_heads
+    from calimon.heads.bundle import list_bundles
 
-    rows = list_heads(model, root)
+    rows, bundles = list_heads(model, root), list_bundles(model, root)
     if as_json:
-        typer.echo(json.dumps(rows, indent=1))
+        typer.echo(json.dumps(rows + [{"kind": "bundle", **b} for b in bundles], indent=1))
         return
-    if not rows:
+    if not rows and not bundles:
         typer.echo("no heads")
     for r in rows:
         if "error" in r:
@@ -104,6 +105,36 @@ def heads_list(
         typer.echo(f"{r['model']:<16} {r['name']:<24} {r['kind']:<8} layer {r['layer']:<3} "
                    f"{r['pooling'] or r['aggregate']:<9} AUROC {'n/a' if auc is None else f'{auc:.3f}'}"
                    f"  readout probe:{r['name']}")
+    for b in bundles:
+        if "error" in b:
+            typer.echo(f"{b['model']:<16} {b['name']:<24} invalid: {b['error']}")
+            continue
+        auc = b["auroc"]
+        typer.echo(f"{b['model']:<16} {b['name']:<24} bundle   {b['sequence_head']} + "
+                   f"{b['token_head'] or '-'}, map {b['calibration_map'] or '-'}  AUROC "
+                   f"{'n/a' if auc is None else f'{auc:.3f}'}  readout probe:{b['name']}")
+
+
+@heads_app.command("bundle")
+@cli_errors
+def heads_bundle(
+    name: Annotated[str, typer.Option(help="Bundle name (heads/<model>/<name>.bundle.yaml; the readout is probe:<name>).")],
+    sequence_head: Annotated[str, typer.Option(help="The sequence head that gives the score (a head name under heads/<model>/).")],
+    recipe: Annotated[str, typer.Option(help="How the heads were trained, in words (recorded on the card).")],
+    command: Annotated[str, typer.Option(help="The command that made the bundle (recorded on the card).")],
+    token_head: Annotated[str | None, typer.Option(help="The token head that gives the spans.")] = None,
+    calibration_map: Annotated[Path | None, typer.Option(help="A map file of a curve run (runs/NAME/calibration/<method>.json), copied next to the heads.")] = None,
+    metrics_from: Annotated[Path | None, typer.Option(help="The curve.json of a run of the sequence head whose figures the card records.")] = None,
+    model: ModelOpt = DEFAULT_MODEL,
+    root: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
+):
+    """Bind saved heads and a calibration map into one shipped monitor (a bundle card)."""
+    from calimon.heads.bundle import make_bundle
+
+    path = make_bundle(name, model, sequence_head, recipe=recipe, command=command,
+                       token_head=token_head, calibration_map=calibration_map,
+                       curve_json=metrics_from, root=root)
+    typer.echo(f"wrote {path} (readout probe:{name})")
 
 
 def register(app: typer.Typer) -> None:

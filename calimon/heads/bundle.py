@@ -170,3 +170,74 @@ def _check_parts(card: BundleCard, folder: Path) -> None:
     if missing:
         raise InputError(f"bundle {card.name!r}: {', '.join(missing)} not found in {folder}",
                          field="bundle")
+
+
+def curve_metrics(curve_json: str | Path) -> dict[str, Any]:
+    """The figures a bundle card records from a ``calimon curve`` run of its own readout: the
+    benchmark, split and dataset hash it was judged on, AUROC raw and calibrated, the map, and
+    every operating point's threshold, MR and FAR."""
+    where = str(curve_json)
+    try:
+        doc = json.loads(Path(curve_json).read_text(encoding="utf-8"))
+        run = doc["run"]
+        points = {p["name"]: {k: p[k] for k in ("threshold", "mr", "far")}
+                  for p in doc["operating_points"]}
+        return {"benchmark": run.get("benchmark"), "split": doc.get("split"),
+                "dataset_hash": run.get("dataset_hash"), "readout": run.get("readout"),
+                "auroc_raw": doc["auroc_raw"], "auroc": doc["auroc"],
+                "calibration": run.get("calibration"), "operating_points": points}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read a curve.json: {exc}", path=where) from None
+    except (KeyError, TypeError) as exc:
+        raise InputError(f"expected a curve.json written by calimon curve (missing {exc})",
+                         path=where) from None
+
+
+def make_bundle(name: str, model: str, sequence_head: str, *, recipe: str, command: str,
+                token_head: str | None = None, calibration_map: str | Path | None = None,
+                curve_json: str | Path | None = None, root: str | Path | None = None) -> Path:
+    """Assemble and save a bundle of heads already saved under ``heads/<model>/``: the map (a
+    file of ``calimon curve``'s ``calibration/``) is copied next to them as
+    ``<name>.calibration.json``, the training data is read from the sequence head's card and
+    the metrics from ``curve_json``. Returns the card path."""
+    import shutil
+
+    from calimon import __version__
+    from calimon.heads.artifacts import now
+
+    folder = Path(root or heads_dir()) / model
+    _, seq_card = load_head(folder / f"{check_name(sequence_head)}.card.yaml")
+    metrics = curve_metrics(curve_json) if curve_json else {}
+    map_name = None
+    if calibration_map is not None:
+        load_map(calibration_map)  # refuse a file that is not a map before copying it
+        map_name = f"{check_name(name)}.calibration.json"
+        shutil.copyfile(calibration_map, folder / map_name)
+    card = BundleCard(
+        version=1, name=name,
+        base_model=BundleModelRef(name=seq_card.base_model.name,
+                                  revision=seq_card.base_model.revision),
+        sequence_head=sequence_head, token_head=token_head, calibration_map=map_name,
+        recipe=recipe, command=command,
+        training=json.loads(seq_card.training.model_dump_json()),
+        metrics=metrics,
+        calimon_version=__version__, created=now())
+    return save_bundle(card, root)
+
+
+def list_bundles(model: str | None = None, root: str | Path | None = None) -> list[dict]:
+    """One row per bundle card: model, name, the heads it binds, its map and AUROC."""
+    base = Path(root or heads_dir())
+    folders = [base / model] if model else sorted(p for p in base.glob("*") if p.is_dir())
+    rows = []
+    for path in (p for f in folders for p in sorted(f.glob(f"*{SUFFIX}"))):
+        try:
+            card = load_yaml_model(path, BundleCard)
+        except InputError as exc:
+            rows.append({"model": path.parent.name, "name": path.name, "error": str(exc)})
+            continue
+        rows.append({"model": card.base_model.name, "name": card.name,
+                     "sequence_head": card.sequence_head, "token_head": card.token_head,
+                     "calibration_map": card.calibration_map,
+                     "auroc": card.metrics.get("auroc"), "path": str(path)})
+    return rows
