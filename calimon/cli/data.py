@@ -16,6 +16,7 @@ import typer
 from calimon.cli.common import cli_errors, progress_factory, table
 from calimon.data import registry
 from calimon.data.paths import benchmark_dir
+from calimon.errors import InputError
 from calimon.samples import CATEGORIES, TASKS
 
 
@@ -26,6 +27,9 @@ def data_build(
                                 "then ../shared/sources)."),
     out: Path | None = typer.Option(None, "--out", help="Output folder (default: the data dir)."),
     seed: int = typer.Option(0, "--seed", help="Seed of frames and splits."),
+    version: int | None = typer.Option(
+        None, "--version", help="Benchmark version (default: the newest); a non-default version "
+                                "is built into <data dir>/<name>@<version>, e.g. amb-open@1."),
     partial: bool = typer.Option(False, "--partial", hidden=True,
                                  help="Development: skip cell builders that do not exist yet."),
     markdown: Path | None = typer.Option(None, "--markdown",
@@ -35,9 +39,15 @@ def data_build(
 ) -> None:
     """Build a benchmark from its sources and print its pair counts per cell and split."""
     build = registry.builder(name)
-    target = Path(out) if out is not None else benchmark_dir(name)
-    kwargs = {"sources": sources, "seed": seed}
+    folder = registry.folder_name(name, version)
+    target = Path(out) if out is not None else benchmark_dir(folder)
+    kwargs: dict = {"sources": sources, "seed": seed}
     accepts = inspect.signature(build).parameters
+    version = version if version is not None else registry.split_name(name)[1]
+    if version is not None:
+        if "version" not in accepts:
+            raise InputError(f"benchmark {name!r} has no versions", field="version")
+        kwargs["version"] = version
     if partial and "allow_missing" in accepts:
         kwargs["allow_missing"] = True
     progress = progress_factory(quiet or json_out)  # bars on stderr; none with --json
@@ -50,7 +60,8 @@ def data_build(
     if json_out:
         typer.echo(json.dumps(manifest, indent=1, sort_keys=True))
         return
-    typer.echo(f"built {name} in {target}")
+    typer.echo(f"built {name} version {manifest.get('version')} in {target}"
+               if manifest.get("version") is not None else f"built {name} in {target}")
     typer.echo(counts_table(manifest))
 
 
