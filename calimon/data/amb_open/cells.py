@@ -28,4 +28,6 @@ DATA_PATH_BUILDERS: dict[str, str] = {
 ADDITIONS: dict[str, tuple[str, ...]] = {
     "calimon.data.amb_open.syc_code_more:syc_code_additions": (
         "calimon.data.humaneval:humaneval_cells", "calimon.data.mbpp:mbpp_cells"),
+    "calimon.data.amb_open.spec_code_more:spec_code_additions": (
+        "calimon.data.humaneval:humaneval_cells", "calimon.data.mbpp:mbpp_cells"),
 }
