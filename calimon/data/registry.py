@@ -10,6 +10,7 @@ lives beside the default one."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -49,8 +50,10 @@ def split_name(name: str) -> tuple[str, int | None]:
 
 def default_version(name: str) -> int | None:
     """The default version of benchmark ``name`` (its builder module's ``VERSION``), or None
-    for an unversioned benchmark."""
+    for an unversioned benchmark (a builder without a ``version`` parameter)."""
     fn = builder(name)
+    if "version" not in inspect.signature(fn).parameters:
+        return None
     version = getattr(importlib.import_module(fn.__module__), "VERSION", None)
     return version if isinstance(version, int) else None
 
