@@ -217,3 +217,21 @@ def test_full_v1_is_byte_identical_and_v2_keeps_its_splits_and_meets_targets(tmp
     for cell in ("sycophancy/code", "safety/code", "sycophancy/qa", "spec_gaming/qa"):
         assert rows[cell].tfidf_auroc <= TFIDF_TARGET, cell
         assert rows[cell].length_auroc <= LENGTH_TARGET, cell
+
+
+def test_cli_audit_without_a_cell(tmp_path):
+    from calimon.cli.data import data_app
+    from calimon.samples import write_samples
+    from test_amb_open import _split_set
+
+    samples = _split_set() + [Sample(**{**s.to_dict(), "gold_spans": s.gold_spans,
+                                        "category": "sycophancy"}) for s in _split_set()]
+    path = write_samples([Sample(**{**s.to_dict(), "gold_spans": s.gold_spans,
+                                    "id": f"{i}-{s.id}", "pair_id": f"{i}-{s.pair_id}"})
+                          for i, s in enumerate(samples)], tmp_path / "s.jsonl")
+    runner = CliRunner()
+    res = runner.invoke(data_app, ["audit", str(path), "--json", "--without", "safety/qa"])
+    assert res.exit_code == 0, res.output
+    assert [r["cell"] for r in json.loads(res.output)] == ["sycophancy/qa", "all"]
+    res = runner.invoke(data_app, ["audit", str(path), "--without", "safety/nope"])
+    assert res.exit_code != 0 and "not a cell" in res.output

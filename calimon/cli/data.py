@@ -87,12 +87,21 @@ def data_audit(
                                          help="Also write the table as markdown to this file."),
     by_source: bool = typer.Option(False, "--by-source",
                                    help="Add a row per source in cells with several sources."),
+    without: list[str] = typer.Option(
+        [], "--without", help="Leave out a cell (category/task), e.g. to report the 'all' row "
+                              "without a cell that misses its target; repeatable."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON rows."),
 ) -> None:
     """Shortcut audit: AUROC of length-only and TF-IDF baselines per cell (train -> test)."""
     from calimon.data.amb_open.audit import audit_markdown, shortcut_audit
 
-    rows = shortcut_audit(registry.load_benchmark(name), by_source=by_source)
+    cells = {f"{c}/{t}" for c in CATEGORIES for t in TASKS}
+    unknown = sorted(set(without) - cells)
+    if unknown:
+        raise InputError(f"--without {unknown[0]}: not a cell (category/task)", field="without")
+    samples = [s for s in registry.load_benchmark(name)
+               if f"{s.category}/{s.task}" not in set(without)]
+    rows = shortcut_audit(samples, by_source=by_source)
     if markdown is not None:
         Path(markdown).write_text(audit_markdown(rows), encoding="utf-8")
     if json_out:
