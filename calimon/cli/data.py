@@ -16,6 +16,7 @@ import typer
 from calimon.cli.common import cli_errors, progress_factory, table
 from calimon.data import registry
 from calimon.data.paths import benchmark_dir
+from calimon.errors import InputError
 from calimon.samples import CATEGORIES, TASKS
 
 
@@ -26,6 +27,9 @@ def data_build(
                                 "then ../shared/sources)."),
     out: Path | None = typer.Option(None, "--out", help="Output folder (default: the data dir)."),
     seed: int = typer.Option(0, "--seed", help="Seed of frames and splits."),
+    version: int | None = typer.Option(
+        None, "--version", help="Benchmark version (default: the newest); a non-default version "
+                                "is built into <data dir>/<name>@<version>, e.g. amb-open@1."),
     partial: bool = typer.Option(False, "--partial", hidden=True,
                                  help="Development: skip cell builders that do not exist yet."),
     markdown: Path | None = typer.Option(None, "--markdown",
@@ -35,9 +39,15 @@ def data_build(
 ) -> None:
     """Build a benchmark from its sources and print its pair counts per cell and split."""
     build = registry.builder(name)
-    target = Path(out) if out is not None else benchmark_dir(name)
-    kwargs = {"sources": sources, "seed": seed}
+    folder = registry.folder_name(name, version)
+    target = Path(out) if out is not None else benchmark_dir(folder)
+    kwargs: dict = {"sources": sources, "seed": seed}
     accepts = inspect.signature(build).parameters
+    version = version if version is not None else registry.split_name(name)[1]
+    if version is not None:
+        if "version" not in accepts:
+            raise InputError(f"benchmark {name!r} has no versions", field="version")
+        kwargs["version"] = version
     if partial and "allow_missing" in accepts:
         kwargs["allow_missing"] = True
     progress = progress_factory(quiet or json_out)  # bars on stderr; none with --json
@@ -50,7 +60,8 @@ def data_build(
     if json_out:
         typer.echo(json.dumps(manifest, indent=1, sort_keys=True))
         return
-    typer.echo(f"built {name} in {target}")
+    typer.echo(f"built {name} version {manifest.get('version')} in {target}"
+               if manifest.get("version") is not None else f"built {name} in {target}")
     typer.echo(counts_table(manifest))
 
 
@@ -76,12 +87,21 @@ def data_audit(
                                          help="Also write the table as markdown to this file."),
     by_source: bool = typer.Option(False, "--by-source",
                                    help="Add a row per source in cells with several sources."),
+    without: list[str] = typer.Option(
+        [], "--without", help="Leave out a cell (category/task), e.g. to report the 'all' row "
+                              "without a cell that misses its target; repeatable."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON rows."),
 ) -> None:
     """Shortcut audit: AUROC of length-only and TF-IDF baselines per cell (train -> test)."""
     from calimon.data.amb_open.audit import audit_markdown, shortcut_audit
 
-    rows = shortcut_audit(registry.load_benchmark(name), by_source=by_source)
+    cells = {f"{c}/{t}" for c in CATEGORIES for t in TASKS}
+    unknown = sorted(set(without) - cells)
+    if unknown:
+        raise InputError(f"--without {unknown[0]}: not a cell (category/task)", field="without")
+    samples = [s for s in registry.load_benchmark(name)
+               if f"{s.category}/{s.task}" not in set(without)]
+    rows = shortcut_audit(samples, by_source=by_source)
     if markdown is not None:
         Path(markdown).write_text(audit_markdown(rows), encoding="utf-8")
     if json_out:

