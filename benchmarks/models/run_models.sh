@@ -16,11 +16,13 @@ TRAIN_LIMIT=${TRAIN_LIMIT:-160}
 BINARY_LIMIT=${BINARY_LIMIT:-16}
 OUT=${OUT:-runs/models}
 HEAD=${HEAD:-amb-open-seq}
+# models.md was made on amb-open version 1 (calimon data build amb-open --version 1 ...)
+AMB=${AMB:-amb-open@1}
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(smollm2-135m gemma3-270m)
 
 # A store of its own, so that samples/s counts this run's scoring, not readings reused from others.
-common=(--benchmark amb-open --split test --limit "$LIMIT" --store "$OUT/store.sqlite" --quiet)
+common=(--benchmark "$AMB" --split test --limit "$LIMIT" --store "$OUT/store.sqlite" --quiet)
 mkdir -p "$OUT"
 printf '{"limit": %d, "train_limit": %d, "binary_limit": %d, "head": "%s"}\n' \
     "$LIMIT" "$TRAIN_LIMIT" "$BINARY_LIMIT" "$HEAD" > "$OUT/settings.json"
@@ -33,7 +35,7 @@ for m in "${models[@]}"; do
         --binary-limit "$BINARY_LIMIT" --out "$OUT/$m-verdict"
     "$CALIMON" curve --model "$m" "${common[@]}" --readout json --no-binary \
         --out "$OUT/$m-json"
-    "$CALIMON" heads train --model "$m" --name "$HEAD" --benchmark amb-open \
+    "$CALIMON" heads train --model "$m" --name "$HEAD" --benchmark "$AMB" \
         --limit "$TRAIN_LIMIT" --max-input-tokens "$max_tokens" --no-eval --quiet
     "$CALIMON" curve --model "$m" "${common[@]}" --readout "probe:$HEAD" --no-binary \
         --out "$OUT/$m-probe"

@@ -24,7 +24,7 @@ PER_SOURCE = 80  # samples per source, whole pairs, from all of its splits
 MAX_INPUT_TOKENS = 384
 
 
-def study_samples(benchmark: str = "amb-open", per_source: int = PER_SOURCE, seed: int = 0):
+def study_samples(benchmark: str = "amb-open@1", per_source: int = PER_SOURCE, seed: int = 0):
     """The study's subsample: per source at most ``per_source`` labelled samples made of whole
     pairs (``select_pairs``, seeded, round-robin over cells), from all of its splits."""
     samples = [s for s in load_benchmark(benchmark) if s.label is not None]
