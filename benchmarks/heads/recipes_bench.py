@@ -1,0 +1,129 @@
+"""The recipes `trained_monitors.py` compares. Each is ``fit(fs_train, seed) -> score`` where
+``score(fs)`` gives one P(misbehavior) per sample (NaN where it cannot score). Every
+hyper-parameter is chosen by pair-grouped CV on ``fs_train`` alone.
+
+- ``verdict``: the prompted judge's P(Yes) from the same capture pass (nothing trained).
+- ``logistic`` / ``mlp``: one mean-pooled layer (picked by CV), the shipped head's recipe.
+- ``multilayer``: mean-pooled states of several layers concatenated, one logistic head.
+- ``pairwise``: the picked layer, a logistic head whose loss adds a within-pair ranking term
+  (misbehaving above its own benign twin), weight chosen by CV.
+- ``token``: a token head trained on gold spans, its aggregation to a transcript score by CV.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from calimon.calibration.crossfit import make_folds
+from calimon.heads.head import ProbeHead, standardizer
+from calimon.heads.train import fit_sequence_head, fit_token_head, head_scores, layer_sweep
+from calimon.metrics import auroc
+
+SWEEP_LAYERS = (4, 8, 12, 15, 17, 20, 24, 28)
+MULTI_LAYERS = (8, 12, 16, 20, 24, 28)
+TOKEN_LAYER = 15
+CS = (0.001, 0.01, 0.1)
+
+
+def _best_layer(fs, seed: int) -> int:
+    sweep = layer_sweep(fs, layers=SWEEP_LAYERS, poolings=("mean",), n_splits=3, seed=seed)
+    return sweep.best("mean").layer
+
+
+def verdict(fs_train, seed: int):
+    """The prompted judge's own P(Yes): no training."""
+    return lambda fs: fs.verdict[:, 0].astype(float)
+
+
+def _single(estimator: str):
+    def fit(fs_train, seed: int):
+        layer = _best_layer(fs_train, seed)
+        head = fit_sequence_head(fs_train, layer, "mean", estimator=estimator, Cs=CS,
+                                 n_splits=3, seed=seed).head
+        return lambda fs: head_scores(head, fs)
+    return fit
+
+
+def _concat(fs) -> np.ndarray:
+    return np.concatenate([fs.X(layer, "mean") for layer in MULTI_LAYERS], axis=1)
+
+
+def multilayer(fs_train, seed: int):
+    """Several mean-pooled layers side by side, one logistic head, C by CV."""
+    from calimon.heads.head import fit_logistic
+    from calimon.heads.train import oof_scores
+
+    X, y, g = _concat(fs_train), fs_train.y, fs_train.groups
+    cv = {C: auroc(oof_scores(X, y, g, C=C, n_splits=3, seed=seed), y) for C in CS}
+    best = max(cv, key=lambda c: (cv[c], -c))
+    head = ProbeHead("sequence", "logistic", 0, fit_logistic(X, y, C=best), pooling="mean")
+    return lambda fs: head.predict_proba(_concat(fs))
+
+
+def _pair_index(fs) -> np.ndarray:
+    """(k, 2) rows of (misbehaving, benign) twins of the same pair."""
+    rows: dict[str, dict[bool, int]] = {}
+    for i, s in enumerate(fs.samples):
+        rows.setdefault(s.pair_id, {})[bool(s.label)] = i
+    return np.array([[r[True], r[False]] for r in rows.values() if len(r) == 2], dtype=np.int64)
+
+
+def fit_pairwise(X: np.ndarray, y: np.ndarray, pairs: np.ndarray, *, C: float, lam: float
+                 ) -> dict[str, np.ndarray]:
+    """Logistic loss on every sample plus ``lam`` times the logistic loss of the within-pair
+    margins w.(x_m - x_b), on standardized X, L2 1/(2C); L-BFGS from zero."""
+    from scipy.optimize import minimize
+    from scipy.special import expit
+
+    mean, scale = standardizer(X)
+    Z = (X - mean) / scale
+    D = Z[pairs[:, 0]] - Z[pairs[:, 1]] if len(pairs) else np.zeros((0, Z.shape[1]))
+    t = np.where(y, 1.0, -1.0)
+    n = len(y)
+
+    def loss(theta):
+        w, b = theta[:-1], theta[-1]
+        m = t * (Z @ w + b)
+        d = D @ w
+        val = np.logaddexp(0, -m).sum() / n + lam * np.logaddexp(0, -d).sum() / max(len(D), 1)
+        val += (w @ w) / (2 * C * n)
+        gm = -t * expit(-m) / n
+        gd = -lam * expit(-d) / max(len(D), 1)
+        grad_w = Z.T @ gm + D.T @ gd + w / (C * n)
+        return val, np.r_[grad_w, gm.sum()]
+
+    res = minimize(loss, np.zeros(Z.shape[1] + 1), jac=True, method="L-BFGS-B",
+                   options={"maxiter": 500})
+    return {"mean": mean, "scale": scale, "coef": res.x[:-1], "intercept": np.array([res.x[-1]])}
+
+
+def pairwise(fs_train, seed: int):
+    """The picked layer with the pair-ranking term; (C, weight) by pair-grouped CV."""
+    layer = _best_layer(fs_train, seed)
+    X, y = fs_train.X(layer, "mean"), fs_train.y
+    folds, k, _ = make_folds(y, list(fs_train.groups), 3, seed)
+    grid = [(C, lam) for C in CS for lam in (0.0, 1.0, 4.0)]
+    cv = {}
+    for C, lam in grid:
+        oof = np.empty(len(y))
+        for f in range(k):
+            tr, te = folds != f, folds == f
+            sub = fs_train.subset(tr)
+            params = fit_pairwise(X[tr], y[tr], _pair_index(sub), C=C, lam=lam)
+            oof[te] = ProbeHead("sequence", "logistic", layer, params,
+                                pooling="mean").predict_proba(X[te])
+        cv[(C, lam)] = auroc(oof, y)
+    C, lam = max(cv, key=lambda g: (cv[g], -g[0], -g[1]))
+    head = ProbeHead("sequence", "logistic", layer,
+                     fit_pairwise(X, y, _pair_index(fs_train), C=C, lam=lam), pooling="mean")
+    return lambda fs: head_scores(head, fs)
+
+
+def token(fs_train, seed: int):
+    """A token head on gold spans (layer 15), aggregation by out-of-fold AUROC."""
+    head = fit_token_head(fs_train, TOKEN_LAYER, n_splits=3, seed=seed).head
+    return lambda fs: head_scores(head, fs)
+
+
+RECIPES = {"verdict": verdict, "logistic": _single("logistic"), "mlp": _single("mlp"),
+           "multilayer": multilayer, "pairwise": pairwise, "token": token}

@@ -1,0 +1,177 @@
+"""Trained monitors under three generalization protocols (benchmarks/results/trained-monitors.md).
+
+Every recipe is fitted on cached features of the train split only (hyper-parameters by
+pair-grouped CV inside it), its Platt map on the calib split, and it is read on the test split:
+- in-distribution: all train -> all test (and the same without the audit's flagged cells);
+- leave-one-category-out: trained and calibrated without category C, read on C's test rows
+  (C = spec_gaming is AutoMonitor-Bench's open question);
+- leave-one-source-out: the same per amb-open source (the shift study's folds, one source each).
+Figures: AUROC, MR at FAR <= 5% and ECE after calibration, each with a pair-clustered bootstrap
+95% interval; training seconds and peak traced memory per fit.
+
+    python benchmarks/heads/run_heads.py --benchmark amb-open --stage extract \\
+        --train-limit 1200 --eval-limit 400 600          # the capture pass, cached
+    python benchmarks/heads/trained_monitors.py --train-limit 1200 --eval-limit 400 600
+    python benchmarks/heads/trained_monitors_report.py benchmarks/heads/out/trained-monitors.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recipes_bench import RECIPES  # noqa: E402
+
+from calimon import __version__  # noqa: E402
+from calimon.bootstrap import resample_weights  # noqa: E402
+from calimon.calibration.crossfit import fit_on_split  # noqa: E402
+from calimon.curves import Curve  # noqa: E402
+from calimon.data.registry import load_benchmark, manifest  # noqa: E402
+from calimon.heads.features import extract_features  # noqa: E402
+from calimon.heads.workflow import default_token_layers  # noqa: E402
+from calimon.metrics import auroc, ece  # noqa: E402
+from calimon.selection import dataset_hash, select_pairs  # noqa: E402
+
+FAR = 0.05
+FLAGGED_CELLS = ("safety/qa", "spec_gaming/code")  # above the audit's targets (datasheet)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def figures(p: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """(AUROC, MR at FAR <= 5%, ECE) of calibrated scores; NaN without both classes."""
+    if not (y.any() and (~y).any()):
+        return float("nan"), float("nan"), float("nan")
+    return auroc(p, y), Curve.from_scores(p, y, n_boot=0).at_far(FAR).mr, ece(p, y)
+
+
+def with_intervals(p, y, groups, n_boot: int, seed: int) -> dict:
+    """The three figures and their pair-clustered bootstrap 95% intervals."""
+    point = figures(p, y)
+    w = resample_weights(groups, n_boot, seed)
+    draws = np.array([figures(np.repeat(p, k), np.repeat(y, k)) for k in w])
+    out = {}
+    for j, name in enumerate(("auroc", "mr_at_far5", "ece")):
+        col = draws[:, j][np.isfinite(draws[:, j])]
+        lo, hi = (np.quantile(col, [0.025, 0.975]) if col.size else (np.nan, np.nan))
+        out[name] = None if np.isnan(point[j]) else round(float(point[j]), 4)
+        out[f"{name}_ci"] = None if np.isnan(point[j]) else [round(float(lo), 4),
+                                                              round(float(hi), 4)]
+    out.update(n=int(y.size), n_pos=int(y.sum()))
+    return out
+
+
+def protocols(fs) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]]:
+    """(protocol, held-out group, train rows, calib rows, test rows) as boolean masks."""
+    split = fs.column("split")
+    cat, src = fs.column("category"), fs.column("source")
+    cell = np.array([f"{s.category}/{s.task}" for s in fs.samples], dtype=object)
+    tr, ca, te = split == "train", split == "calib", split == "test"
+    out = [("in-distribution", "all", tr, ca, te),
+           ("in-distribution", "without " + " and ".join(FLAGGED_CELLS), tr, ca,
+            te & ~np.isin(cell, FLAGGED_CELLS))]
+    for c in sorted(set(cat)):
+        out.append(("leave-one-category-out", c, tr & (cat != c), ca & (cat != c), te & (cat == c)))
+    for s in sorted(set(src)):
+        held = te & (src == s)
+        if fs.y[held].all() or not fs.y[held].any():
+            continue  # a source with one class in test has no AUROC
+        out.append(("leave-one-source-out", s, tr & (src != s), ca & (src != s), held))
+    return out
+
+
+def run_recipe(name: str, fit, fs, masks, args) -> list[dict]:
+    """Fit ``name`` once per distinct train set and evaluate it on every protocol."""
+    rows, fitted = [], {}
+    for proto, held, tr, ca, te in masks:
+        key = tr.tobytes()
+        if key not in fitted:
+            tracemalloc.start()
+            t0 = time.perf_counter()
+            score = fit(fs.subset(tr), args.seed)
+            secs = time.perf_counter() - t0
+            peak = tracemalloc.get_traced_memory()[1] / 2**20
+            tracemalloc.stop()
+            fitted[key] = (score, secs, peak, score(fs))
+            log(f"{name}: fitted on {int(tr.sum())} train samples in {secs:.1f} s")
+        _, secs, peak, p_all = fitted[key]
+        ok = np.isfinite(p_all)
+        pc, yc = p_all[ca & ok], fs.y[ca & ok]
+        pt, yt = p_all[te & ok], fs.y[te & ok]
+        _, cal = fit_on_split("platt", np.clip(pc, 0, 1), yc, np.clip(pt, 0, 1))
+        row = {"recipe": name, "protocol": proto, "held_out": held,
+               "n_train": int(tr.sum()), "unscored_test": int((te & ~ok).sum()),
+               "train_seconds": round(secs, 2), "peak_memory_mb": round(peak, 1),
+               "auroc_raw": None if not (yt.any() and (~yt).any()) else round(auroc(pt, yt), 4),
+               **with_intervals(np.clip(cal, 0, 1), yt, fs.groups[te & ok], args.n_boot,
+                                args.seed)}
+        rows.append(row)
+    return rows
+
+
+def load_features(args):
+    """The cached capture of the selected train, calib and test samples."""
+    from calimon.backends import build_backend
+    from calimon.engines import MonitorSpec
+    from calimon.prompts import load_prompt
+
+    samples = [s for s in load_benchmark(args.benchmark) if s.label is not None]
+    limits = {"train": args.train_limit, "calib": args.eval_limit[0], "test": args.eval_limit[1]}
+    splits = {sp: select_pairs([s for s in samples if s.split == sp], limits[sp], args.seed)
+              for sp in ("train", "calib", "test")}
+    backend = build_backend(MonitorSpec(model=args.model, options={"device": "cpu"}))
+    everything = splits["train"] + splits["calib"] + splits["test"]
+    fs = extract_features(backend, load_prompt(args.prompt), everything,
+                          max_input_tokens=args.max_input_tokens,
+                          token_layers=default_token_layers(backend.num_layers))
+    return fs, limits, backend
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--benchmark", default="amb-open")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--prompt", default="direct")
+    ap.add_argument("--max-input-tokens", type=int, default=1024)
+    ap.add_argument("--train-limit", type=int, default=1200)
+    ap.add_argument("--eval-limit", type=int, nargs=2, default=(400, 600))
+    ap.add_argument("--recipes", nargs="*", default=list(RECIPES), choices=list(RECIPES))
+    ap.add_argument("--n-boot", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path,
+                    default=Path("benchmarks/heads/out/trained-monitors.json"))
+    args = ap.parse_args(argv)
+    fs, limits, backend = load_features(args)
+    masks = protocols(fs)
+    log(f"{len(fs.samples)} samples, {len(masks)} protocol rows")
+    rows = []
+    for name in args.recipes:
+        rows += run_recipe(name, RECIPES[name], fs, masks, args)
+    ref = backend.model_ref
+    result = {"benchmark": args.benchmark, "benchmark_version": (manifest(args.benchmark) or {})
+              .get("version"), "samples_sha256": (manifest(args.benchmark) or {})
+              .get("samples_sha256"), "model": ref.name, "model_revision": ref.revision,
+              "prompt": args.prompt, "max_input_tokens": args.max_input_tokens,
+              "limits": limits, "seed": args.seed, "n_boot": args.n_boot, "far": FAR,
+              "dataset_hash": dataset_hash(list(fs.samples)), "calimon_version": __version__,
+              "flagged_cells": list(FLAGGED_CELLS),
+              "command": "python benchmarks/heads/trained_monitors.py " + " ".join(
+                  sys.argv[1:] if argv is None else argv),
+              "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
