@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from recipes_bench import RECIPES  # noqa: E402
+from recipes_bench import DEFAULT, RECIPES  # noqa: E402
 
 from calimon import __version__  # noqa: E402
 from calimon.bootstrap import resample_weights  # noqa: E402
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-input-tokens", type=int, default=1024)
     ap.add_argument("--train-limit", type=int, default=1200)
     ap.add_argument("--eval-limit", type=int, nargs=2, default=(400, 600))
-    ap.add_argument("--recipes", nargs="*", default=list(RECIPES), choices=list(RECIPES))
+    ap.add_argument("--recipes", nargs="*", default=list(DEFAULT), choices=list(RECIPES))
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path,
