@@ -29,26 +29,31 @@ def by_key(rows: list[dict]) -> dict[tuple[str, str, str], dict]:
     return {(r["recipe"], r["protocol"], r["held_out"]): r for r in rows}
 
 
+def _column(proto: str, held: str) -> str:
+    if proto == "leave-one-category-out":
+        return f"{held} (trained without it)"
+    return "in-distribution" if held == "all" else f"in-distribution, {held}"
+
+
 def main_table(doc: dict, recipes: list[str]) -> list[str]:
     idx = by_key(doc["rows"])
-    cols = [(p, h) for (_, p, h) in idx if p != "leave-one-source-out"]
-    cols = list(dict.fromkeys(cols))
+    cols = list(dict.fromkeys((p, h) for (_, p, h) in idx if p != "leave-one-source-out"))
     out = []
     for metric, title in (("auroc", "AUROC after calibration"),
                           ("mr_at_far5", "MR at FAR <= 5% (calibrated test curve)"),
                           ("ece", "ECE after calibration")):
-        out += [f"### {title}", "", "| recipe | " + " | ".join(
-            f"{p.replace('leave-one-category-out', 'without')} {h}".replace(
-                "in-distribution all", "in-distribution").replace(
-                "without without", "in-distribution without") for p, h in cols)
-                + " | LOSO mean AUROC |",
-                "|---|" + "---|" * (len(cols) + 1)]
+        loso_col = metric == "auroc"
+        out += [f"### {title}", "", "| recipe | " + " | ".join(_column(p, h) for p, h in cols)
+                + (" | leave-one-source-out, mean |" if loso_col else " |"),
+                "|---|" + "---|" * (len(cols) + loso_col)]
         for r in recipes:
-            loso = [x["auroc"] for (rr, p, _), x in idx.items()
-                    if rr == r and p == "leave-one-source-out" and x["auroc"] is not None]
-            mean = f"{sum(loso) / len(loso):.3f} ({len(loso)} sources)" if loso else "n/a"
-            out.append(f"| {r} | " + " | ".join(cell(idx.get((r, p, h)), metric)
-                                                for p, h in cols) + f" | {mean} |")
+            row = f"| {r} | " + " | ".join(cell(idx.get((r, p, h)), metric) for p, h in cols)
+            if loso_col:
+                loso = [x["auroc"] for (rr, p, _), x in idx.items()
+                        if rr == r and p == "leave-one-source-out" and x["auroc"] is not None]
+                row += (f" | {sum(loso) / len(loso):.3f} ({len(loso)} sources)" if loso
+                        else " | n/a")
+            out.append(row + " |")
         out.append("")
     return out
 
@@ -103,6 +108,37 @@ def targets(doc: dict, recipes: list[str]) -> list[str]:
     return out
 
 
+def reading(doc: dict, recipes: list[str]) -> list[str]:
+    """What generalizes: per held-out group, the best trained recipe and whether its interval
+    clears chance (lower bound above 0.5)."""
+    idx = by_key(doc["rows"])
+    trained = [r for r in recipes if r != "verdict"]
+
+    def best(proto: str, held: str) -> tuple[str, dict] | None:
+        got = [(r, idx[(r, proto, held)]) for r in trained
+               if (r, proto, held) in idx and idx[(r, proto, held)]["auroc"] is not None]
+        return max(got, key=lambda rx: rx[1]["auroc"]) if got else None
+
+    def clears(x: dict) -> bool:
+        return bool(x.get("auroc_ci")) and x["auroc_ci"][0] > 0.5
+
+    out = []
+    for proto, label in (("in-distribution", "in distribution"),
+                         ("leave-one-category-out", "trained without the category"),
+                         ("leave-one-source-out", "trained without the source")):
+        helds = list(dict.fromkeys(h for (_, p, h) in idx if p == proto))
+        yes = [h for h in helds if (b := best(proto, h)) and clears(b[1])]
+        no = [h for h in helds if h not in yes]
+        said = f"- {label}: the best trained recipe's AUROC interval clears chance on " + (
+            ", ".join(yes) or "no held-out group")
+        out.append(said + (f"; it does not on {', '.join(no)}." if no else " (every group)."))
+    v = idx.get(("verdict", "in-distribution", "all"))
+    if v:
+        out.append(f"- the prompted verdict of the same pass: AUROC {cell(v, 'auroc')} in "
+                   "distribution; every trained recipe reads the hidden states of that pass.")
+    return out
+
+
 def lora_lines(path: Path | None) -> list[str]:
     if path is None or not path.is_file():
         return ["Not run at real scale yet. The command (CPU, `.venv-lora`; it saves the "
@@ -125,7 +161,7 @@ def render(doc: dict, lora: Path | None) -> str:
              "```", "calimon data build amb-open --sources ../shared/sources",
              "python benchmarks/heads/run_heads.py --benchmark amb-open --stage extract "
              f"--train-limit {lim['train']} --eval-limit {lim['calib']} {lim['test']}",
-             doc["command"],
+             doc["command"].strip(),
              "python benchmarks/heads/trained_monitors_report.py "
              "benchmarks/heads/out/trained-monitors.json", "```", "",
              f"Model `{doc['model']}` (revision `{doc['model_revision']}`), prompt "
@@ -140,6 +176,7 @@ def render(doc: dict, lora: Path | None) -> str:
              f"({', '.join(doc['flagged_cells'])}) are above the shortcut audit's targets "
              "(benchmarks/amb-open/README.md); the second column leaves them out.", "",
              "## Targets", "", *targets(doc, recipes), "",
+             "## What generalizes", "", *reading(doc, recipes), "",
              "## Recipes x protocols", "", *main_table(doc, recipes),
              "## Leave-one-source-out, AUROC per held-out source", "", *loso_table(doc, recipes),
              "", "## Training cost (in-distribution fit)", "", *cost_table(doc, recipes), "",
