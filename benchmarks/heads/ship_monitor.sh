@@ -11,8 +11,8 @@ cd "$(dirname "$0")/../.."
 CALIMON=${CALIMON:-.venv/bin/calimon}
 NAME=${NAME:-amb-open-monitor}
 MODEL=${MODEL:-smollm2-135m}
-TRAIN_LIMIT=${TRAIN_LIMIT:-2000}     # train samples (whole pairs, balanced over cells)
-EVAL_LIMIT=${EVAL_LIMIT:-1200}       # calib + test samples of the curve run (half each)
+TRAIN_LIMIT=${TRAIN_LIMIT:-1200}     # train samples (whole pairs, balanced over cells)
+EVAL_LIMIT=${EVAL_LIMIT:-800}       # calib + test samples of the curve run (half each)
 SEQ_FLAGS=${SEQ_FLAGS:---kind sequence --estimator logistic --sweep}   # the sequence recipe
 RECIPE=${RECIPE:-"logistic on the mean-pooled layer picked by pair-grouped CV"}
 TOKEN_LAYER=${TOKEN_LAYER:-15}
