@@ -112,8 +112,10 @@ def test_an_altered_card_names_its_field(tmp_path):
 def _curve_json(path):
     import json
 
-    doc = {"run": {"benchmark": "toy", "dataset_hash": "d", "readout": "probe:seq",
-                   "calibration": "platt"}, "split": "test", "auroc_raw": 0.8, "auroc": 0.8,
+    doc = {"run": {"readout": "probe:seq", "calibration": "platt"},
+           "provenance": {"benchmark": "toy", "dataset_hash": "d"},
+           "settings": {"split": "test"}, "counts": {"scored": 30, "n_pos": 10},
+           "auroc_raw": 0.8, "auroc": 0.8,
            "operating_points": [{"name": "FAR<=5%", "threshold": 0.7, "mr": 0.4, "far": 0.05,
                                  "tp": 6, "fp": 1, "tn": 19, "fn": 4}]}
     path.write_text(json.dumps(doc))
@@ -138,6 +140,8 @@ def test_the_cli_assembles_a_bundle_from_saved_heads_a_map_and_a_curve(tmp_path)
     b = load_bundle(tmp_path / "m" / "mon.bundle.yaml")
     assert b.card.calibration_map == "mon.calibration.json" and b.calibration is not None
     assert b.card.metrics["operating_points"]["FAR<=5%"]["mr"] == 0.4
+    assert (b.card.metrics["benchmark"], b.card.metrics["split"], b.card.metrics["n"]) == \
+        ("toy", "test", 30)
     assert b.card.training["benchmark"] == "toy" and b.card.command == "bash make.sh"
     listed = CliRunner().invoke(app, ["heads", "list", "--root", str(tmp_path)])
     assert "bundle   seq + tok" in listed.output and "readout probe:mon" in listed.output

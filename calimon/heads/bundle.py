@@ -179,13 +179,15 @@ def curve_metrics(curve_json: str | Path) -> dict[str, Any]:
     where = str(curve_json)
     try:
         doc = json.loads(Path(curve_json).read_text(encoding="utf-8"))
-        run = doc["run"]
+        prov, settings = doc.get("provenance", {}), doc.get("settings", {})
         points = {p["name"]: {k: p[k] for k in ("threshold", "mr", "far")}
                   for p in doc["operating_points"]}
-        return {"benchmark": run.get("benchmark"), "split": doc.get("split"),
-                "dataset_hash": run.get("dataset_hash"), "readout": run.get("readout"),
+        return {"benchmark": prov.get("benchmark"), "split": settings.get("split"),
+                "dataset_hash": prov.get("dataset_hash"), "readout": doc["run"].get("readout"),
+                "n": doc.get("counts", {}).get("scored"),
+                "n_positive": doc.get("counts", {}).get("n_pos"),
                 "auroc_raw": doc["auroc_raw"], "auroc": doc["auroc"],
-                "calibration": run.get("calibration"), "operating_points": points}
+                "calibration": doc["run"].get("calibration"), "operating_points": points}
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read a curve.json: {exc}", path=where) from None
     except (KeyError, TypeError) as exc:
