@@ -220,9 +220,10 @@ def test_full_v1_is_byte_identical_and_v2_keeps_its_splits_and_meets_targets(tmp
 
 
 def test_cli_audit_without_a_cell(tmp_path):
+    from test_amb_open import _split_set
+
     from calimon.cli.data import data_app
     from calimon.samples import write_samples
-    from test_amb_open import _split_set
 
     samples = _split_set() + [Sample(**{**s.to_dict(), "gold_spans": s.gold_spans,
                                         "category": "sycophancy"}) for s in _split_set()]
