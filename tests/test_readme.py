@@ -51,12 +51,22 @@ def usage_lines(readme: str) -> list[str]:
     return [ln for ln in block.group(1).splitlines() if ln.strip()]
 
 
+def demo_lines(makefile: str) -> list[str]:
+    """`make demo`'s calimon commands, in order, with the Makefile's variables filled in."""
+    values = dict(re.findall(r"^(DEMO_\w+) \?= *(.*)$", makefile, flags=re.M))
+    recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", makefile, flags=re.M).group(1)
+    lines = []
+    for command in recipe.splitlines():
+        command = command.strip().replace("$(VENV)/bin/", "")
+        for name, value in values.items():
+            command = command.replace(f"$({name})", value)
+        lines.append(re.sub(r"^(\w+=\S+ )+", "", command))  # leading VAR=value assignments
+    return lines
+
+
 def demo_line(makefile: str) -> str:
-    """`make demo`'s calimon command, with the Makefile's $(DEMO_SIZE) filled in."""
-    size = re.search(r"^DEMO_SIZE \?= *(.*)$", makefile, flags=re.M).group(1)
-    recipe = re.search(r"^demo:.*\n\t(.*)$", makefile, flags=re.M).group(1)
-    command = recipe.replace("$(DEMO_SIZE)", size).replace("$(VENV)/bin/", "")
-    return re.sub(r"^(\w+=\S+ )+", "", command)  # leading VAR=value assignments
+    """`make demo`'s first command: the curve run the deployment commands read."""
+    return demo_lines(makefile)[0]
 
 
 def test_the_readme_is_parsed_as_the_journey_it_documents():
@@ -175,7 +185,7 @@ def _prepare(line: str, server_url: str) -> list[str]:
 @pytest.mark.model
 def test_demo_then_every_usage_command_runs_in_order(tmp_path):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    lines = [demo_line((ROOT / "Makefile").read_text(encoding="utf-8"))]
+    lines = demo_lines((ROOT / "Makefile").read_text(encoding="utf-8"))
     lines += [ln for ln in usage_lines(readme) if ln.startswith("calimon ")]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -202,4 +212,5 @@ def test_demo_then_every_usage_command_runs_in_order(tmp_path):
     finally:
         server.close()
     assert (work / "runs" / "demo" / "report.html").is_file()
+    assert (work / "runs" / "demo-compare" / "compare.png").is_file()
     assert (work / "configs" / "policies" / "demo.yaml").is_file()
