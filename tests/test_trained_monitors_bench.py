@@ -90,3 +90,67 @@ def test_pair_ranking_ignores_a_shortcut_that_only_unpaired_samples_carry():
 
     assert share(ranked) < 0.5 * share(pointwise), (share(ranked), share(pointwise))
     assert test_auroc(ranked) > test_auroc(pointwise) + 0.05
+
+
+def _with_copies(fs):
+    """``fs`` plus one augmented copy of every train sample (as load_features adds them)."""
+    from calimon.heads.augment import augment_samples
+
+    train = [s for s in fs.samples if s.split == "train"]
+    extra = augment_samples(train, ["all"], copies=1, seed=0)
+    assert extra, "the toy train samples get copies"
+    n, k = len(fs.samples), len(extra)
+    rng = np.random.default_rng(1)
+    return FeatureSet(fs.samples + tuple(extra),
+                      np.concatenate([fs.pooled, rng.normal(size=(k,) + fs.pooled.shape[1:])
+                                      .astype(np.float32)]),
+                      np.concatenate([fs.verdict, rng.uniform(size=(k, fs.verdict.shape[1]))]),
+                      np.full(n + k, 10), np.zeros(n + k, bool))
+
+
+def test_copies_train_only_the_recipes_that_ask_and_follow_their_originals():
+    from trained_monitors import copies, protocols, with_copies
+
+    fs = _with_copies(_feature_set())
+    is_copy = copies(fs)
+    assert is_copy.sum() > 0
+    of = np.array([s.meta.get("augment", {}).get("of") for s in fs.samples], dtype=object)
+    ids = fs.column("id")
+    for proto, held, tr, ca, te in protocols(fs):
+        assert not (tr & is_copy).any() and not ((ca | te) & is_copy).any()
+        both = with_copies(fs, tr)
+        added = both & ~tr
+        assert added.any() and is_copy[added].all()
+        assert set(of[added]) == set(ids[tr])  # a copy exactly for every original train row
+        if proto == "leave-one-category-out":
+            assert held not in set(fs.column("category")[both])
+
+
+def test_lora_rows_read_unscored_samples_as_missing_and_refuse_another_selection(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    import pytest
+    from trained_monitors import lora_rows, protocols
+
+    from calimon.selection import dataset_hash
+
+    fs = _feature_set()
+    by = {sp: [s for s in fs.samples if s.split == sp] for sp in ("calib", "test")}
+    scores = {sp: {s.id: (0.9 if s.label else 0.2) for s in rows} for sp, rows in by.items()}
+    dropped = by["test"][0].id
+    scores["test"][dropped] = None  # scored by nobody: NaN, never 0
+    doc = {"scores": scores, "n": {"train": 2000}, "train_seconds": 12.0, "peak_rss_mb": 900.0,
+           "dataset_hash": {sp: dataset_hash(rows) for sp, rows in by.items()}}
+    path = tmp_path / "lora.json"
+    path.write_text(json.dumps(doc))
+    args = SimpleNamespace(n_boot=20, seed=0)
+    rows = lora_rows(path, fs, protocols(fs), args)
+    assert {r["protocol"] for r in rows} == {"in-distribution"}
+    full = next(r for r in rows if r["held_out"] == "all")
+    assert full["unscored_test"] == 1 and full["n_train"] == 2000
+    assert full["auroc"] == 1.0
+    doc["dataset_hash"]["test"] = "0" * 16
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match="test selection"):
+        lora_rows(path, fs, protocols(fs), args)

@@ -6,6 +6,9 @@ saved adapters instead of training (e.g. on a rebuilt benchmark's test split).
 
     python benchmarks/heads/lora_baseline.py --benchmark humaneval-pairs \
         --train-limit 64 --eval-limit 64 --out benchmarks/heads/out
+    .venv-lora/bin/python benchmarks/heads/lora_baseline.py --benchmark amb-open --threads 2 \
+        --train-limit 2000 --eval-limit 400 600 --save-adapter runs/lora-amb-open/adapter \
+        --out benchmarks/heads/out          # trained-monitors.md's LoRA rows
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--prompt", default="direct")
     ap.add_argument("--train-limit", type=int, default=64)
-    ap.add_argument("--eval-limit", type=int, default=64)
+    ap.add_argument("--eval-limit", type=int, nargs="+", default=[64],
+                    help="pairs' samples scored on calib and test (one value: both; two: calib "
+                    "then test, as trained_monitors.py takes them)")
     ap.add_argument("--max-input-tokens", type=int, default=1024)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=4)
@@ -62,8 +67,11 @@ def main(argv=None) -> int:
     samples = [s for s in load_benchmark(args.benchmark) if s.label is not None]
     by = {sp: [s for s in samples if s.split == sp] for sp in ("train", "calib", "test")}
     train = select_pairs(by["train"], args.train_limit, args.seed)
-    calib = select_pairs(by["calib"], args.eval_limit, args.seed)
-    test = select_pairs(by["test"], args.eval_limit, args.seed)
+    if len(args.eval_limit) > 2:
+        ap.error("--eval-limit takes one or two values")
+    calib_limit, test_limit = args.eval_limit[0], args.eval_limit[-1]
+    calib = select_pairs(by["calib"], calib_limit, args.seed)
+    test = select_pairs(by["test"], test_limit, args.seed)
     log(f"train {len(train)}, calib {len(calib)}, test {len(test)}")
     resolved = resolve_model(args.model)
     backend = build_backend(MonitorSpec(model=args.model, options={"device": "cpu"}))

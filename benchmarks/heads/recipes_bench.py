@@ -8,6 +8,11 @@ hyper-parameter is chosen by pair-grouped CV on ``fs_train`` alone.
 - ``pairwise``: the picked layer, a logistic head whose loss adds a within-pair ranking term
   (misbehaving above its own benign twin), its share alpha chosen by CV.
 - ``token``: a token head trained on gold spans, its aggregation to a transcript score by CV.
+- ``attention``: an attention-pooled probe on layer 15's per-token states (McKenzie et al.
+  2025), its L2 weight by CV.
+- ``augmented``: the ``logistic`` recipe on train plus one rewritten copy of every train
+  transcript, both classes (`calimon.heads.augment`: neutral notes, fake verdicts,
+  instructions, reviewer notes, role markers). ``uses_copies`` tells the harness to add them.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from calimon.calibration.crossfit import make_folds
+from calimon.heads.attention import attention_scores, fit_attention_probe
 from calimon.heads.head import ProbeHead, standardizer
 from calimon.heads.train import fit_sequence_head, fit_token_head, head_scores, layer_sweep
 from calimon.metrics import auroc
@@ -24,6 +30,8 @@ MULTI_LAYERS = (8, 12, 16, 20, 24, 28)
 TOKEN_LAYER = 15
 TOKEN_CAP = 60_000  # training tokens per fit (every positive kept, negatives subsampled)
 CS = (0.001, 0.01, 0.1)
+ATTENTION_WD = (10.0, 100.0, 1000.0)  # L2 weight x n: C = 0.1, 0.01, 0.001 of the logistic heads
+ATTENTION_EPOCHS = 15
 
 
 def _best_layer(fs, seed: int) -> int:
@@ -130,6 +138,41 @@ def token(fs_train, seed: int):
     return lambda fs: head_scores(head, fs)
 
 
+def _states(fs, rows=None) -> list[np.ndarray]:
+    rows = range(len(fs.samples)) if rows is None else rows
+    return [fs.token_states(int(i), TOKEN_LAYER) for i in rows]
+
+
+def attention(fs_train, seed: int):
+    """Attention pooling over layer 15's tokens; the L2 weight by pair-grouped CV."""
+    y, states = fs_train.y, _states(fs_train)
+    folds, k, _ = make_folds(y, list(fs_train.groups), 3, seed)
+    cv = {}
+    for wd in ATTENTION_WD:
+        oof = np.full(len(y), np.nan)
+        for f in range(k):
+            tr, te = np.flatnonzero(folds != f), np.flatnonzero(folds == f)
+            params = fit_attention_probe([states[i] for i in tr], y[tr], weight_decay=wd,
+                                         epochs=ATTENTION_EPOCHS, seed=seed)
+            oof[te] = attention_scores(params, [states[i] for i in te])
+        ok = np.isfinite(oof)
+        cv[wd] = auroc(oof[ok], y[ok])
+    best = max(cv, key=lambda w: (cv[w], w))
+    params = fit_attention_probe(states, y, weight_decay=best, epochs=ATTENTION_EPOCHS,
+                                 seed=seed)
+    return lambda fs: attention_scores(params, _states(fs))
+
+
+def augmented(fs_train, seed: int):
+    """The single-layer logistic recipe on train and its rewritten copies (added by the
+    harness: ``uses_copies``)."""
+    return _single("logistic")(fs_train, seed)
+
+
+augmented.uses_copies = True
+
 RECIPES = {"verdict": verdict, "logistic": _single("logistic"), "mlp": _single("mlp"),
-           "multilayer": multilayer, "pairwise": pairwise, "token": token}
-DEFAULT = ("verdict", "logistic", "multilayer", "pairwise", "token")  # mlp: slow on 2 cores
+           "multilayer": multilayer, "pairwise": pairwise, "token": token, "attention": attention,
+           "augmented": augmented}
+DEFAULT = ("verdict", "logistic", "multilayer", "pairwise", "token", "attention",
+           "augmented")  # mlp: slow on 2 cores

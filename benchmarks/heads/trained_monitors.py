@@ -13,6 +13,11 @@ Figures: AUROC, MR at FAR <= 5% and ECE after calibration, each with a pair-clus
         --train-limit 1200 --eval-limit 400 600          # the capture pass, cached
     python benchmarks/heads/trained_monitors.py --train-limit 1200 --eval-limit 400 600
     python benchmarks/heads/trained_monitors_report.py benchmarks/heads/out/trained-monitors.json
+
+The ``augmented`` recipe also needs one rewritten copy of every train transcript in the capture
+(ids ``<id>~aug0``, extracted with the rest); other recipes never see the copies. ``--lora FILE``
+adds the LoRA baseline's in-distribution rows from `lora_baseline.py`'s per-sample scores (the
+same calib and test selection; its own train selection and fit cost).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from calimon.bootstrap import resample_weights  # noqa: E402
 from calimon.calibration.crossfit import fit_on_split  # noqa: E402
 from calimon.curves import Curve  # noqa: E402
 from calimon.data.registry import load_benchmark, manifest  # noqa: E402
+from calimon.heads.augment import augment_samples  # noqa: E402
 from calimon.heads.features import extract_features  # noqa: E402
 from calimon.heads.workflow import default_token_layers  # noqa: E402
 from calimon.metrics import auroc, ece  # noqa: E402
@@ -70,12 +76,25 @@ def with_intervals(p, y, groups, n_boot: int, seed: int) -> dict:
     return out
 
 
+def copies(fs) -> np.ndarray:
+    """Rows that are augmented copies of train transcripts (never a train row of a recipe
+    that does not ask for them)."""
+    return np.array(["augment" in s.meta for s in fs.samples], dtype=bool)
+
+
+def with_copies(fs, tr: np.ndarray) -> np.ndarray:
+    """``tr`` plus the copies of its rows."""
+    ids = {s.id for s, t in zip(fs.samples, tr, strict=True) if t}
+    return tr | np.array([s.meta.get("augment", {}).get("of") in ids for s in fs.samples])
+
+
 def protocols(fs) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]]:
-    """(protocol, held-out group, train rows, calib rows, test rows) as boolean masks."""
+    """(protocol, held-out group, train rows, calib rows, test rows) as boolean masks; train
+    rows are original transcripts only."""
     split = fs.column("split")
     cat, src = fs.column("category"), fs.column("source")
     cell = np.array([f"{s.category}/{s.task}" for s in fs.samples], dtype=object)
-    tr, ca, te = split == "train", split == "calib", split == "test"
+    tr, ca, te = (split == "train") & ~copies(fs), split == "calib", split == "test"
     out = [("in-distribution", "all", tr, ca, te),
            ("in-distribution", "without " + " and ".join(FLAGGED_CELLS), tr, ca,
             te & ~np.isin(cell, FLAGGED_CELLS))]
@@ -89,10 +108,27 @@ def protocols(fs) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]]:
     return out
 
 
+def evaluate(name: str, p_all: np.ndarray, fs, mask, cost: dict, args) -> dict:
+    """One row: Platt on the calib rows of ``mask``, figures on its test rows."""
+    proto, held, tr, ca, te = mask
+    ok = np.isfinite(p_all)
+    pc, yc = p_all[ca & ok], fs.y[ca & ok]
+    pt, yt = p_all[te & ok], fs.y[te & ok]
+    _, cal = fit_on_split("platt", np.clip(pc, 0, 1), yc, np.clip(pt, 0, 1))
+    return {"recipe": name, "protocol": proto, "held_out": held,
+            "n_train": int(tr.sum()), "unscored_test": int((te & ~ok).sum()), **cost,
+            "auroc_raw": None if not (yt.any() and (~yt).any()) else round(auroc(pt, yt), 4),
+            **with_intervals(np.clip(cal, 0, 1), yt, fs.groups[te & ok], args.n_boot,
+                             args.seed)}
+
+
 def run_recipe(name: str, fit, fs, masks, args) -> list[dict]:
-    """Fit ``name`` once per distinct train set and evaluate it on every protocol."""
+    """Fit ``name`` once per distinct train set and evaluate it on every protocol. A recipe
+    with ``uses_copies`` trains on its rows' augmented copies too."""
     rows, fitted = [], {}
     for proto, held, tr, ca, te in masks:
+        if getattr(fit, "uses_copies", False):
+            tr = with_copies(fs, tr)
         key = tr.tobytes()
         if key not in fitted:
             tracemalloc.start()
@@ -101,20 +137,35 @@ def run_recipe(name: str, fit, fs, masks, args) -> list[dict]:
             secs = time.perf_counter() - t0
             peak = tracemalloc.get_traced_memory()[1] / 2**20
             tracemalloc.stop()
-            fitted[key] = (score, secs, peak, score(fs))
+            fitted[key] = ({"train_seconds": round(secs, 2), "peak_memory_mb": round(peak, 1)},
+                           score(fs))
             log(f"{name}: fitted on {int(tr.sum())} train samples in {secs:.1f} s")
-        _, secs, peak, p_all = fitted[key]
-        ok = np.isfinite(p_all)
-        pc, yc = p_all[ca & ok], fs.y[ca & ok]
-        pt, yt = p_all[te & ok], fs.y[te & ok]
-        _, cal = fit_on_split("platt", np.clip(pc, 0, 1), yc, np.clip(pt, 0, 1))
-        row = {"recipe": name, "protocol": proto, "held_out": held,
-               "n_train": int(tr.sum()), "unscored_test": int((te & ~ok).sum()),
-               "train_seconds": round(secs, 2), "peak_memory_mb": round(peak, 1),
-               "auroc_raw": None if not (yt.any() and (~yt).any()) else round(auroc(pt, yt), 4),
-               **with_intervals(np.clip(cal, 0, 1), yt, fs.groups[te & ok], args.n_boot,
-                                args.seed)}
-        rows.append(row)
+        cost, p_all = fitted[key]
+        rows.append(evaluate(name, p_all, fs, (proto, held, tr, ca, te), cost, args))
+    return rows
+
+
+def lora_rows(path: Path, fs, masks, args) -> list[dict]:
+    """The LoRA baseline's in-distribution rows from its per-sample calib and test scores; a
+    selected sample it did not score counts as unscored (NaN), never as 0."""
+    d = json.loads(path.read_text())
+    for sp in ("calib", "test"):
+        mine = dataset_hash([s for s in fs.samples if s.split == sp])
+        if d["dataset_hash"][sp] != mine:
+            raise SystemExit(f"{path}: its {sp} selection (dataset hash "
+                             f"{d['dataset_hash'][sp]}) is not this run's ({mine}); run "
+                             "lora_baseline.py with the same --eval-limit and --seed")
+    got = {**d["scores"]["calib"], **d["scores"]["test"]}
+    p_all = np.array([np.nan if got.get(s.id) is None else float(got[s.id])
+                      for s in fs.samples])
+    cost = {"train_seconds": d["train_seconds"], "peak_memory_mb": d["peak_rss_mb"],
+            "memory_kind": "process peak RSS"}
+    rows = []
+    for proto, held, tr, ca, te in masks:
+        if proto == "in-distribution":
+            tr_lora = np.zeros_like(tr)  # its own train selection: n_train from the file
+            row = evaluate("lora", p_all, fs, (proto, held, tr_lora, ca, te), cost, args)
+            rows.append({**row, "n_train": d["n"]["train"]})
     return rows
 
 
@@ -130,6 +181,8 @@ def load_features(args):
               for sp in ("train", "calib", "test")}
     backend = build_backend(MonitorSpec(model=args.model, options={"device": "cpu"}))
     everything = splits["train"] + splits["calib"] + splits["test"]
+    if any(getattr(RECIPES[r], "uses_copies", False) for r in args.recipes):
+        everything += augment_samples(splits["train"], ["all"], copies=1, seed=args.seed)
     fs = extract_features(backend, load_prompt(args.prompt), everything,
                           max_input_tokens=args.max_input_tokens,
                           token_layers=default_token_layers(backend.num_layers))
@@ -146,6 +199,8 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-limit", type=int, nargs=2, default=(400, 600))
     ap.add_argument("--recipes", nargs="*", default=list(DEFAULT), choices=list(RECIPES))
     ap.add_argument("--n-boot", type=int, default=200)
+    ap.add_argument("--lora", type=Path, default=None,
+                    help="lora_baseline.py's JSON: add its in-distribution rows")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path,
                     default=Path("benchmarks/heads/out/trained-monitors.json"))
@@ -156,6 +211,8 @@ def main(argv=None) -> int:
     rows = []
     for name in args.recipes:
         rows += run_recipe(name, RECIPES[name], fs, masks, args)
+    if args.lora is not None:
+        rows += lora_rows(args.lora, fs, masks, args)
     ref = backend.model_ref
     result = {"benchmark": args.benchmark, "benchmark_version": (manifest(args.benchmark) or {})
               .get("version"), "samples_sha256": (manifest(args.benchmark) or {})

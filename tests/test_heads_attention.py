@@ -1,0 +1,68 @@
+"""The attention-pooled probe: it finds one informative token that mean pooling averages away,
+is deterministic, scores samples without tokens as NaN and refuses one-class data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calimon.errors import InputError
+from calimon.heads.attention import attention_scores, fit_attention_probe
+from calimon.heads.head import ProbeHead, fit_logistic
+from calimon.metrics import auroc
+
+
+def marked_token_data(n: int, seed: int, tokens: int = 40, d: int = 12):
+    """Every sample has one marked token (feature 1 high); only that token's feature 0 carries
+    the label, so the mean over tokens dilutes the signal by the sample's length."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 2 == 0
+    states = []
+    for label in y:
+        H = rng.normal(size=(tokens, d)).astype(np.float16)
+        t = rng.integers(tokens)
+        H[t, 1] = 6.0
+        H[t, 0] = 2.5 if label else -2.5
+        states.append(H)
+    return states, y
+
+
+def test_attention_pooling_reads_the_token_that_mean_pooling_dilutes():
+    train, y_train = marked_token_data(300, seed=0)
+    test, y_test = marked_token_data(200, seed=1)
+    params = fit_attention_probe(train, y_train, epochs=30, seed=0)
+    att = auroc(attention_scores(params, test), y_test)
+    mean_head = ProbeHead("sequence", "logistic", 0,
+                          fit_logistic(np.stack([H.astype(float).mean(0) for H in train]),
+                                       y_train, C=1.0), pooling="mean")
+    mean = auroc(mean_head.predict_proba(np.stack([H.astype(float).mean(0) for H in test])),
+                 y_test)
+    assert att > 0.9
+    assert att > mean + 0.2
+
+
+def test_fit_is_deterministic_and_params_are_plain_arrays():
+    states, y = marked_token_data(60, seed=2)
+    a = fit_attention_probe(states, y, epochs=3, seed=5)
+    b = fit_attention_probe(states, y, epochs=3, seed=5)
+    assert set(a) == {"mean", "scale", "query", "value", "intercept"}
+    for k in a:
+        assert isinstance(a[k], np.ndarray)
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_a_sample_without_tokens_is_nan_and_left_out_of_the_fit():
+    states, y = marked_token_data(40, seed=3)
+    empty = np.zeros((0, states[0].shape[1]), dtype=np.float16)
+    params = fit_attention_probe([*states, empty], np.r_[y, True], epochs=2)
+    p = attention_scores(params, [states[0], empty])
+    assert np.isfinite(p[0]) and 0 < p[0] < 1
+    assert np.isnan(p[1])
+
+
+def test_one_class_or_mismatched_labels_are_refused():
+    states, y = marked_token_data(10, seed=4)
+    with pytest.raises(InputError, match="both classes"):
+        fit_attention_probe(states, np.ones(10, dtype=bool))
+    with pytest.raises(InputError, match="one label per sample"):
+        fit_attention_probe(states, y[:5])
