@@ -92,16 +92,14 @@ def fit_attention_probe(states: Sequence[np.ndarray], y, *, weight_decay: float 
     w_pos, w_neg = len(y) / (2.0 * y.sum()), len(y) / (2.0 * (~y).sum())
     mu = torch.from_numpy(mean.astype(np.float32))
     sd = torch.from_numpy(scale.astype(np.float32))
+    Zs = [(torch.from_numpy(H.astype(np.float32)) - mu) / sd for H in states]  # once per fit
     lengths = np.array([len(H) for H in states])
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
         for idx in _batches(lengths, batch_size, rng):
-            T = int(lengths[idx].max())
-            X = torch.zeros(len(idx), T, d)
-            mask = torch.zeros(len(idx), T, dtype=torch.bool)
-            for r, i in enumerate(idx):
-                X[r, :lengths[i]] = (torch.from_numpy(states[i].astype(np.float32)) - mu) / sd
-                mask[r, :lengths[i]] = True
+            X = torch.nn.utils.rnn.pad_sequence([Zs[i] for i in idx], batch_first=True)
+            lens = torch.from_numpy(lengths[idx])
+            mask = torch.arange(X.shape[1])[None, :] < lens[:, None]
             att = torch.softmax((X @ q).masked_fill(~mask, float("-inf")), dim=1)
             z = (att * (X @ v)).sum(1) + b
             t = torch.from_numpy(y[idx].astype(np.float32))
