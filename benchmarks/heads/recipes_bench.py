@@ -132,10 +132,37 @@ def pairwise(fs_train, seed: int):
     return lambda fs: head_scores(head, fs)
 
 
+def token_span_figures(head, fs, rows: np.ndarray) -> dict:
+    """Character F1 and hit@1 of a token head's spans (its CV-picked threshold) against the
+    gold spans of the misbehaving samples among ``rows``."""
+    from calimon.heads.labels import span_offsets
+    from calimon.heads.train import token_probs
+    from calimon.spans.metrics import span_metrics, span_row_from_sample, spans_from_token_scores
+
+    got = []
+    for i in np.flatnonzero(rows):
+        s = fs.samples[i]
+        if s.label and s.gold_spans:
+            pred = spans_from_token_scores(span_offsets(fs.offsets[i]), token_probs(head, fs, i),
+                                           head.span_threshold, text=s.response)
+            got.append(span_row_from_sample(s, pred))
+    if not got:
+        return {}
+    m = span_metrics(got).overall
+    return {"span_f1": round(float(m.f1), 4), "span_hit_at_1": round(float(m.hit_at_1), 4),
+            "span_n": len(got), "span_threshold": head.span_threshold}
+
+
 def token(fs_train, seed: int):
-    """A token head on gold spans (layer 15), aggregation by out-of-fold AUROC."""
+    """A token head on gold spans (layer 15), aggregation by out-of-fold AUROC; its scorer
+    also reports span figures (``span_figures(fs, rows)``)."""
     head = fit_token_head(fs_train, TOKEN_LAYER, n_splits=3, max_tokens=TOKEN_CAP, seed=seed).head
-    return lambda fs: head_scores(head, fs)
+
+    def score(fs):
+        return head_scores(head, fs)
+
+    score.span_figures = lambda fs, rows: token_span_figures(head, fs, rows)
+    return score
 
 
 def _states(fs, rows=None) -> list[np.ndarray]:

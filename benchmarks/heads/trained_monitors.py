@@ -115,7 +115,9 @@ def evaluate(name: str, p_all: np.ndarray, fs, mask, cost: dict, args) -> dict:
     pc, yc = p_all[ca & ok], fs.y[ca & ok]
     pt, yt = p_all[te & ok], fs.y[te & ok]
     _, cal = fit_on_split("platt", np.clip(pc, 0, 1), yc, np.clip(pt, 0, 1))
-    return {"recipe": name, "protocol": proto, "held_out": held,
+    both = bool(yt.any() and (~yt).any())
+    mr20 = Curve.from_scores(np.clip(cal, 0, 1), yt, n_boot=0).at_far(0.20).mr if both else None
+    return {"recipe": name, "mr_at_far20": None if mr20 is None else round(float(mr20), 4), "protocol": proto, "held_out": held,
             "n_train": int(tr.sum()), "unscored_test": int((te & ~ok).sum()), **cost,
             "auroc_raw": None if not (yt.any() and (~yt).any()) else round(auroc(pt, yt), 4),
             **with_intervals(np.clip(cal, 0, 1), yt, fs.groups[te & ok], args.n_boot,
@@ -138,10 +140,13 @@ def run_recipe(name: str, fit, fs, masks, args) -> list[dict]:
             peak = tracemalloc.get_traced_memory()[1] / 2**20
             tracemalloc.stop()
             fitted[key] = ({"train_seconds": round(secs, 2), "peak_memory_mb": round(peak, 1)},
-                           score(fs))
+                           score(fs), score)
             log(f"{name}: fitted on {int(tr.sum())} train samples in {secs:.1f} s")
-        cost, p_all = fitted[key]
-        rows.append(evaluate(name, p_all, fs, (proto, held, tr, ca, te), cost, args))
+        cost, p_all, score = fitted[key]
+        row = evaluate(name, p_all, fs, (proto, held, tr, ca, te), cost, args)
+        if hasattr(score, "span_figures"):
+            row.update(score.span_figures(fs, te))
+        rows.append(row)
     return rows
 
 
