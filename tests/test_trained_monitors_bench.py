@@ -150,6 +150,11 @@ def test_lora_rows_read_unscored_samples_as_missing_and_refuse_another_selection
     full = next(r for r in rows if r["held_out"] == "all")
     assert full["unscored_test"] == 1 and full["n_train"] == 2000
     assert full["auroc"] == 1.0
+    doc["trained_without"] = "safety"
+    path.write_text(json.dumps(doc))
+    loco = lora_rows(path, fs, protocols(fs), args)
+    assert [(r["protocol"], r["held_out"]) for r in loco] == [("leave-one-category-out",
+                                                               "safety")]
     doc["dataset_hash"]["test"] = "0" * 16
     path.write_text(json.dumps(doc))
     with pytest.raises(SystemExit, match="test selection"):

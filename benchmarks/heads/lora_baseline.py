@@ -52,6 +52,9 @@ def main(argv=None) -> int:
     ap.add_argument("--adapter", type=Path, default=None,
                     help="score with adapters saved by --save-adapter instead of training")
     ap.add_argument("--tag", default="", help="suffix of the output file name")
+    ap.add_argument("--without-category", default=None,
+                    help="train without this category (leave-one-category-out; calib and "
+                    "test keep every category, the report holds it out of calibration)")
     args = ap.parse_args(argv)
 
     import torch
@@ -66,7 +69,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     samples = [s for s in load_benchmark(args.benchmark) if s.label is not None]
     by = {sp: [s for s in samples if s.split == sp] for sp in ("train", "calib", "test")}
-    train = select_pairs(by["train"], args.train_limit, args.seed)
+    pool = [s for s in by["train"] if s.category != args.without_category]
+    train = select_pairs(pool, args.train_limit, args.seed)
     if len(args.eval_limit) > 2:
         ap.error("--eval-limit takes one or two values")
     calib_limit, test_limit = args.eval_limit[0], args.eval_limit[-1]
@@ -102,6 +106,7 @@ def main(argv=None) -> int:
     result = {"benchmark": args.benchmark, "model": resolved.name,
               "model_revision": resolved.revision, "tuned_revision": tuned.model_ref.revision,
               "prompt": args.prompt, "settings": asdict(settings), "threads": args.threads,
+              "trained_without": args.without_category,
               "n": {"train": len(train), "calib": len(calib), "test": len(test)},
               "dataset_hash": {"train": dataset_hash(train), "calib": dataset_hash(calib),
                                "test": dataset_hash(test)},

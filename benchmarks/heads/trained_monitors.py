@@ -151,8 +151,9 @@ def run_recipe(name: str, fit, fs, masks, args) -> list[dict]:
 
 
 def lora_rows(path: Path, fs, masks, args) -> list[dict]:
-    """The LoRA baseline's in-distribution rows from its per-sample calib and test scores; a
-    selected sample it did not score counts as unscored (NaN), never as 0."""
+    """The LoRA baseline's rows from its per-sample calib and test scores: in distribution, or
+    the leave-one-category-out row of the category it was trained without; a selected sample
+    it did not score counts as unscored (NaN), never as 0."""
     d = json.loads(path.read_text())
     for sp in ("calib", "test"):
         mine = dataset_hash([s for s in fs.samples if s.split == sp])
@@ -165,9 +166,12 @@ def lora_rows(path: Path, fs, masks, args) -> list[dict]:
                       for s in fs.samples])
     cost = {"train_seconds": d["train_seconds"], "peak_memory_mb": d["peak_rss_mb"],
             "memory_kind": "process peak RSS"}
+    without = d.get("trained_without")
     rows = []
     for proto, held, tr, ca, te in masks:
-        if proto == "in-distribution":
+        wanted = (proto == "leave-one-category-out" and held == without) if without else (
+            proto == "in-distribution")
+        if wanted:
             tr_lora = np.zeros_like(tr)  # its own train selection: n_train from the file
             row = evaluate("lora", p_all, fs, (proto, held, tr_lora, ca, te), cost, args)
             rows.append({**row, "n_train": d["n"]["train"]})
@@ -204,8 +208,8 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-limit", type=int, nargs=2, default=(400, 600))
     ap.add_argument("--recipes", nargs="*", default=list(DEFAULT), choices=list(RECIPES))
     ap.add_argument("--n-boot", type=int, default=200)
-    ap.add_argument("--lora", type=Path, default=None,
-                    help="lora_baseline.py's JSON: add its in-distribution rows")
+    ap.add_argument("--lora", type=Path, action="append", default=[],
+                    help="lora_baseline.py's JSON: add its rows (repeatable)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path,
                     default=Path("benchmarks/heads/out/trained-monitors.json"))
@@ -216,8 +220,8 @@ def main(argv=None) -> int:
     rows = []
     for name in args.recipes:
         rows += run_recipe(name, RECIPES[name], fs, masks, args)
-    if args.lora is not None:
-        rows += lora_rows(args.lora, fs, masks, args)
+    for path in args.lora:
+        rows += lora_rows(path, fs, masks, args)
     ref = backend.model_ref
     result = {"benchmark": args.benchmark, "benchmark_version": (manifest(args.benchmark) or {})
               .get("version"), "samples_sha256": (manifest(args.benchmark) or {})

@@ -160,8 +160,21 @@ def reading(doc: dict, recipes: list[str]) -> list[str]:
     return out
 
 
-def lora_lines(path: Path | None) -> list[str]:
-    """What the LoRA baseline cost and how it was run (its rows are in the tables as `lora`)."""
+def lora_lines(paths: list[Path]) -> list[str]:
+    """What each LoRA run cost and how it was run (its rows are in the tables as `lora`)."""
+    out = [line for p in paths for line in (*lora_run(p), "")]
+    loco = [p for p in paths if p.is_file() and json.loads(p.read_text()).get("trained_without")]
+    if out and not loco:
+        out += ["Not yet trained without a category (the seed paper's question: does a "
+                "fine-tune on the other misbehaviors reach specification gaming?). The command, "
+                "about an hour of training on 2 CPU cores:", "", "```",
+                ".venv-lora/bin/python benchmarks/heads/lora_baseline.py --benchmark amb-open "
+                "--train-limit 2000 --eval-limit 400 600 --threads 2 --without-category "
+                "spec_gaming --tag -without-spec_gaming --out benchmarks/heads/out", "```", ""]
+    return out or lora_run(None)
+
+
+def lora_run(path: Path | None) -> list[str]:
     if path is None or not path.is_file():
         return ["Not run at real scale yet. The command (CPU, `.venv-lora`; it saves the "
                 "adapters so that they can be scored again without training):", "", "```",
@@ -176,19 +189,20 @@ def lora_lines(path: Path | None) -> list[str]:
     return [f"LoRA on the verdict token (rank {st['r']}, alpha {st['alpha']}, on "
             f"{', '.join(st['target_modules'])}; lr {st['lr']}, batch {st['batch_size']}, "
             f"{st['epochs']} epoch, transcripts cut at {st['max_input_tokens']} tokens), "
-            f"trained on {d['n']['train']} amb-open train samples (whole pairs; its own "
+            f"trained on {d['n']['train']} amb-open train samples"
+            + (f" without {d['trained_without']}" if d.get("trained_without") else "") + f" (whole pairs; its own "
             f"selection of the train split, not the probes' one) in {d['train_seconds']} s "
             f"({d['train_seconds'] / 60:.0f} min) on {d['threads']} CPU threads; scoring its "
             f"{d['n']['calib']} calib and {d['n']['test']} test samples took "
             f"{d['score_seconds']} s; peak RSS {d['peak_rss_mb']} MB. Mean training loss over "
             f"the first and last tenth of the steps: "
             + (f"{head:.3f} -> {tail:.3f}." if losses else "not recorded."),
-            "", f"Its in-distribution rows are in the tables above (recipe `lora`, `{path}`). It "
-            "was not refitted per held-out category or source: each fit is one CPU hour here, "
-            "so the leave-one-out columns are n/a for it."]
+            "", f"Its rows are in the tables above (recipe `lora`, `{path}`): "
+            + (f"the column of {d['trained_without']} trained without it."
+               if d.get("trained_without") else "the in-distribution columns.")]
 
 
-def render(doc: dict, lora: Path | None) -> str:
+def render(doc: dict, lora: list[Path]) -> str:
     recipes = list(dict.fromkeys(r["recipe"] for r in doc["rows"]))
     lim = doc["limits"]
     lines = ["# Trained monitors: recipes under three generalization protocols", "",
@@ -223,7 +237,8 @@ def render(doc: dict, lora: Path | None) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("result", type=Path)
-    ap.add_argument("--lora", type=Path, default=None)
+    ap.add_argument("--lora", type=Path, action="append", default=[],
+                    help="a lora_baseline.py JSON (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/trained-monitors.md"))
     args = ap.parse_args(argv)
     text = render(json.loads(args.result.read_text()), args.lora)
