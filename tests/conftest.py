@@ -1,4 +1,6 @@
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +37,15 @@ def smol_backend(smol):
     from calimon.engines import MonitorSpec
 
     return build_backend(MonitorSpec(model="smollm2-135m", options={"device": "cpu"}))
+
+
+@dataclass(frozen=True)
+class ModelRefStub:
+    """A model reference (name, revision, path) for head and bundle tests that load no model."""
+
+    name: str
+    revision: str
+    path: Path = Path("/nonexistent")
 
 
 def toy_samples(n_pairs: int = 6):

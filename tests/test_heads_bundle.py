@@ -1,11 +1,10 @@
 """Bundles (calimon.heads.bundle): one card binding a sequence head, a token head and a map."""
 
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from conftest import ModelRefStub as _Ref
 
 from calimon.calibration.io import save_map
 from calimon.calibration.maps import PlattScaling
@@ -20,13 +19,6 @@ from calimon.heads.artifacts import (
 )
 from calimon.heads.bundle import BundleCard, BundleModelRef, find_bundle, load_bundle, save_bundle
 from calimon.heads.head import ProbeHead, fit_logistic
-
-
-@dataclass(frozen=True)
-class _Ref:
-    name: str
-    revision: str
-    path: Path = Path("/nonexistent")
 
 
 def _head_card(name, kind, template_hash="abc", revision="r1"):

@@ -1,9 +1,8 @@
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from conftest import ModelRefStub as _Ref
 
 from calimon.errors import InputError
 from calimon.heads.artifacts import (
@@ -17,13 +16,6 @@ from calimon.heads.artifacts import (
     save_head,
 )
 from calimon.heads.head import ProbeHead, aggregate, balanced_weights, fit_logistic, fit_mlp
-
-
-@dataclass(frozen=True)
-class _Ref:
-    name: str
-    revision: str
-    path: Path = Path("/nonexistent")
 
 
 def _data(n=300, d=12, seed=0):
