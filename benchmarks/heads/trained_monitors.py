@@ -217,11 +217,6 @@ def main(argv=None) -> int:
     fs, limits, backend = load_features(args)
     masks = protocols(fs)
     log(f"{len(fs.samples)} samples, {len(masks)} protocol rows")
-    rows = []
-    for name in args.recipes:
-        rows += run_recipe(name, RECIPES[name], fs, masks, args)
-    for path in args.lora:
-        rows += lora_rows(path, fs, masks, args)
     ref = backend.model_ref
     result = {"benchmark": args.benchmark, "benchmark_version": (manifest(args.benchmark) or {})
               .get("version"), "samples_sha256": (manifest(args.benchmark) or {})
@@ -232,8 +227,15 @@ def main(argv=None) -> int:
               "flagged_cells": list(FLAGGED_CELLS),
               "command": "python benchmarks/heads/trained_monitors.py " + " ".join(
                   sys.argv[1:] if argv is None else argv),
-              "rows": rows}
+              "complete": False, "rows": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    for path in args.lora:
+        result["rows"] += lora_rows(path, fs, masks, args)
+    for name in args.recipes:  # written after every recipe: a stopped run keeps what it did
+        result["rows"] += run_recipe(name, RECIPES[name], fs, masks, args)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    result["complete"] = True
+    result["rows"].sort(key=lambda r: [*args.recipes, "lora"].index(r["recipe"]))
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {args.out}")
     return 0

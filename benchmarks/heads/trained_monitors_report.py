@@ -220,6 +220,9 @@ def render(doc: dict, lora: list[Path]) -> str:
              f"`{(doc['samples_sha256'] or '')[:12]}`), whole pairs per split (limits {lim}), "
              f"dataset hash `{doc['dataset_hash']}`; seed {doc['seed']}; intervals: "
              f"pair-clustered bootstrap, {doc['n_boot']} resamples, 95%.", "",
+             *([] if doc.get("complete", True) else [
+                 "**Partial run**: the command stopped before every recipe was fitted; the "
+                 "recipes below are those it finished.", ""]),
              "Every recipe is fitted on the train rows of its protocol only (hyper-parameters "
              "by pair-grouped CV inside them), its Platt map on the calib rows of the same "
              "categories or sources, and read on the held-out test rows. The flagged cells "
