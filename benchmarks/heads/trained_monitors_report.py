@@ -202,6 +202,17 @@ def lora_run(path: Path | None) -> list[str]:
                if d.get("trained_without") else "the in-distribution columns.")]
 
 
+def lora_command(d: dict, lim: dict) -> str:
+    """The lora_baseline.py command of a LoRA run file (from its recorded settings)."""
+    without = d.get("trained_without")
+    return (".venv-lora/bin/python benchmarks/heads/lora_baseline.py --benchmark "
+            f"{d['benchmark']} --train-limit {d['n']['train']} --eval-limit {lim['calib']} "
+            f"{lim['test']} --threads {d['threads']}"
+            + (f" --without-category {without} --tag -without-{without}" if without else "")
+            + (f" --save-adapter {d['adapter']}" if d.get("adapter") else "")
+            + " --out benchmarks/heads/out")
+
+
 def render(doc: dict, lora: list[Path]) -> str:
     recipes = list(dict.fromkeys(r["recipe"] for r in doc["rows"]))
     lim = doc["limits"]
@@ -211,9 +222,11 @@ def render(doc: dict, lora: list[Path]) -> str:
              "```", "calimon data build amb-open --sources ../shared/sources",
              "python benchmarks/heads/run_heads.py --benchmark amb-open --stage extract "
              f"--train-limit {lim['train']} --eval-limit {lim['calib']} {lim['test']}",
+             *[lora_command(json.loads(p.read_text()), lim) for p in lora if p.is_file()],
              doc["command"].strip(),
              "python benchmarks/heads/trained_monitors_report.py "
-             "benchmarks/heads/out/trained-monitors.json", "```", "",
+             "benchmarks/heads/out/trained-monitors.json"
+             + "".join(f" --lora {p}" for p in lora), "```", "",
              f"Model `{doc['model']}` (revision `{doc['model_revision']}`), prompt "
              f"`{doc['prompt']}`, transcripts cut at {doc['max_input_tokens']} tokens (head_tail). "
              f"Benchmark `{doc['benchmark']}` version {doc['benchmark_version']} (samples sha256 "
