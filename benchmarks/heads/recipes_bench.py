@@ -135,17 +135,12 @@ def pairwise(fs_train, seed: int):
 def token_span_figures(head, fs, rows: np.ndarray) -> dict:
     """Character F1 and hit@1 of a token head's spans (its CV-picked threshold) against the
     gold spans of the misbehaving samples among ``rows``."""
-    from calimon.heads.labels import span_offsets
-    from calimon.heads.train import token_probs
-    from calimon.spans.metrics import span_metrics, span_row_from_sample, spans_from_token_scores
+    from calimon.heads.train import span_rows, token_probs
+    from calimon.spans.metrics import span_metrics
 
-    got = []
-    for i in np.flatnonzero(rows):
-        s = fs.samples[i]
-        if s.label and s.gold_spans:
-            pred = spans_from_token_scores(span_offsets(fs.offsets[i]), token_probs(head, fs, i),
-                                           head.span_threshold, text=s.response)
-            got.append(span_row_from_sample(s, pred))
+    sub = fs.subset(rows)
+    got = span_rows(sub, [token_probs(head, sub, i) for i in range(len(sub.samples))],
+                    head.span_threshold)
     if not got:
         return {}
     m = span_metrics(got).overall
@@ -165,9 +160,8 @@ def token(fs_train, seed: int):
     return score
 
 
-def _states(fs, rows=None) -> list[np.ndarray]:
-    rows = range(len(fs.samples)) if rows is None else rows
-    return [fs.token_states(int(i), TOKEN_LAYER) for i in rows]
+def _states(fs) -> list[np.ndarray]:
+    return [fs.token_states(i, TOKEN_LAYER) for i in range(len(fs.samples))]
 
 
 def attention(fs_train, seed: int):

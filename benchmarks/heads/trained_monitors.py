@@ -117,9 +117,10 @@ def evaluate(name: str, p_all: np.ndarray, fs, mask, cost: dict, args) -> dict:
     _, cal = fit_on_split("platt", np.clip(pc, 0, 1), yc, np.clip(pt, 0, 1))
     both = bool(yt.any() and (~yt).any())
     mr20 = Curve.from_scores(np.clip(cal, 0, 1), yt, n_boot=0).at_far(0.20).mr if both else None
-    return {"recipe": name, "mr_at_far20": None if mr20 is None else round(float(mr20), 4), "protocol": proto, "held_out": held,
+    return {"recipe": name, "protocol": proto, "held_out": held,
             "n_train": int(tr.sum()), "unscored_test": int((te & ~ok).sum()), **cost,
-            "auroc_raw": None if not (yt.any() and (~yt).any()) else round(auroc(pt, yt), 4),
+            "auroc_raw": round(auroc(pt, yt), 4) if both else None,
+            "mr_at_far20": None if mr20 is None else round(float(mr20), 4),
             **with_intervals(np.clip(cal, 0, 1), yt, fs.groups[te & ok], args.n_boot,
                              args.seed)}
 

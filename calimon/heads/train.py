@@ -153,9 +153,10 @@ class TokenFit:
     n_positive_tokens: int
 
 
-def span_f1(fs: FeatureSet, probs: Sequence[np.ndarray], threshold: float) -> float:
-    """Micro character F1 of token-score spans on the misbehaving samples of ``fs``."""
-    from calimon.spans.metrics import span_metrics, span_row_from_sample, spans_from_token_scores
+def span_rows(fs: FeatureSet, probs: Sequence[np.ndarray], threshold: float) -> list:
+    """One span row (`calimon.spans.metrics.span_row_from_sample`) per misbehaving sample of
+    ``fs`` with gold spans: its token-score spans at ``threshold`` against the gold ones."""
+    from calimon.spans.metrics import span_row_from_sample, spans_from_token_scores
 
     rows = []
     for i, s in enumerate(fs.samples):
@@ -163,6 +164,14 @@ def span_f1(fs: FeatureSet, probs: Sequence[np.ndarray], threshold: float) -> fl
             pred = spans_from_token_scores(span_offsets(fs.offsets[i]), probs[i], threshold,
                                            text=s.response)
             rows.append(span_row_from_sample(s, pred))
+    return rows
+
+
+def span_f1(fs: FeatureSet, probs: Sequence[np.ndarray], threshold: float) -> float:
+    """Micro character F1 of token-score spans on the misbehaving samples of ``fs``."""
+    from calimon.spans.metrics import span_metrics
+
+    rows = span_rows(fs, probs, threshold)
     return span_metrics(rows).overall.f1 if rows else float("nan")
 
 
