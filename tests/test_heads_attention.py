@@ -66,3 +66,61 @@ def test_one_class_or_mismatched_labels_are_refused():
         fit_attention_probe(states, np.ones(10, dtype=bool))
     with pytest.raises(InputError, match="one label per sample"):
         fit_attention_probe(states, y[:5])
+
+
+def _head(d: int = 12, seed: int = 0) -> ProbeHead:
+    states, y = marked_token_data(60, seed=seed, d=d)
+    return ProbeHead("sequence", "attention", 3, fit_attention_probe(states, y, epochs=3),
+                     pooling="attention")
+
+
+def test_an_attention_head_scores_token_states_and_nothing_else():
+    head = _head()
+    states, _ = marked_token_data(8, seed=9)
+    np.testing.assert_array_equal(head.score_states(states),
+                                  attention_scores(head.params, states))
+    assert head.reads_tokens and head.hidden_size == 12
+    with pytest.raises(InputError, match="use score_states"):
+        head.predict_proba(np.zeros((2, 12)))
+    with pytest.raises(InputError, match=r"\(tokens, 12\)"):
+        head.score_states([np.zeros((4, 5))])
+    with pytest.raises(InputError, match="is a sequence head"):
+        ProbeHead("token", "attention", 3, head.params)
+    with pytest.raises(InputError, match="needs tensors"):
+        ProbeHead("sequence", "attention", 3, {k: head.params[k] for k in ("mean", "scale")})
+    plain = ProbeHead("sequence", "logistic", 3, fit_logistic(np.eye(12), np.arange(12) % 2 == 0),
+                      pooling="mean")
+    assert not plain.reads_tokens
+    with pytest.raises(InputError, match="for attention heads"):
+        plain.score_states(states)
+
+
+def test_an_attention_head_round_trips_through_safetensors(tmp_path):
+    from conftest import ModelRefStub
+
+    from calimon.heads.artifacts import (
+        BaseModelRef,
+        HeadCard,
+        PromptRef,
+        TrainingRef,
+        load_head,
+        save_head,
+    )
+
+    head = _head()
+    card = HeadCard(version=1, name="att", kind="sequence", estimator="attention", layer=3,
+                    pooling="attention",
+                    base_model=BaseModelRef(name="m", revision="r1", hidden_size=12,
+                                            num_layers=30),
+                    prompt=PromptRef(name="direct", template_hash="abc", max_input_tokens=1024),
+                    training=TrainingRef(benchmark="toy", dataset_hash="x", split="train",
+                                         n_samples=60, n_positive=30, categories=["safety"],
+                                         seed=0),
+                    weights_file="", weights_sha256="", calimon_version="0", created="now")
+    path = save_head(head, card, tmp_path)
+    assert (tmp_path / "m" / "att.safetensors").is_file()
+    loaded, saved = load_head(path, model_ref=ModelRefStub("m", "r1"), hidden_size=12)
+    assert saved.estimator == "attention" and saved.pooling == "attention"
+    assert loaded.weights_hash() == head.weights_hash() == saved.weights_sha256
+    states, _ = marked_token_data(5, seed=7)
+    np.testing.assert_array_equal(loaded.score_states(states), head.score_states(states))

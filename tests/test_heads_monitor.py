@@ -188,3 +188,59 @@ def test_curve_on_a_token_head_writes_token_scores_and_the_report_shows_them(
     page = rep.html.read_text()
     assert page.count("probe token scores") == len(samples)
     assert not [n for n in rep.notes if n.startswith("token")]
+
+
+ATT_LAYER = 3
+
+
+def test_an_attention_head_trained_by_heads_train_scores_live_as_on_cached_features(
+        smol_backend, heads, tmp_path, monkeypatch):
+    """`heads train --estimator attention` saves a head whose live readings (one capture pass)
+    equal its scores on the cached features; bundled with the token head of another layer, one
+    pass captures both layers and each part reads as it does alone."""
+    from dataclasses import replace
+
+    from calimon.heads.bundle import BundleCard, BundleModelRef, save_bundle
+    from calimon.heads.train import head_scores
+    from calimon.heads.workflow import HeadTrainSettings, train_head
+    from calimon.samples import write_samples
+
+    root = heads[0]
+    monkeypatch.setenv("CALIMON_FEATURES_DIR", str(tmp_path / "features"))
+    samples = [replace(s, split="train" if i < 12 else "test")
+               for i, s in enumerate(toy_samples(8))]
+    bench = write_samples(samples, tmp_path / "toy.jsonl")
+    done = train_head(HeadTrainSettings(name="toy-att", benchmark=str(bench),
+                                        model="smollm2-135m", prompt="direct",
+                                        estimator="attention", layer=ATT_LAYER,
+                                        evaluate=False, out=root, device="cpu"))
+    card = done.card
+    assert (card.kind, card.estimator, card.pooling, card.layer) == \
+        ("sequence", "attention", "attention", ATT_LAYER)
+    assert card.training.params["weight_decay"] in card.training.params["weight_decays"]
+    assert card.training.n_samples == 12 and card.metrics["cv_auroc"] is not None
+    prompt = load_prompt("direct")
+    mon = make_monitor(smol_backend, prompt, "probe:toy-att", heads_root=root)
+    assert mon.capture_spec.layers == () and mon.capture_spec.token_layers == (ATT_LAYER,)
+    live = [r.p_raw for r in mon.score(samples)]
+    fs = extract_features(smol_backend, prompt, samples, token_layers=(ATT_LAYER,),
+                          cache_root=tmp_path / "features")
+    from calimon.heads.artifacts import load_head
+
+    head, _ = load_head("toy-att", model_ref=smol_backend.model_ref, root=root)
+    assert live == pytest.approx(head_scores(head, fs).tolist(), abs=2e-3)  # cache: float16
+
+    ref = smol_backend.model_ref
+    save_bundle(BundleCard(version=1, name="att-bundle",
+                           base_model=BundleModelRef(name=ref.name, revision=ref.revision),
+                           sequence_head="toy-att", token_head="toy-token", recipe="attention",
+                           command="test", calimon_version="0", created="now"), root)
+    both = make_monitor(smol_backend, prompt, "probe:att-bundle", heads_root=root)
+    assert both.capture_spec.token_layers == (ATT_LAYER, LAYER)
+    calls = smol_backend.forward_calls
+    got = both.score(samples[:2])
+    assert smol_backend.forward_calls - calls == 2
+    assert [r.p_raw for r in got] == pytest.approx(live[:2], abs=1e-6)
+    tok = make_monitor(smol_backend, prompt, "probe:toy-token", heads_root=root)
+    for a, b in zip(got, tok.score(samples[:2]), strict=True):
+        assert a.extra["token_scores"] == b.extra["token_scores"] and a.evidence == b.evidence

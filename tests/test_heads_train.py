@@ -5,6 +5,7 @@ from calimon.errors import InputError
 from calimon.heads.evaluate import curve_figures, evaluate_readout, transfer_matrix
 from calimon.heads.features import FeatureSet
 from calimon.heads.train import (
+    fit_attention_head,
     fit_sequence_head,
     fit_token_head,
     head_scores,
@@ -12,6 +13,7 @@ from calimon.heads.train import (
     oof_scores,
     token_matrix,
 )
+from calimon.metrics import auroc
 from calimon.samples import Sample
 
 H, LAYERS, SIGNAL_LAYER = 8, 4, 2
@@ -91,6 +93,17 @@ def test_token_head_learns_gold_tokens_and_spans():
     assert fit.cv_auroc[fit.head.aggregate] > 0.9
     assert fit.cv_span_f1[fit.head.span_threshold] > 0.8
     assert fit.head.kind == "token" and fit.n_positive_tokens == 120
+
+
+def test_attention_head_picks_its_weight_by_cv_and_reads_the_gold_tokens():
+    fs, held_out = _synthetic(seed=0), _synthetic(seed=1)
+    fit = fit_attention_head(fs, SIGNAL_LAYER, weight_decays=(1.0, 1e4), epochs=60)
+    assert set(fit.cv_auroc) == {1.0, 1e4} and fit.weight_decay in fit.cv_auroc
+    assert fit.cv_auroc[fit.weight_decay] > 0.9
+    assert fit.head.estimator == "attention" and fit.head.pooling == "attention"
+    assert auroc(head_scores(fit.head, held_out), held_out.y) > 0.9
+    with pytest.raises(InputError, match="no per-token states at layer 0"):
+        fit_attention_head(fs, 0)
 
 
 def test_token_head_needs_gold_spans():

@@ -159,3 +159,51 @@ def test_lora_rows_read_unscored_samples_as_missing_and_refuse_another_selection
     path.write_text(json.dumps(doc))
     with pytest.raises(SystemExit, match="test selection"):
         lora_rows(path, fs, protocols(fs), args)
+
+
+def test_add_to_replaces_the_lora_rows_of_an_earlier_run_and_checks_its_selection(
+        tmp_path, monkeypatch):
+    import json
+
+    import pytest
+    import trained_monitors
+
+    from calimon.selection import dataset_hash
+
+    fs = _feature_set()
+    by = {sp: [s for s in fs.samples if s.split == sp] for sp in ("calib", "test")}
+    lora = {"scores": {sp: {s.id: (0.8 if s.label else 0.3) for s in rows}
+                       for sp, rows in by.items()},
+            "n": {"train": 50}, "train_seconds": 1.0, "peak_rss_mb": 10.0,
+            "trained_without": "safety",
+            "dataset_hash": {sp: dataset_hash(rows) for sp, rows in by.items()}}
+    (tmp_path / "lora.json").write_text(json.dumps(lora))
+    earlier = {"benchmark": "b", "model": "m", "prompt": "direct", "max_input_tokens": 1024,
+               "seed": 0, "n_boot": 10, "limits": {"train": 8, "calib": 8, "test": 8},
+               "dataset_hash": dataset_hash(list(fs.samples)), "command": "first",
+               "rows": [{"recipe": "attention", "protocol": "in-distribution", "held_out": "all"},
+                        {"recipe": "lora", "protocol": "in-distribution", "held_out": "all",
+                         "auroc": 0.5}]}
+    (tmp_path / "run.json").write_text(json.dumps(earlier))
+    seen = {}
+
+    def fake_load(args):
+        seen.update(vars(args))
+        return fs, None, None
+
+    monkeypatch.setattr(trained_monitors, "load_features", fake_load)
+    out = tmp_path / "out.json"
+    argv = ["--add-to", str(tmp_path / "run.json"), "--lora", str(tmp_path / "lora.json"),
+            "--out", str(out)]
+    assert trained_monitors.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert seen["train_limit"] == 8 and seen["recipes"] == ["attention"]
+    assert [(r["recipe"], r["protocol"], r["held_out"]) for r in doc["rows"]] == [
+        ("attention", "in-distribution", "all"), ("lora", "leave-one-category-out", "safety")]
+    assert doc["rows"][0]["memory_kind"].endswith("(torch tensors not counted)")
+    assert doc["rows"][1]["memory_kind"] == "process peak RSS" and doc["command"] == "first"
+    assert "--add-to" in doc["lora_command"]
+    earlier["dataset_hash"] = "0" * 16
+    (tmp_path / "run.json").write_text(json.dumps(earlier))
+    with pytest.raises(SystemExit, match="rerun trained_monitors.py in full"):
+        trained_monitors.main(argv)

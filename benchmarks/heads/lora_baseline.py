@@ -51,7 +51,9 @@ def main(argv=None) -> int:
                     help="write the trained adapters to this folder")
     ap.add_argument("--adapter", type=Path, default=None,
                     help="score with adapters saved by --save-adapter instead of training")
-    ap.add_argument("--tag", default="", help="suffix of the output file name")
+    ap.add_argument("--tag", default=None,
+                    help="suffix of the output file name (default: -without-CATEGORY with "
+                         "--without-category, else none; give it as --tag=-x)")
     ap.add_argument("--without-category", default=None,
                     help="train without this category (leave-one-category-out; calib and "
                     "test keep every category, the report holds it out of calibration)")
@@ -116,7 +118,9 @@ def main(argv=None) -> int:
               "losses": losses, "adapter_sha256": digest,
               "calimon_version": __version__, "scores": scores}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"lora-{args.benchmark}{args.tag}.json"
+    tag = args.tag if args.tag is not None else (
+        f"-without-{args.without_category}" if args.without_category else "")
+    path = args.out / f"lora-{args.benchmark}{tag}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {path}")
     return 0

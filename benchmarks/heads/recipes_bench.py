@@ -20,9 +20,16 @@ from __future__ import annotations
 import numpy as np
 
 from calimon.calibration.crossfit import make_folds
-from calimon.heads.attention import attention_scores, fit_attention_probe
 from calimon.heads.head import ProbeHead, standardizer
-from calimon.heads.train import fit_sequence_head, fit_token_head, head_scores, layer_sweep
+from calimon.heads.train import (
+    ATTENTION_EPOCHS,
+    ATTENTION_WDS,
+    fit_attention_head,
+    fit_sequence_head,
+    fit_token_head,
+    head_scores,
+    layer_sweep,
+)
 from calimon.metrics import auroc
 
 SWEEP_LAYERS = (4, 8, 12, 15, 17, 20, 24, 28)
@@ -30,8 +37,6 @@ MULTI_LAYERS = (8, 12, 16, 20, 24, 28)
 TOKEN_LAYER = 15
 TOKEN_CAP = 60_000  # training tokens per fit (every positive kept, negatives subsampled)
 CS = (0.001, 0.01, 0.1)
-ATTENTION_WD = (10.0, 100.0, 1000.0)  # L2 weight x n: C = 0.1, 0.01, 0.001 of the logistic heads
-ATTENTION_EPOCHS = 15
 
 
 def _best_layer(fs, seed: int) -> int:
@@ -50,6 +55,7 @@ def _single(estimator: str):
         head = fit_sequence_head(fs_train, layer, "mean", estimator=estimator, Cs=CS,
                                  n_splits=3, seed=seed).head
         return lambda fs: head_scores(head, fs)
+    fit.uses_torch = estimator == "mlp"
     return fit
 
 
@@ -160,28 +166,16 @@ def token(fs_train, seed: int):
     return score
 
 
-def _states(fs) -> list[np.ndarray]:
-    return [fs.token_states(i, TOKEN_LAYER) for i in range(len(fs.samples))]
-
-
 def attention(fs_train, seed: int):
-    """Attention pooling over layer 15's tokens; the L2 weight by pair-grouped CV."""
-    y, states = fs_train.y, _states(fs_train)
-    folds, k, _ = make_folds(y, list(fs_train.groups), 3, seed)
-    cv = {}
-    for wd in ATTENTION_WD:
-        oof = np.full(len(y), np.nan)
-        for f in range(k):
-            tr, te = np.flatnonzero(folds != f), np.flatnonzero(folds == f)
-            params = fit_attention_probe([states[i] for i in tr], y[tr], weight_decay=wd,
-                                         epochs=ATTENTION_EPOCHS, seed=seed)
-            oof[te] = attention_scores(params, [states[i] for i in te])
-        ok = np.isfinite(oof)
-        cv[wd] = auroc(oof[ok], y[ok])
-    best = max(cv, key=lambda w: (cv[w], w))
-    params = fit_attention_probe(states, y, weight_decay=best, epochs=ATTENTION_EPOCHS,
-                                 seed=seed)
-    return lambda fs: attention_scores(params, _states(fs))
+    """Attention pooling over layer 15's tokens; the L2 weight by pair-grouped CV
+    (`calimon.heads.train.fit_attention_head`, the recipe `calimon heads train --estimator
+    attention` saves)."""
+    head = fit_attention_head(fs_train, TOKEN_LAYER, weight_decays=ATTENTION_WDS,
+                              epochs=ATTENTION_EPOCHS, n_splits=3, seed=seed).head
+    return lambda fs: head_scores(head, fs)
+
+
+attention.uses_torch = True
 
 
 def augmented(fs_train, seed: int):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The shipped monitor heads/smollm2-135m/amb-open-monitor.bundle.yaml: a sequence head (the
-# score), a token head (the evidence spans) and a Platt map, all trained on amb-open only (heads
+# score: attention-pooled over layer 15's response tokens, the best recipe of
+# benchmarks/results/trained-monitors.md), a token head (the evidence spans) and a Platt map, all trained on amb-open only (heads
 # on the train split, the map on the calib split), judged on the test split.
 #   bash benchmarks/heads/ship_monitor.sh                          # the committed bundle
 #   TRAIN_LIMIT=80 EVAL_LIMIT=80 NAME=try bash benchmarks/heads/ship_monitor.sh   # a quick check
@@ -13,8 +14,8 @@ NAME=${NAME:-amb-open-monitor}
 MODEL=${MODEL:-smollm2-135m}
 TRAIN_LIMIT=${TRAIN_LIMIT:-1200}     # train samples (whole pairs, balanced over cells)
 EVAL_LIMIT=${EVAL_LIMIT:-800}       # calib + test samples of the curve run (half each)
-SEQ_FLAGS=${SEQ_FLAGS:---kind sequence --estimator logistic --sweep}   # the sequence recipe
-RECIPE=${RECIPE:-"logistic on the mean-pooled layer picked by pair-grouped CV"}
+SEQ_FLAGS=${SEQ_FLAGS:---kind sequence --estimator attention --layer 15}   # the sequence recipe
+RECIPE=${RECIPE:-"attention-pooled probe on layer 15's response tokens (McKenzie et al. 2025), L2 weight by pair-grouped CV"}
 TOKEN_LAYER=${TOKEN_LAYER:-15}
 MAX_TOKENS=${MAX_TOKENS:-1024}
 THREADS=${THREADS:-2}

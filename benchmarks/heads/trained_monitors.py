@@ -16,8 +16,14 @@ Figures: AUROC, MR at FAR <= 5% and ECE after calibration, each with a pair-clus
 
 The ``augmented`` recipe also needs one rewritten copy of every train transcript in the capture
 (ids ``<id>~aug0``, extracted with the rest); other recipes never see the copies. ``--lora FILE``
-adds the LoRA baseline's in-distribution rows from `lora_baseline.py`'s per-sample scores (the
-same calib and test selection; its own train selection and fit cost).
+adds the LoRA baseline's rows from `lora_baseline.py`'s per-sample scores (the same calib and
+test selection; its own train selection and fit cost): in distribution, or the held-out column of
+a run trained without a category. ``--add-to EARLIER.json`` adds ``--lora`` rows to an earlier
+run without refitting its recipes (same selection checked; its LoRA rows are replaced):
+
+    python benchmarks/heads/trained_monitors.py --add-to benchmarks/heads/out/trained-monitors.json \
+        --lora benchmarks/heads/out/lora-amb-open.json \
+        --lora benchmarks/heads/out/lora-amb-open-without-spec_gaming.json
 """
 
 from __future__ import annotations
@@ -125,6 +131,14 @@ def evaluate(name: str, p_all: np.ndarray, fs, mask, cost: dict, args) -> dict:
                              args.seed)}
 
 
+def memory_kind(recipe: str) -> str:
+    """What a probe row's peak memory measures: tracemalloc sees numpy and Python allocations,
+    not torch's (the recipes that fit with torch say so: ``uses_torch``)."""
+    if getattr(RECIPES[recipe], "uses_torch", False):
+        return "traced Python allocations (torch tensors not counted)"
+    return "traced Python allocations"
+
+
 def run_recipe(name: str, fit, fs, masks, args) -> list[dict]:
     """Fit ``name`` once per distinct train set and evaluate it on every protocol. A recipe
     with ``uses_copies`` trains on its rows' augmented copies too."""
@@ -140,8 +154,8 @@ def run_recipe(name: str, fit, fs, masks, args) -> list[dict]:
             secs = time.perf_counter() - t0
             peak = tracemalloc.get_traced_memory()[1] / 2**20
             tracemalloc.stop()
-            fitted[key] = ({"train_seconds": round(secs, 2), "peak_memory_mb": round(peak, 1)},
-                           score(fs), score)
+            fitted[key] = ({"train_seconds": round(secs, 2), "peak_memory_mb": round(peak, 1),
+                            "memory_kind": memory_kind(name)}, score(fs), score)
             log(f"{name}: fitted on {int(tr.sum())} train samples in {secs:.1f} s")
         cost, p_all, score = fitted[key]
         row = evaluate(name, p_all, fs, (proto, held, tr, ca, te), cost, args)
@@ -212,9 +226,13 @@ def main(argv=None) -> int:
     ap.add_argument("--lora", type=Path, action="append", default=[],
                     help="lora_baseline.py's JSON: add its rows (repeatable)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--add-to", type=Path, default=None,
+                    help="an earlier run's JSON: add the --lora rows to it, recipes not refitted")
     ap.add_argument("--out", type=Path,
                     default=Path("benchmarks/heads/out/trained-monitors.json"))
     args = ap.parse_args(argv)
+    if args.add_to:
+        return add_lora(args, argv)
     fs, limits, backend = load_features(args)
     masks = protocols(fs)
     log(f"{len(fs.samples)} samples, {len(masks)} protocol rows")
@@ -225,9 +243,7 @@ def main(argv=None) -> int:
               "prompt": args.prompt, "max_input_tokens": args.max_input_tokens,
               "limits": limits, "seed": args.seed, "n_boot": args.n_boot, "far": FAR,
               "dataset_hash": dataset_hash(list(fs.samples)), "calimon_version": __version__,
-              "flagged_cells": list(FLAGGED_CELLS),
-              "command": "python benchmarks/heads/trained_monitors.py " + " ".join(
-                  sys.argv[1:] if argv is None else argv),
+              "flagged_cells": list(FLAGGED_CELLS), "command": command(argv),
               "complete": False, "rows": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for path in args.lora:
@@ -239,6 +255,40 @@ def main(argv=None) -> int:
     result["rows"].sort(key=lambda r: [*args.recipes, "lora"].index(r["recipe"]))
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {args.out}")
+    return 0
+
+
+def command(argv) -> str:
+    return "python benchmarks/heads/trained_monitors.py " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+
+
+def add_lora(args, argv) -> int:
+    """``--add-to``: the earlier run's rows, its LoRA rows replaced by those of ``--lora``; its
+    selection (limits, seed, dataset hash of the captured samples) must be this one's."""
+    if not args.lora:
+        raise SystemExit("--add-to needs at least one --lora file")
+    doc = json.loads(args.add_to.read_text())
+    for k in ("benchmark", "model", "prompt", "max_input_tokens", "seed"):
+        args.__dict__[k] = doc[k]
+    args.train_limit, args.eval_limit = doc["limits"]["train"], (doc["limits"]["calib"],
+                                                                 doc["limits"]["test"])
+    args.n_boot, args.recipes = doc["n_boot"], sorted({r["recipe"] for r in doc["rows"]}
+                                                      - {"lora"})
+    fs, _, _ = load_features(args)
+    if dataset_hash(list(fs.samples)) != doc["dataset_hash"]:
+        raise SystemExit(f"{args.add_to}: its samples (dataset hash {doc['dataset_hash']}) are "
+                         "not the ones selected now; rerun trained_monitors.py in full")
+    masks = protocols(fs)
+    rows = [r for r in doc["rows"] if r["recipe"] != "lora"]
+    for r in rows:
+        r.setdefault("memory_kind", memory_kind(r["recipe"]))
+    added = [row for path in args.lora for row in lora_rows(path, fs, masks, args)]
+    doc["rows"] = rows + added
+    doc["lora_command"] = command(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    log(f"wrote {args.out} ({len(added)} LoRA rows)")
     return 0
 
 

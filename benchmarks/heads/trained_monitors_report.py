@@ -77,9 +77,7 @@ def cost_table(doc: dict, recipes: list[str]) -> list[str]:
     for r in recipes:
         x = idx.get((r, "in-distribution", "all"))
         if x:
-            kind = x.get("memory_kind") or ("traced Python allocations (torch tensors not "
-                                            "counted)" if r == "attention" else
-                                            "traced Python allocations")
+            kind = x.get("memory_kind") or "not recorded"
             out.append(f"| {r} | {x['n_train']} | {x['train_seconds']} | {x['peak_memory_mb']} "
                        f"| {kind} |")
     return out
@@ -170,7 +168,7 @@ def lora_lines(paths: list[Path]) -> list[str]:
                 "about an hour of training on 2 CPU cores:", "", "```",
                 ".venv-lora/bin/python benchmarks/heads/lora_baseline.py --benchmark amb-open "
                 "--train-limit 2000 --eval-limit 400 600 --threads 2 --without-category "
-                "spec_gaming --tag -without-spec_gaming --out benchmarks/heads/out", "```", ""]
+                "spec_gaming --out benchmarks/heads/out", "```", ""]
     return out or lora_run(None)
 
 
@@ -208,7 +206,7 @@ def lora_command(d: dict, lim: dict) -> str:
     return (".venv-lora/bin/python benchmarks/heads/lora_baseline.py --benchmark "
             f"{d['benchmark']} --train-limit {d['n']['train']} --eval-limit {lim['calib']} "
             f"{lim['test']} --threads {d['threads']}"
-            + (f" --without-category {without} --tag -without-{without}" if without else "")
+            + (f" --without-category {without}" if without else "")
             + (f" --save-adapter {d['adapter']}" if d.get("adapter") else "")
             + " --out benchmarks/heads/out")
 

@@ -40,7 +40,7 @@ def heads_train(
     layer: Annotated[int | None, typer.Option(help="Layer to read (0 = embeddings); default: the layer sweep picks it.")] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="Pick the layer by pair-grouped CV AUROC on the train split (the default without --layer).")] = False,
     pooling: Annotated[str, typer.Option(help="Sequence heads: last, mean or max over the response tokens.")] = "mean",
-    estimator: Annotated[str, typer.Option(help="logistic or mlp (sequence heads).")] = "logistic",
+    estimator: Annotated[str, typer.Option(help="Sequence heads: logistic or mlp (on the pooled layer), or attention (attention-pooled over the response's per-token states of --layer; without --layer, the best of a third, half and two thirds of the way up by CV).")] = "logistic",
     prompt: Annotated[str, typer.Option(help="Prompt template whose verdict pass the head reads.")] = DEFAULT_PROMPT,
     max_input_tokens: Annotated[int, typer.Option(help="Transcripts longer than this are truncated (head_tail).")] = 1024,
     limit: Annotated[int | None, typer.Option(help="At most this many train samples (whole pairs).")] = None,

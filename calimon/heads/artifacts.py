@@ -92,7 +92,7 @@ class HeadCard(BaseModel):
     version: Literal[1]
     name: str
     kind: Literal["sequence", "token"]
-    estimator: Literal["logistic", "mlp"]
+    estimator: Literal["logistic", "mlp", "attention"]
     layer: int
     pooling: str | None = None
     aggregate: str = "max"

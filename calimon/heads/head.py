@@ -1,6 +1,8 @@
-"""A probe head: standardization plus a logistic (or small MLP) scorer, as plain arrays.
+"""A probe head: standardization plus a logistic (or small MLP) scorer, as plain arrays; or an
+attention-pooled probe (`calimon.heads.attention`) that reads a layer's per-token states.
 
-Fitting happens in :func:`fit_logistic` / :func:`fit_mlp` (pure functions); a fitted
+Fitting happens in :func:`fit_logistic` / :func:`fit_mlp` (pure functions) and
+`calimon.heads.attention.fit_attention_probe`; a fitted
 :class:`ProbeHead` predicts with numpy only, so a head loaded from safetensors gives exactly the
 scores of the head that was saved.
 """
@@ -14,12 +16,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from calimon.errors import InputError
+from calimon.heads.attention import ATTENTION_PARAMS, attention_scores
 
 KINDS = ("sequence", "token")
-ESTIMATORS = ("logistic", "mlp")
+ESTIMATORS = ("logistic", "mlp", "attention")
 AGGREGATES = ("max", "mean", "top10pct")
+ATTENTION_POOLING = "attention"  # the pooling an attention head records (it pools itself)
 _PARAMS = {"logistic": ("mean", "scale", "coef", "intercept"),
-           "mlp": ("mean", "scale", "w1", "b1", "w2", "b2")}
+           "mlp": ("mean", "scale", "w1", "b1", "w2", "b2"),
+           "attention": ATTENTION_PARAMS}
+_FIRST = {"logistic": "coef", "mlp": "w1", "attention": "query"}
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -112,7 +118,9 @@ def fit_mlp(X: np.ndarray, y: np.ndarray, *, hidden: int = 64, weight_decay: flo
 
 @dataclass(frozen=True, eq=False)
 class ProbeHead:
-    """``kind`` sequence: one score per transcript from pooled states at ``layer``;
+    """``kind`` sequence: one score per transcript from pooled states at ``layer`` (estimator
+    ``attention``: from the response's per-token states at ``layer``, pooled by the head's own
+    attention weights; see `score_states`);
     ``kind`` token: one score per response token at ``layer``, aggregated by ``aggregate``, and
     runs above ``span_threshold`` become evidence spans."""
 
@@ -133,6 +141,9 @@ class ProbeHead:
         if self.aggregate not in AGGREGATES:
             raise InputError(f"expected one of {list(AGGREGATES)}, got {self.aggregate!r}",
                              field="aggregate")
+        if self.estimator == "attention" and self.kind != "sequence":
+            raise InputError("an attention head is a sequence head (it pools per-token states "
+                             "itself)", field="estimator")
         need = _PARAMS[self.estimator]
         if sorted(self.params) != sorted(need):
             raise InputError(f"a {self.estimator} head needs tensors {list(need)}, got "
@@ -144,7 +155,7 @@ class ProbeHead:
         if self.params["scale"].shape != d or len(d) != 1:
             raise InputError(f"mean and scale must be (hidden,), got {d} and "
                              f"{self.params['scale'].shape}", field="params")
-        first = "coef" if self.estimator == "logistic" else "w1"
+        first = _FIRST[self.estimator]
         if self.params[first].shape[0] != d[0]:
             raise InputError(f"{first} expects {self.params[first].shape[0]} inputs but mean "
                              f"has {d[0]}", field="params")
@@ -154,12 +165,21 @@ class ProbeHead:
         """Width of the features the head reads."""
         return int(self.params["mean"].shape[0])
 
+    @property
+    def reads_tokens(self) -> bool:
+        """Whether the head reads per-token states (token heads, attention heads) rather than
+        a pooled state."""
+        return self.kind == "token" or self.estimator == "attention"
+
     def weights_hash(self) -> str:
         """sha256 of the head's tensors (`params_hash`)."""
         return params_hash(self.params)
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """The logit per row of ``X`` (n, hidden); raises InputError for another shape."""
+        if self.estimator == "attention":
+            raise InputError("an attention head reads per-token states: use score_states",
+                             field="X")
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.hidden_size:
             raise InputError(f"expected features of shape (n, {self.hidden_size}), got "
@@ -173,6 +193,18 @@ class ProbeHead:
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """P(misbehavior) per row (per transcript, or per token for a token head)."""
         return _sigmoid(self.decision_function(X))
+
+    def score_states(self, states) -> np.ndarray:
+        """An attention head's P(misbehavior) per transcript from each one's (response tokens,
+        hidden) states at ``layer``; NaN for a transcript without tokens."""
+        if self.estimator != "attention":
+            raise InputError(f"score_states is for attention heads; this is a {self.estimator} "
+                             "head", field="estimator")
+        bad = [np.shape(H) for H in states if np.ndim(H) != 2 or np.shape(H)[1] != self.hidden_size]
+        if bad:
+            raise InputError(f"expected (tokens, {self.hidden_size}) states per transcript, got "
+                             f"{bad[0]}", field="states")
+        return attention_scores(self.params, states)
 
     def sequence_score(self, token_probs: np.ndarray) -> float:
         """A token head's transcript score from its token probabilities (NaN without tokens)."""

@@ -101,12 +101,14 @@ class ProbeMonitor:
 
     @property
     def capture_spec(self) -> CaptureSpec:
-        """What the pass captures: the sequence head's pooled layer and the token head's per-
-        token states, whichever the monitor has."""
-        seq = self.head.kind == "sequence"
-        return CaptureSpec(layers=(self.head.layer,) if seq else (),
-                           pooling=(self.head.pooling,) if seq else ("last",),
-                           token_layers=(self.span_head.layer,) if self.span_head else ())
+        """What the pass captures: the sequence head's pooled layer, and the per-token states
+        of the layers that an attention head or the token head read."""
+        pooled = not self.head.reads_tokens
+        return CaptureSpec(layers=(self.head.layer,) if pooled else (),
+                           pooling=(self.head.pooling,) if pooled else ("last",),
+                           token_layers=tuple(sorted({h.layer for h in (self.head,
+                                                                        self.span_head)
+                                                      if h is not None and h.reads_tokens})))
 
     def score(self, samples: Sequence[Sample]) -> list[Verdict]:
         """The head's readings of ``samples``, in order (see `score_with_verdict`)."""
@@ -117,12 +119,19 @@ class ProbeMonitor:
         """(verdict-readout readings, head readings) of ``samples`` from ONE forward pass."""
         encoded = [self.encoder.encode(s.request, s.response) for s in samples]
         start = time.perf_counter()
-        got = self.backend.capture([e.ids for e in encoded], self.encoder.prefix_len,
-                                   self.capture_spec,
+        spec = self.capture_spec
+        got = self.backend.capture([e.ids for e in encoded], self.encoder.prefix_len, spec,
                                    [(e.response_start, e.response_end) for e in encoded])
-        token_p = ([self.span_head.predict_proba(t[:, 0]) for t in got.tokens]
+
+        def states(head) -> list[np.ndarray]:
+            col = spec.token_layers.index(head.layer)
+            return [t[:, col] for t in got.tokens]
+
+        token_p = ([self.span_head.predict_proba(t) for t in states(self.span_head)]
                    if self.span_head else None)
-        if self.head.kind == "sequence":
+        if self.head.estimator == "attention":
+            p_head = self.head.score_states(states(self.head))
+        elif self.head.kind == "sequence":
             p_head = self.head.predict_proba(got.features(self.head.layer, self.head.pooling))
         else:
             p_head = np.array([self.head.sequence_score(p) for p in token_p])
@@ -150,7 +159,7 @@ class ProbeMonitor:
                 extra["token_scores"] = token_scores_record(e.response_token_offsets, token_p[i])
                 evidence = tuple(s.response[sp.start:sp.end] for sp in spans)
             score = float(p_head[i])
-            if not np.isfinite(score):  # a token head on an empty response: no reading
+            if not np.isfinite(score):  # a token/attention head on an empty response
                 heads.append(Verdict(readout=self.readout, status="parse_failure",
                                      error="no response tokens to score", extra=extra, **common))
                 continue

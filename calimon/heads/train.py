@@ -1,5 +1,5 @@
 """Fitting heads from cached features: pair-grouped cross-validation, the layer sweep, the
-sequence head and the token head. Everything here is deterministic given ``seed``.
+sequence head, the attention head and the token head. Everything here is deterministic given ``seed``.
 
 Validation folds come from :func:`calimon.calibration.crossfit.make_folds` (scikit-learn's
 ``StratifiedGroupKFold`` over pair ids), so the two transcripts of a pair are always in the same
@@ -17,12 +17,21 @@ from calimon.calibration.crossfit import make_folds
 from calimon.errors import InputError
 from calimon.heads.capture import POOLINGS
 from calimon.heads.features import FeatureSet
-from calimon.heads.head import AGGREGATES, ProbeHead, aggregate, fit_logistic, fit_mlp
+from calimon.heads.head import (
+    AGGREGATES,
+    ATTENTION_POOLING,
+    ProbeHead,
+    aggregate,
+    fit_logistic,
+    fit_mlp,
+)
 from calimon.heads.labels import span_offsets
 from calimon.metrics import auroc
 
 DEFAULT_CS = (0.001, 0.01, 0.1, 1.0)
 SWEEP_C = 0.01
+ATTENTION_WDS = (10.0, 100.0, 1000.0)  # L2 weight x n: C = 0.1, 0.01, 0.001 of logistic heads
+ATTENTION_EPOCHS = 15
 
 
 def _fit(X, y, estimator: str, C: float, seed: int) -> dict[str, np.ndarray]:
@@ -113,6 +122,43 @@ def fit_sequence_head(fs: FeatureSet, layer: int, pooling: str = "mean", *,
     head = ProbeHead("sequence", estimator, int(layer), _fit(X, y, estimator, best, seed),
                      pooling=pooling)
     return SequenceFit(head, best, scores)
+
+
+@dataclass(frozen=True)
+class AttentionFit:
+    """A fitted attention head, the chosen L2 weight and the CV AUROC of every weight tried."""
+
+    head: ProbeHead
+    weight_decay: float
+    cv_auroc: dict[float, float] = field(default_factory=dict)
+
+
+def fit_attention_head(fs: FeatureSet, layer: int, *,
+                       weight_decays: Sequence[float] = ATTENTION_WDS,
+                       epochs: int = ATTENTION_EPOCHS, n_splits: int = 3,
+                       seed: int = 0) -> AttentionFit:
+    """An attention-pooled probe (`calimon.heads.attention`) on the per-token states of
+    ``layer``: the L2 weight by pair-grouped CV AUROC on ``fs`` (ties: the larger weight),
+    then fitted on all of ``fs``."""
+    from calimon.heads.attention import attention_scores, fit_attention_probe
+
+    y = fs.y
+    states = [fs.token_states(i, layer) for i in range(len(fs.samples))]
+    folds, k, _ = make_folds(y, list(fs.groups), n_splits, seed)
+    cv = {}
+    for wd in weight_decays:
+        oof = np.full(len(y), np.nan)
+        for f in range(k):
+            tr, te = np.flatnonzero(folds != f), np.flatnonzero(folds == f)
+            params = fit_attention_probe([states[i] for i in tr], y[tr], weight_decay=wd,
+                                         epochs=epochs, seed=seed)
+            oof[te] = attention_scores(params, [states[i] for i in te])
+        ok = np.isfinite(oof)
+        cv[float(wd)] = auroc(oof[ok], y[ok])
+    best = max(cv, key=lambda w: (np.nan_to_num(cv[w], nan=-1.0), w))
+    params = fit_attention_probe(states, y, weight_decay=best, epochs=epochs, seed=seed)
+    head = ProbeHead("sequence", "attention", int(layer), params, pooling=ATTENTION_POOLING)
+    return AttentionFit(head, best, cv)
 
 
 # -- token head -------------------------------------------------------------------------------
@@ -209,6 +255,9 @@ def fit_token_head(fs: FeatureSet, layer: int, *, C: float = 0.1, n_splits: int 
 
 def head_scores(head: ProbeHead, fs: FeatureSet) -> np.ndarray:
     """Transcript scores of a head on cached features (NaN where a token head has no tokens)."""
+    if head.estimator == "attention":
+        return head.score_states([fs.token_states(i, head.layer)
+                                  for i in range(len(fs.samples))])
     if head.kind == "sequence":
         return head.predict_proba(fs.X(head.layer, head.pooling))
     return np.array([head.sequence_score(token_probs(head, fs, i))

@@ -35,8 +35,11 @@ from calimon.heads.evaluate import evaluate_readout
 from calimon.heads.features import FeatureSet, extract_features
 from calimon.heads.head import ESTIMATORS
 from calimon.heads.train import (
+    ATTENTION_EPOCHS,
+    ATTENTION_WDS,
     DEFAULT_CS,
     LayerSweep,
+    fit_attention_head,
     fit_sequence_head,
     fit_token_head,
     head_scores,
@@ -62,7 +65,7 @@ class HeadTrainSettings(RunSettings):
     max_input_tokens: int = 1024
     eval_limit: int | None = None  # at most this many calib and test samples each
     categories: tuple[str, ...] | None = None
-    token_layers: tuple[int, ...] | None = None  # token heads: candidate layers
+    token_layers: tuple[int, ...] | None = None  # token and attention heads: candidate layers
     evaluate: bool = True
     augment: tuple[str, ...] = ()  # augmentation kinds (calimon.heads.augment); () = none
     augment_copies: int = 1
@@ -87,7 +90,7 @@ def _check(s: HeadTrainSettings) -> None:
     check_name(s.name)
     if s.kind not in ("sequence", "token"):
         raise InputError(f"expected 'sequence' or 'token', got {s.kind!r}", field="kind")
-    if s.pooling not in POOLINGS:
+    if s.pooling not in POOLINGS and s.estimator != "attention":
         raise InputError(f"expected one of {list(POOLINGS)}, got {s.pooling!r}", field="pooling")
     if s.estimator not in ESTIMATORS or (s.kind == "token" and s.estimator != "logistic"):
         raise InputError(f"expected one of {list(ESTIMATORS)} (token heads: logistic), got "
@@ -128,7 +131,7 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
                          + (f" for categories {list(s.categories)}" if s.categories else ""),
                          field="benchmark")
     token_layers: tuple[int, ...] = ()
-    if s.kind == "token":
+    if s.kind == "token" or s.estimator == "attention":
         token_layers = (s.token_layers or ((s.layer,) if s.layer is not None
                                            else default_token_layers(backend.num_layers)))
 
@@ -216,6 +219,8 @@ def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...]):
     features: a sequence head at ``s.layer`` (or the sweep's best layer), or a token head at
     the candidate layer with the best CV AUROC."""
     sweep, metrics, params = None, {}, {}
+    if s.estimator == "attention":
+        return _fit_attention(fs, s, token_layers)
     if s.kind == "sequence":
         layer = s.layer
         if layer is None:
@@ -236,3 +241,15 @@ def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...]):
     params = {"C": 0.1, "cv_folds": 3, "n_tokens": tf.n_tokens,
               "n_positive_tokens": tf.n_positive_tokens, "candidate_layers": list(token_layers)}
     return head, sweep, metrics, params
+
+
+def _fit_attention(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...]):
+    """(head, None, metrics, parameters) of an attention head at the candidate layer with the
+    best CV AUROC (its L2 weight by CV too)."""
+    fits = {layer: fit_attention_head(fs, layer, seed=s.seed) for layer in token_layers}
+    layer = max(fits, key=lambda k: (np.nan_to_num(fits[k].cv_auroc[fits[k].weight_decay],
+                                                   nan=-1.0), -k))
+    fit = fits[layer]
+    params = {"weight_decay": fit.weight_decay, "weight_decays": list(ATTENTION_WDS),
+              "epochs": ATTENTION_EPOCHS, "cv_folds": 3, "candidate_layers": list(token_layers)}
+    return fit.head, None, {"cv_auroc": fit.cv_auroc[fit.weight_decay]}, params
