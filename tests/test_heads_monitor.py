@@ -244,3 +244,16 @@ def test_an_attention_head_trained_by_heads_train_scores_live_as_on_cached_featu
     tok = make_monitor(smol_backend, prompt, "probe:toy-token", heads_root=root)
     for a, b in zip(got, tok.score(samples[:2]), strict=True):
         assert a.extra["token_scores"] == b.extra["token_scores"] and a.evidence == b.evidence
+
+
+def test_the_shipped_monitor_scores_on_a_fresh_checkout_without_training(smol_backend):
+    """heads/smollm2-135m/amb-open-monitor.bundle.yaml (benchmarks/heads/ship_monitor.sh): its
+    parts load (hashes checked) and one pass gives a score and spans per transcript."""
+    mon = make_monitor(smol_backend, load_prompt("direct"), "probe:amb-open-monitor")
+    card = mon.bundle.card
+    assert "ship_monitor.sh" in card.command and card.training["benchmark"] == "amb-open"
+    assert mon.head.estimator == "attention" and mon.span_head.kind == "token"
+    assert mon.capture_spec.token_layers == tuple(sorted({mon.head.layer, mon.span_head.layer}))
+    got = mon.score(toy_samples(1))
+    assert all(r.status == "ok" and 0 < r.p_raw < 1 for r in got)
+    assert all(len(r.extra["token_scores"]["scores"]) > 0 for r in got)

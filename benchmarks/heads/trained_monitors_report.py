@@ -222,6 +222,7 @@ def render(doc: dict, lora: list[Path]) -> str:
              f"--train-limit {lim['train']} --eval-limit {lim['calib']} {lim['test']}",
              *[lora_command(json.loads(p.read_text()), lim) for p in lora if p.is_file()],
              doc["command"].strip(),
+             *([doc["lora_command"].strip()] if doc.get("lora_command") else []),
              "python benchmarks/heads/trained_monitors_report.py "
              "benchmarks/heads/out/trained-monitors.json"
              + "".join(f" --lora {p}" for p in lora), "```", "",

@@ -81,7 +81,7 @@ class TrainingRef(BaseModel):
     seed: int
     params: dict[str, Any] = {}
     seconds: float | None = None
-    peak_memory_mb: float | None = None
+    peak_memory_mb: float | None = None  # tracemalloc peak: torch allocations not counted
     augmentation: AugmentationRef | None = None
 
 
