@@ -155,6 +155,11 @@ def test_lora_rows_read_unscored_samples_as_missing_and_refuse_another_selection
     loco = lora_rows(path, fs, protocols(fs), args)
     assert [(r["protocol"], r["held_out"]) for r in loco] == [("leave-one-category-out",
                                                                "safety")]
+    del doc["trained_without"]
+    doc["trained_without_source"] = "beta"
+    path.write_text(json.dumps(doc))
+    loso = lora_rows(path, fs, protocols(fs), args)
+    assert [(r["protocol"], r["held_out"]) for r in loso] == [("leave-one-source-out", "beta")]
     doc["dataset_hash"]["test"] = "0" * 16
     path.write_text(json.dumps(doc))
     with pytest.raises(SystemExit, match="test selection"):

@@ -52,12 +52,18 @@ def main(argv=None) -> int:
     ap.add_argument("--adapter", type=Path, default=None,
                     help="score with adapters saved by --save-adapter instead of training")
     ap.add_argument("--tag", default=None,
-                    help="suffix of the output file name (default: -without-CATEGORY with "
-                         "--without-category, else none; give it as --tag=-x)")
+                    help="suffix of the output file name (default: -without-NAME with "
+                         "--without-category or --without-source, else none; give it as "
+                         "--tag=-x)")
     ap.add_argument("--without-category", default=None,
                     help="train without this category (leave-one-category-out; calib and "
                     "test keep every category, the report holds it out of calibration)")
+    ap.add_argument("--without-source", default=None,
+                    help="train without this amb-open source (leave-one-source-out, as "
+                         "--without-category)")
     args = ap.parse_args(argv)
+    if args.without_category and args.without_source:
+        ap.error("give --without-category or --without-source, not both")
 
     import torch
 
@@ -71,7 +77,12 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     samples = [s for s in load_benchmark(args.benchmark) if s.label is not None]
     by = {sp: [s for s in samples if s.split == sp] for sp in ("train", "calib", "test")}
-    pool = [s for s in by["train"] if s.category != args.without_category]
+    pool = [s for s in by["train"] if s.category != args.without_category
+            and s.source != args.without_source]
+    if not pool or len(pool) == len(by["train"]) and (args.without_category
+                                                      or args.without_source):
+        ap.error(f"no train sample has category/source "
+                 f"{args.without_category or args.without_source!r} (or none is left)")
     train = select_pairs(pool, args.train_limit, args.seed)
     if len(args.eval_limit) > 2:
         ap.error("--eval-limit takes one or two values")
@@ -109,6 +120,7 @@ def main(argv=None) -> int:
               "model_revision": resolved.revision, "tuned_revision": tuned.model_ref.revision,
               "prompt": args.prompt, "settings": asdict(settings), "threads": args.threads,
               "trained_without": args.without_category,
+              "trained_without_source": args.without_source,
               "n": {"train": len(train), "calib": len(calib), "test": len(test)},
               "dataset_hash": {"train": dataset_hash(train), "calib": dataset_hash(calib),
                                "test": dataset_hash(test)},
@@ -118,8 +130,8 @@ def main(argv=None) -> int:
               "losses": losses, "adapter_sha256": digest,
               "calimon_version": __version__, "scores": scores}
     args.out.mkdir(parents=True, exist_ok=True)
-    tag = args.tag if args.tag is not None else (
-        f"-without-{args.without_category}" if args.without_category else "")
+    held = args.without_category or args.without_source
+    tag = args.tag if args.tag is not None else (f"-without-{held}" if held else "")
     path = args.out / f"lora-{args.benchmark}{tag}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {path}")

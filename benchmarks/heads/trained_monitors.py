@@ -167,7 +167,8 @@ def run_recipe(name: str, fit, fs, masks, args) -> list[dict]:
 
 def lora_rows(path: Path, fs, masks, args) -> list[dict]:
     """The LoRA baseline's rows from its per-sample calib and test scores: in distribution, or
-    the leave-one-category-out row of the category it was trained without; a selected sample
+    the leave-one-category-out (-source-out) row of the category (source) it was trained
+    without; a selected sample
     it did not score counts as unscored (NaN), never as 0."""
     d = json.loads(path.read_text())
     for sp in ("calib", "test"):
@@ -181,11 +182,15 @@ def lora_rows(path: Path, fs, masks, args) -> list[dict]:
                       for s in fs.samples])
     cost = {"train_seconds": d["train_seconds"], "peak_memory_mb": d["peak_rss_mb"],
             "memory_kind": "process peak RSS"}
-    without = d.get("trained_without")
+    without, source = d.get("trained_without"), d.get("trained_without_source")
     rows = []
     for proto, held, tr, ca, te in masks:
-        wanted = (proto == "leave-one-category-out" and held == without) if without else (
-            proto == "in-distribution")
+        if without:
+            wanted = proto == "leave-one-category-out" and held == without
+        elif source:
+            wanted = proto == "leave-one-source-out" and held == source
+        else:
+            wanted = proto == "in-distribution"
         if wanted:
             tr_lora = np.zeros_like(tr)  # its own train selection: n_train from the file
             row = evaluate("lora", p_all, fs, (proto, held, tr_lora, ca, te), cost, args)

@@ -169,6 +169,16 @@ def lora_lines(paths: list[Path]) -> list[str]:
                 ".venv-lora/bin/python benchmarks/heads/lora_baseline.py --benchmark amb-open "
                 "--train-limit 2000 --eval-limit 400 600 --threads 2 --without-category "
                 "spec_gaming --out benchmarks/heads/out", "```", ""]
+    loso = [p for p in paths if p.is_file()
+            and json.loads(p.read_text()).get("trained_without_source")]
+    if out and not loso:
+        out += ["Not trained without a source (the leave-one-source-out column is empty for "
+                "LoRA): one fit per amb-open source, each over an hour on 2 CPU cores. The "
+                "command for one source, whose JSON joins the table through "
+                "`trained_monitors.py --add-to ... --lora FILE`:", "", "```",
+                ".venv-lora/bin/python benchmarks/heads/lora_baseline.py --benchmark amb-open "
+                "--train-limit 2000 --eval-limit 400 600 --threads 2 --without-source SOURCE "
+                "--out benchmarks/heads/out", "```", ""]
     return out or lora_run(None)
 
 
@@ -188,7 +198,7 @@ def lora_run(path: Path | None) -> list[str]:
             f"{', '.join(st['target_modules'])}; lr {st['lr']}, batch {st['batch_size']}, "
             f"{st['epochs']} epoch, transcripts cut at {st['max_input_tokens']} tokens), "
             f"trained on {d['n']['train']} amb-open train samples"
-            + (f" without {d['trained_without']}" if d.get("trained_without") else "") + f" (whole pairs; its own "
+            + held_out_words(d) + " (whole pairs; its own "
             f"selection of the train split, not the probes' one) in {d['train_seconds']} s "
             f"({d['train_seconds'] / 60:.0f} min) on {d['threads']} CPU threads; scoring its "
             f"{d['n']['calib']} calib and {d['n']['test']} test samples took "
@@ -196,8 +206,17 @@ def lora_run(path: Path | None) -> list[str]:
             f"the first and last tenth of the steps: "
             + (f"{head:.3f} -> {tail:.3f}." if losses else "not recorded."),
             "", f"Its rows are in the tables above (recipe `lora`, `{path}`): "
-            + (f"the column of {d['trained_without']} trained without it."
-               if d.get("trained_without") else "the in-distribution columns.")]
+            + (f"the column of {d.get('trained_without') or d.get('trained_without_source')} "
+               "trained without it." if held_out_words(d) else "the in-distribution columns.")]
+
+
+def held_out_words(d: dict) -> str:
+    """' without C' / ' without source S' for a LoRA run trained without one, else ''."""
+    if d.get("trained_without"):
+        return f" without {d['trained_without']}"
+    if d.get("trained_without_source"):
+        return f" without source {d['trained_without_source']}"
+    return ""
 
 
 def lora_command(d: dict, lim: dict) -> str:
@@ -207,6 +226,8 @@ def lora_command(d: dict, lim: dict) -> str:
             f"{d['benchmark']} --train-limit {d['n']['train']} --eval-limit {lim['calib']} "
             f"{lim['test']} --threads {d['threads']}"
             + (f" --without-category {without}" if without else "")
+            + (f" --without-source {d['trained_without_source']}"
+               if d.get("trained_without_source") else "")
             + (f" --save-adapter {d['adapter']}" if d.get("adapter") else "")
             + " --out benchmarks/heads/out")
 
