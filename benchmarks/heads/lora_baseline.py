@@ -77,12 +77,11 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     samples = [s for s in load_benchmark(args.benchmark) if s.label is not None]
     by = {sp: [s for s in samples if s.split == sp] for sp in ("train", "calib", "test")}
-    pool = [s for s in by["train"] if s.category != args.without_category
-            and s.source != args.without_source]
-    if not pool or len(pool) == len(by["train"]) and (args.without_category
-                                                      or args.without_source):
-        ap.error(f"no train sample has category/source "
-                 f"{args.without_category or args.without_source!r} (or none is left)")
+    held = args.without_category or args.without_source
+    field = "category" if args.without_category else "source"
+    pool = [s for s in by["train"] if not held or getattr(s, field) != held]
+    if held and (not pool or len(pool) == len(by["train"])):
+        ap.error(f"no train sample has category/source {held!r} (or none is left)")
     train = select_pairs(pool, args.train_limit, args.seed)
     if len(args.eval_limit) > 2:
         ap.error("--eval-limit takes one or two values")
@@ -130,7 +129,6 @@ def main(argv=None) -> int:
               "losses": losses, "adapter_sha256": digest,
               "calimon_version": __version__, "scores": scores}
     args.out.mkdir(parents=True, exist_ok=True)
-    held = args.without_category or args.without_source
     tag = args.tag if args.tag is not None else (f"-without-{held}" if held else "")
     path = args.out / f"lora-{args.benchmark}{tag}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The shipped monitor heads/smollm2-135m/amb-open-monitor.bundle.yaml: a sequence head (the
 # score: attention-pooled over layer 15's response tokens, the best recipe of
-# benchmarks/results/trained-monitors.md), a token head (the evidence spans) and a Platt map, all trained on amb-open only (heads
-# on the train split, the map on the calib split), judged on the test split.
+# benchmarks/results/trained-monitors.md), a token head (the evidence spans) and a Platt map,
+# all trained on amb-open only (heads on the train split, the map on the calib split), judged on
+# the test split.
 #   bash benchmarks/heads/ship_monitor.sh                          # the committed bundle
 #   TRAIN_LIMIT=80 EVAL_LIMIT=80 NAME=try bash benchmarks/heads/ship_monitor.sh   # a quick check
 # Needs amb-open built (calimon data build amb-open --sources ../shared/sources). Features are

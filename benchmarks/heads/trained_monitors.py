@@ -168,8 +168,7 @@ def run_recipe(name: str, fit, fs, masks, args) -> list[dict]:
 def lora_rows(path: Path, fs, masks, args) -> list[dict]:
     """The LoRA baseline's rows from its per-sample calib and test scores: in distribution, or
     the leave-one-category-out (-source-out) row of the category (source) it was trained
-    without; a selected sample
-    it did not score counts as unscored (NaN), never as 0."""
+    without; a selected sample it did not score counts as unscored (NaN), never as 0."""
     d = json.loads(path.read_text())
     for sp in ("calib", "test"):
         mine = dataset_hash([s for s in fs.samples if s.split == sp])
@@ -275,7 +274,7 @@ def add_lora(args, argv) -> int:
         raise SystemExit("--add-to needs at least one --lora file")
     doc = json.loads(args.add_to.read_text())
     for k in ("benchmark", "model", "prompt", "max_input_tokens", "seed"):
-        args.__dict__[k] = doc[k]
+        setattr(args, k, doc[k])
     args.train_limit, args.eval_limit = doc["limits"]["train"], (doc["limits"]["calib"],
                                                                  doc["limits"]["test"])
     args.n_boot, args.recipes = doc["n_boot"], sorted({r["recipe"] for r in doc["rows"]}

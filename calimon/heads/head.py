@@ -200,7 +200,8 @@ class ProbeHead:
         if self.estimator != "attention":
             raise InputError(f"score_states is for attention heads; this is a {self.estimator} "
                              "head", field="estimator")
-        bad = [np.shape(H) for H in states if np.ndim(H) != 2 or np.shape(H)[1] != self.hidden_size]
+        bad = [np.shape(H) for H in states
+               if np.ndim(H) != 2 or np.shape(H)[1] != self.hidden_size]
         if bad:
             raise InputError(f"expected (tokens, {self.hidden_size}) states per transcript, got "
                              f"{bad[0]}", field="states")

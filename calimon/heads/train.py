@@ -1,5 +1,6 @@
 """Fitting heads from cached features: pair-grouped cross-validation, the layer sweep, the
-sequence head, the attention head and the token head. Everything here is deterministic given ``seed``.
+sequence head, the attention head and the token head. Everything here is deterministic given
+``seed``.
 
 Validation folds come from :func:`calimon.calibration.crossfit.make_folds` (scikit-learn's
 ``StratifiedGroupKFold`` over pair ids), so the two transcripts of a pair are always in the same
@@ -15,6 +16,7 @@ import numpy as np
 
 from calimon.calibration.crossfit import make_folds
 from calimon.errors import InputError
+from calimon.heads.attention import attention_scores, fit_attention_probe
 from calimon.heads.capture import POOLINGS
 from calimon.heads.features import FeatureSet
 from calimon.heads.head import (
@@ -140,8 +142,6 @@ def fit_attention_head(fs: FeatureSet, layer: int, *,
     """An attention-pooled probe (`calimon.heads.attention`) on the per-token states of
     ``layer``: the L2 weight by pair-grouped CV AUROC on ``fs`` (ties: the larger weight),
     then fitted on all of ``fs``."""
-    from calimon.heads.attention import attention_scores, fit_attention_probe
-
     y = fs.y
     states = [fs.token_states(i, layer) for i in range(len(fs.samples))]
     folds, k, _ = make_folds(y, list(fs.groups), n_splits, seed)

@@ -216,8 +216,8 @@ def _card(s: HeadTrainSettings, head, backend, prompt, train: list[Sample], fs: 
 
 def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...]):
     """(head, layer sweep or None, cross-validated metrics, fit parameters) on the train
-    features: a sequence head at ``s.layer`` (or the sweep's best layer), or a token head at
-    the candidate layer with the best CV AUROC."""
+    features: a sequence head at ``s.layer`` (or the sweep's best layer), or a token or
+    attention head at the candidate layer with the best CV AUROC."""
     sweep, metrics, params = None, {}, {}
     if s.estimator == "attention":
         return _fit_attention(fs, s, token_layers)
