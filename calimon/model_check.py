@@ -82,7 +82,8 @@ def check_model(name_or_path: str, prompt: str = "direct", vllm: bool = True,
     Raises ModelNotAvailableError (with how to get the weights) when they are not here."""
     template = load_prompt(prompt)
     spec = MonitorSpec(model=name_or_path, prompt=prompt, options={"device": device})
-    backend = spec.build_backend()  # resolves the model; weights load on first use
+    # its own backend, closed after the check: `check_all` loads one model after another
+    backend = spec.build_backend(shared=False)  # resolves the model; weights load on first use
     try:
         facts, load = model_facts(backend)
         shown, prompt_check = render_check(backend, template)
@@ -227,7 +228,7 @@ def compare_vllm(spec: MonitorSpec, template: PromptTemplate, scores: dict[str, 
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     readouts = [r for r in template.formats if r in ANSWER_WORDS]
     backend = MonitorSpec(model=spec.model, backend="vllm", prompt=spec.prompt,
-                          options=_vllm_options()).build_backend()
+                          options=_vllm_options()).build_backend(shared=False)
     diffs: dict[str, float | None] = {}
     try:
         for readout in readouts:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calimon import __version__
-from calimon.backends import model_for
+from calimon.backends import check_backend_model, model_for, release
 from calimon.data.registry import load_benchmark
 from calimon.engines import MonitorSpec, RunSettings, Scorer, api_usage
 from calimon.errors import InputError
@@ -111,15 +111,23 @@ def binary_monitors(s: CurveSettings) -> list[tuple[str, str]]:
 
 
 def run_curve(s: CurveSettings, progress: Progress | None = None,
-              log: Callable[[str], None] = lambda m: None) -> CurveRun:
+              log: Callable[[str], None] = lambda m: None, *, backend=None) -> CurveRun:
     """`calimon curve`: score the evaluated (and fit) samples through the scoring service
     (local or Ray engine; the store's readings are reused), score the binary-protocol
-    prompts on whole pairs, then calibrate, sweep thresholds and write the run folder."""
+    prompts on whole pairs, then calibrate, sweep thresholds and write the run folder.
+
+    ``backend``: an already-built backend of the settings' model to score with (the caller
+    keeps it); default: the process's shared one for the settings (`build_backend`)."""
     spec = monitor_spec(s)
     binary_monitors(s)  # an unknown decoding fails before any work
     resolved = model_for(spec)  # first: a missing model fails before any other work
-    backend = spec.build_backend()  # then a bad backend name or option (no weights load here)
+    owned = backend is None
+    if owned:
+        backend = spec.build_backend()  # then a bad backend name or option (no weights yet)
+    else:
+        check_backend_model(backend, resolved)
     engine = s.engine_settings()
+    usage0 = api_usage(backend)
     try:
         samples = load_benchmark(s.benchmark)
         evaluate, fit = _eval_and_fit_sets(samples, s)
@@ -143,9 +151,10 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
                                                       label=f"{label}/binary")
             model_calls = scorer.model_calls
             timing = {"scoring_seconds": time.perf_counter() - started, "scored": todo,
-                      "model_calls": model_calls, **api_usage(backend)}
+                      "model_calls": model_calls, **api_usage(backend, since=usage0)}
     finally:
-        backend.close()  # e.g. vLLM's engine processes
+        if owned:
+            release(backend)  # a shared backend stays loaded; calimon.backends.drop_backends
     from calimon.curve_outputs import write_curve_outputs
 
     summary = write_curve_outputs(

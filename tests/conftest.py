@@ -22,6 +22,34 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"CALIMON_STRICT_SKIPS=1: a required test skipped: {reason}"
 
 
+MODEL_FIXTURES = ("smol_backend",)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that loads the embedded model must carry the `model` mark (a module's
+    ``pytestmark``, not another name pytest ignores): the marker suites select by it."""
+    unmarked = [item.nodeid for item in items
+                if set(MODEL_FIXTURES) & set(getattr(item, "fixturenames", ()))
+                and item.get_closest_marker("model") is None]
+    if unmarked:
+        raise pytest.UsageError("tests that load the model without the `model` mark: "
+                                + ", ".join(unmarked))
+
+
+SESSION_BACKENDS: list = []  # the session fixtures' shared backends, kept between tests
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shared_backends():
+    """Each test starts with only the session's shared backends (the real models): a stand-in
+    or fault-injecting backend a test's study built through `build_backend` is dropped after
+    it, as a new process would not have it."""
+    yield
+    from calimon.backends import drop_backends
+
+    drop_backends(keep=tuple(SESSION_BACKENDS))
+
+
 @pytest.fixture(scope="session")
 def smol():
     """The embedded SmolLM2-135M (converted once into the calimon cache)."""
@@ -30,13 +58,22 @@ def smol():
     return resolve_model("smollm2-135m")
 
 
-@pytest.fixture(scope="session")
-def smol_backend(smol):
-    """The embedded model on the transformers backend, made by the backend factory."""
-    from calimon.backends import build_backend
+def default_backend(model: str):
+    """The process's shared backend for ``model`` with the command line's default options
+    (`calimon.backends.build_backend` memoizes it), so a study run with default settings and a
+    test that asks for the fixture score with the same loaded model."""
+    from calimon.backends import backend_options, build_backend
     from calimon.engines import MonitorSpec
 
-    return build_backend(MonitorSpec(model="smollm2-135m", options={"device": "cpu"}))
+    backend = build_backend(MonitorSpec(model=model, options=backend_options("transformers")))
+    SESSION_BACKENDS.append(backend)
+    return backend
+
+
+@pytest.fixture(scope="session")
+def smol_backend(smol):
+    """The embedded model on the transformers backend (the session's one SmolLM2)."""
+    return default_backend("smollm2-135m")
 
 
 @dataclass(frozen=True)
@@ -78,8 +115,56 @@ def tiny_qwen3():
 
 @pytest.fixture(scope="session")
 def tiny_qwen3_backend(tiny_qwen3):
-    """The tiny Qwen3 on the transformers backend, made by the backend factory."""
-    from calimon.backends import build_backend
+    """The tiny Qwen3 on the transformers backend (the session's one tiny-qwen3)."""
+    return default_backend("tiny-qwen3")
+
+
+# -- vLLM: one offline engine and one `vllm serve` per model per test run ----------------------
+# Every vllm-marked test shares these (each engine start costs about a minute on 2 cores). The
+# offline engines are the process's shared backends (`build_backend`), so a study or a CLI run
+# in this process with the same model and options (`--backend vllm --kv-cache-gib 1`) scores
+# with the same engine instead of starting another.
+
+def _vllm_engine(model: str):
+    pytest.importorskip("vllm")
+    from calimon.backends import build_backend, drop_backends
     from calimon.engines import MonitorSpec
 
-    return build_backend(MonitorSpec(model="tiny-qwen3", options={"device": "cpu"}))
+    spec = MonitorSpec(model=model, backend="vllm", options={"kv_cache_gib": 1})
+    backend = build_backend(spec)
+    SESSION_BACKENDS.append(backend)
+    yield backend
+    SESSION_BACKENDS.remove(backend)
+    drop_backends(spec)
+
+
+@pytest.fixture(scope="session")
+def vllm_offline(smol):
+    """vLLM's offline engine of the embedded model (the session's one)."""
+    yield from _vllm_engine("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(smol, tmp_path_factory):
+    """`vllm serve` of the embedded model on loopback (the session's one); its /v1 URL."""
+    from vllm_serve import serve_with_vllm
+
+    log = tmp_path_factory.mktemp("vllm") / "serve.log"
+    with serve_with_vllm(smol.path, "smollm2-135m", log) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_vllm_offline(tiny_qwen3):
+    """vLLM's offline engine of tiny-qwen3 (the session's one)."""
+    yield from _vllm_engine("tiny-qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_vllm_server(tiny_qwen3, tmp_path_factory):
+    """`vllm serve` of tiny-qwen3 on loopback (the session's one); its /v1 URL."""
+    from vllm_serve import serve_with_vllm
+
+    log = tmp_path_factory.mktemp("vllm") / "serve.log"
+    with serve_with_vllm(tiny_qwen3.path, "tiny-qwen3", log, max_model_len=4096) as url:
+        yield url

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from conftest import toy_samples
-from test_backend_http import vllm_server  # noqa: F401  (module fixture: a real server)
 
 from calimon.backends.http_backend import HTTPBackend
 from calimon.monitor import Monitor
@@ -16,18 +15,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.model]
 TOLERANCE = 1e-3  # seen: about 1e-5 (fp32 on CPU, different kernels and batch shapes)
 
 
-@pytest.fixture(scope="module")
-def vllm_offline(smol):
-    pytest.importorskip("vllm")
-    from calimon.backends.vllm_backend import VLLMBackend
-
-    be = VLLMBackend(smol, kv_cache_gib=1)
-    yield be
-    be.close()
-
-
 @pytest.mark.parametrize("prompt, readout", [("direct", "verdict"), ("evidence", "json")])
-def test_backends_agree(smol_backend, vllm_offline, vllm_server, smol, prompt,  # noqa: F811
+def test_backends_agree(smol_backend, vllm_offline, vllm_server, smol, prompt,
                         readout):
     samples = toy_samples(3)
     template = load_prompt(prompt)

@@ -17,7 +17,6 @@ import json
 
 import pytest
 from conftest import toy_samples
-from test_backend_http import vllm_server  # noqa: F401  (module fixture: a real server)
 
 from calimon.backends.chat_backend import ChatBackend
 from calimon.models import describe_api_model
@@ -36,7 +35,7 @@ def chat(url, tmp_path, **kw):
 
 
 @pytest.mark.parametrize("prompt, readout", [("direct", "verdict"), ("evidence", "json")])
-def test_chat_api_agrees_with_transformers(smol_backend, vllm_server, tmp_path,  # noqa: F811
+def test_chat_api_agrees_with_transformers(smol_backend, vllm_server, tmp_path,
                                            prompt, readout):
     samples = toy_samples(3)
     template = load_prompt(prompt)
@@ -75,7 +74,7 @@ def _top20_readings(backend, template, readout, samples) -> list[float]:
     return out
 
 
-def test_sampled_and_verbal_run_on_the_api_and_sampling_is_seeded(vllm_server,  # noqa: F811
+def test_sampled_and_verbal_run_on_the_api_and_sampling_is_seeded(vllm_server,
                                                                   tmp_path):
     samples = toy_samples(1)
     template = load_prompt("direct")
@@ -92,7 +91,7 @@ def test_sampled_and_verbal_run_on_the_api_and_sampling_is_seeded(vllm_server,  
     assert all(v.p_raw is None or 0 <= v.p_raw <= 1 for v in verbal)
 
 
-def test_curve_on_the_api_matches_the_transformers_operating_points(vllm_server,  # noqa: F811
+def test_curve_on_the_api_matches_the_transformers_operating_points(vllm_server,
                                                                     tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

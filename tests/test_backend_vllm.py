@@ -57,23 +57,15 @@ def test_missing_vllm_names_the_install_line(smol):
         VLLMBackend(smol).next_token_logprobs([[1, 2, 3]])
 
 
-@pytest.fixture(scope="module")
-def vllm_backend(smol):
-    pytest.importorskip("vllm")
-    be = VLLMBackend(smol, kv_cache_gib=1)
-    yield be
-    be.close()
-
-
 @pytest.mark.vllm
 @pytest.mark.model
-def test_distribution_is_exact_at_answer_ids_and_sums_to_one(vllm_backend):
-    mon = Monitor(vllm_backend, load_prompt("direct"), "verdict")
+def test_distribution_is_exact_at_answer_ids_and_sums_to_one(vllm_offline):
+    mon = Monitor(vllm_offline, load_prompt("direct"), "verdict")
     prompts = [mon.encoder.encode(s.request, s.response).ids for s in toy_samples(2)]
-    out = vllm_backend.next_token_logprobs(prompts, mon.encoder.prefix_len)
-    assert out.shape == (4, vllm_backend.vocab_size) and out.dtype == np.float32
+    out = vllm_offline.next_token_logprobs(prompts, mon.encoder.prefix_len)
+    assert out.shape == (4, vllm_offline.vocab_size) and out.dtype == np.float32
     assert np.exp(out.astype(np.float64)).sum(axis=1) == pytest.approx(np.ones(4), abs=1e-5)
-    pos, neg = answer_token_ids(vllm_backend.tokenizer, "verdict")
+    pos, neg = answer_token_ids(vllm_offline.tokenizer, "verdict")
     assert np.isfinite(out[:, np.concatenate([pos, neg])]).all()
     verdicts = mon.score(toy_samples(2))
     assert all(v.status == "ok" and 0 <= v.p_raw <= 1 for v in verdicts)
@@ -83,38 +75,38 @@ def test_distribution_is_exact_at_answer_ids_and_sums_to_one(vllm_backend):
 
 @pytest.mark.vllm
 @pytest.mark.model
-def test_top_k_mode_matches_answer_id_mode_on_returned_ids(smol, vllm_backend):
-    mon = Monitor(vllm_backend, load_prompt("direct"), "json")
+def test_top_k_mode_matches_answer_id_mode_on_returned_ids(smol, vllm_offline):
+    mon = Monitor(vllm_offline, load_prompt("direct"), "json")
     prompts = [mon.encoder.encode(s.request, s.response).ids for s in toy_samples(1)]
-    exact = vllm_backend.next_token_logprobs(prompts)
-    vllm_backend.answer_ids = False
+    exact = vllm_offline.next_token_logprobs(prompts)
+    vllm_offline.answer_ids = False
     try:
-        top = vllm_backend.next_token_logprobs(prompts)
+        top = vllm_offline.next_token_logprobs(prompts)
     finally:
-        vllm_backend.answer_ids = True
+        vllm_offline.answer_ids = True
     best = np.argsort(-top, axis=1)[:, :5]
     for row, ids in enumerate(best):
         for i in ids:
-            if np.isfinite(exact[row, i]) and i in set(vllm_backend._answer_ids):
+            if np.isfinite(exact[row, i]) and i in set(vllm_offline._answer_ids):
                 assert top[row, i] == pytest.approx(exact[row, i], abs=1e-4)
     assert np.exp(top.astype(np.float64)).sum(axis=1) == pytest.approx([1.0, 1.0], abs=1e-5)
 
 
 @pytest.mark.vllm
 @pytest.mark.model
-def test_generate_stops_at_end_of_turn_and_second_run_makes_no_calls(vllm_backend, tmp_path):
-    mon = Monitor(vllm_backend, load_prompt("direct"), "binary")
+def test_generate_stops_at_end_of_turn_and_second_run_makes_no_calls(vllm_offline, tmp_path):
+    mon = Monitor(vllm_offline, load_prompt("direct"), "binary")
     prompts = [mon.encoder.encode(s.request, s.response).ids for s in toy_samples(1)]
-    out = vllm_backend.generate(prompts, max_new_tokens=8)
-    end = vllm_backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    out = vllm_offline.generate(prompts, max_new_tokens=8)
+    end = vllm_offline.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert len(out) == 2 and all(0 < len(x) <= 8 and end not in x for x in out)
     samples = toy_samples(2)
     with RunStore(tmp_path / "s.sqlite") as st:
-        verdict = Monitor(vllm_backend, load_prompt("direct"), "verdict")
+        verdict = Monitor(vllm_offline, load_prompt("direct"), "verdict")
         first = score_with_store(verdict, samples, st)
-        calls = vllm_backend.forward_calls
+        calls = vllm_offline.forward_calls
         assert score_with_store(verdict, samples, st) == first
-        assert vllm_backend.forward_calls == calls
+        assert vllm_offline.forward_calls == calls
 
 
 def test_kv_cache_size_is_whole_gib_as_vllm_parses_it(smol, tmp_path):
@@ -137,8 +129,7 @@ def test_kv_cache_size_is_whole_gib_as_vllm_parses_it(smol, tmp_path):
 
 @pytest.mark.vllm
 @pytest.mark.model
-def test_curve_runs_on_the_vllm_backend_and_records_it(smol, tmp_path):
-    pytest.importorskip("vllm")
+def test_curve_runs_on_the_vllm_backend_and_records_it(vllm_offline, tmp_path):
     import json
 
     from typer.testing import CliRunner
@@ -147,11 +138,13 @@ def test_curve_runs_on_the_vllm_backend_and_records_it(smol, tmp_path):
     from calimon.samples import write_samples
 
     bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
-    args = ["curve", "--backend", "vllm", "--kv-cache-gib", "1", "--model", str(smol.path),
+    args = ["curve", "--backend", "vllm", "--kv-cache-gib", "1", "--model", "smollm2-135m",
             "--benchmark", str(bench), "--no-binary", "--n-boot", "10", "--store",
             str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "run"), "--json", "--quiet"]
-    res = CliRunner().invoke(app, args)  # builds its own engine and closes it at the end
+    calls = vllm_offline.forward_calls
+    res = CliRunner().invoke(app, args)  # in this process: the session's shared engine
     assert res.exit_code == 0, res.output
+    assert vllm_offline.forward_calls > calls  # no second engine was started
     doc = json.loads((tmp_path / "run" / "curve.json").read_text())
     assert doc["counts"]["status"] == {"ok": 8}, doc["counts"]
     assert doc["run"]["backend"] == doc["provenance"]["backend"] == "vllm"

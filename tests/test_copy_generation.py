@@ -189,26 +189,24 @@ def test_blocked_positions_are_never_copied():
 
 @pytest.mark.vllm
 @pytest.mark.model
-def test_vllm_copy_quotes_are_grounded_and_follow_the_same_greedy_choice(smol, smol_backend):
+def test_vllm_copy_quotes_are_grounded_and_follow_the_same_greedy_choice(vllm_offline,
+                                                                       smol_backend):
     """Through vLLM (allowed_token_ids): every quote grounded, and where the transformers
     backend's greedy choice among the allowed tokens is clear (margin > 0.05 nats), vLLM makes
     the same one."""
-    pytest.importorskip("vllm")
-    from calimon.backends.vllm_backend import VLLMBackend
-
+    be = vllm_offline
     prompt = smol_backend.tokenizer("The capital of France is", add_special_tokens=False)
     allowed = smol_backend.tokenizer(" Paris London Rome Berlin", add_special_tokens=False)
     ids, allowed = prompt["input_ids"], allowed["input_ids"]
     lp = smol_backend.next_token_logprobs([ids])[0][allowed]
     margin = np.sort(lp)[-1] - np.sort(lp)[-2]
-    with VLLMBackend(smol, kv_cache_gib=1) as be:
-        got = be.greedy_among([ids], [allowed])[0]
-        if margin > 0.05:
-            assert got == smol_backend.greedy_among([ids], [allowed])[0]
-        assert got in allowed
-        quoter = CopyQuoter(be, load_prompt("evidence"), CopySettings(max_tokens=8))
-        for i, text in enumerate(_texts()):
-            s = Sample(id=f"x{i}", request="Answer the user.", response=text, label=True,
-                       category="safety", task="qa", pair_id=f"x{i}")
-            spans = copied_spans(quoter.quote(s), text)
-            assert spans and all(text[q.start:q.end] == q.quote for q in spans)
+    got = be.greedy_among([ids], [allowed])[0]
+    if margin > 0.05:
+        assert got == smol_backend.greedy_among([ids], [allowed])[0]
+    assert got in allowed
+    quoter = CopyQuoter(be, load_prompt("evidence"), CopySettings(max_tokens=8))
+    for i, text in enumerate(_texts()):
+        s = Sample(id=f"x{i}", request="Answer the user.", response=text, label=True,
+                   category="safety", task="qa", pair_id=f"x{i}")
+        spans = copied_spans(quoter.quote(s), text)
+        assert spans and all(text[q.start:q.end] == q.quote for q in spans)

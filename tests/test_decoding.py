@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from conftest import toy_samples
 from fakes_http import FakeServer
-from test_backend_http import vllm_server  # noqa: F401  (module fixture: a real server)
 
 from calimon.backends.base import BackendBase, CapabilityError
 from calimon.decoding import continuation_regex, json_constraint
@@ -207,14 +206,10 @@ def test_the_binary_point_lies_on_the_curve_transformers(smol_backend):
 
 @pytest.mark.vllm
 @pytest.mark.model
-def test_the_binary_point_lies_on_the_curve_vllm(smol, smol_backend):
+def test_the_binary_point_lies_on_the_curve_vllm(vllm_offline, smol_backend):
     """The same through vLLM's offline engine (its own structured outputs); the first step is
     recomputed from the transformers backend's log-probs (the same weights)."""
-    pytest.importorskip("vllm")
-    from calimon.backends.vllm_backend import VLLMBackend
-
-    with VLLMBackend(smol, kv_cache_gib=1) as be:
-        counts = check_consistency(be, tokenizer_backend=smol_backend)
+    counts = check_consistency(vllm_offline, tokenizer_backend=smol_backend)
     assert counts.get("unexplained", 0) == 0
     assert counts["decided true"] > 0 and counts["decided false"] > 0
     assert counts["agree"] >= len(consistency_samples()) - 1
@@ -223,7 +218,7 @@ def test_the_binary_point_lies_on_the_curve_vllm(smol, smol_backend):
 @pytest.mark.vllm
 @pytest.mark.model
 def test_the_binary_point_lies_on_the_curve_vllm_serve(smol, smol_backend,
-                                                       vllm_server):  # noqa: F811
+                                                       vllm_server):
     """And through `vllm serve` (/v1/completions with the structured_outputs field)."""
     from calimon.backends.http_backend import HTTPBackend
 

@@ -31,9 +31,6 @@ def test_collector_pools_only_the_response_rows():
     assert got["tokens"][0].shape == (2, 1, 3) and got["tokens"][1].shape == (0, 1, 3)
 
 
-pytestmark_model = pytest.mark.model
-
-
 def _encoded(backend, n_pairs=2):
     mon = Monitor(backend, load_prompt("direct"), "verdict")
     enc = [mon.encoder.encode(s.request, s.response) for s in toy_samples(n_pairs)]

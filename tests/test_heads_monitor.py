@@ -145,7 +145,7 @@ def test_feature_cache_serves_repeats_without_the_model(smol_backend, heads, tmp
     assert np.allclose(first.pooled, fs.pooled[:4], rtol=1e-3, atol=1e-3)
 
 
-def test_curve_runs_on_a_probe_readout(heads, tmp_path, monkeypatch):
+def test_curve_runs_on_a_probe_readout(smol_backend, heads, tmp_path, monkeypatch):
     from calimon.pipeline import CurveSettings, run_curve
     from calimon.samples import write_samples
 
@@ -153,7 +153,7 @@ def test_curve_runs_on_a_probe_readout(heads, tmp_path, monkeypatch):
     bench = write_samples(toy_samples(6), tmp_path / "toy.jsonl")
     run = run_curve(CurveSettings(benchmark=str(bench), readout="probe:toy-seq",
                                   binary_prompts=(), n_boot=10, store=tmp_path / "s.sqlite",
-                                  out=tmp_path / "run"))
+                                  out=tmp_path / "run"), backend=smol_backend)
     doc = json.loads((run.out / "curve.json").read_text())
     assert doc["provenance"]["readout"] == "probe:toy-seq"
     assert doc["counts"]["scored"] == 12
@@ -170,7 +170,7 @@ def test_curve_on_a_token_head_writes_token_scores_and_the_report_shows_them(
     bench = write_samples(samples, tmp_path / "toy.jsonl")
     run = run_curve(CurveSettings(benchmark=str(bench), readout="probe:toy-token",
                                   binary_prompts=(), n_boot=10, store=tmp_path / "s.sqlite",
-                                  out=tmp_path / "run"))
+                                  out=tmp_path / "run"), backend=smol_backend)
     lines = [json.loads(x) for x in (run.out / "token_scores.jsonl").read_text().splitlines()]
     assert sorted(r["id"] for r in lines) == sorted(s.id for s in samples)
     mon = make_monitor(smol_backend, load_prompt("direct"), "probe:toy-token",
@@ -213,7 +213,8 @@ def test_an_attention_head_trained_by_heads_train_scores_live_as_on_cached_featu
     done = train_head(HeadTrainSettings(name="toy-att", benchmark=str(bench),
                                         model="smollm2-135m", prompt="direct",
                                         estimator="attention", layer=ATT_LAYER,
-                                        evaluate=False, out=root, device="cpu"))
+                                        evaluate=False, out=root, device="cpu"),
+                      backend=smol_backend)
     card = done.card
     assert (card.kind, card.estimator, card.pooling, card.layer) == \
         ("sequence", "attention", "attention", ATT_LAYER)

@@ -27,6 +27,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -198,10 +199,13 @@ def test_demo_then_every_usage_command_runs_in_order(tmp_path):
     try:
         for line in lines:
             args = _prepare(line, server.url)
+            started = time.perf_counter()
             r = subprocess.run([sys.executable, "-c", "from calimon.cli import main; main()",
                                 *args[1:]], cwd=work, env=env, capture_output=True, text=True,
                                timeout=1200)
             said = r.stdout + r.stderr
+            print(f"journey: {time.perf_counter() - started:6.1f} s  exit {r.returncode}  "
+                  f"{shlex.join(args)}")  # shown with -s: where the suite's time goes
             assert "Traceback" not in said, f"{line}\n{said[-3000:]}"
             if r.returncode == 0:
                 continue

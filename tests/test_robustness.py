@@ -279,8 +279,9 @@ def test_study_counts_flips_through_the_store(smol, tmp_path, monkeypatch):
     assert f"| {fa['far_clean']:.2f} [{fa['far_clean_ci'][0]:.2f}, " in row  # benign side
     assert doc["clean"]["mean_prompt_tokens"] > 0
 
+    calls = made[-1].forward_calls  # one backend per process: the rerun gets this one
     again = run_robustness(_settings(smol, tmp_path, out=tmp_path / "out2"))
-    assert made[-1].forward_calls == 0  # every reading came from the store
+    assert made[-1].forward_calls == calls  # every reading came from the store
     assert json.loads((again.out / "robustness.json").read_text())["results"] == doc["results"]
 
 

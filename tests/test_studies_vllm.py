@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 from conftest import toy_samples
-from test_backend_http import vllm_server  # noqa: F401  (module fixture: a real server)
 
 from calimon.engines import BackendSettings
 from calimon.samples import write_samples
@@ -59,7 +58,7 @@ def test_span_study_on_the_vllm_backend(bench, reference, tmp_path):
     assert again.summary["model_calls"] == 0 and again.records() == got.records()
 
 
-def test_span_study_on_a_real_vllm_server(bench, reference, tmp_path, vllm_server):  # noqa: F811
+def test_span_study_on_a_real_vllm_server(bench, reference, tmp_path, vllm_server):
     settings = BackendSettings(backend="http", base_url=vllm_server,
                                served_model="smollm2-135m", concurrency=4)
     got = study(bench, tmp_path / "s.sqlite", settings)

@@ -9,7 +9,6 @@ import json
 
 import pytest
 from conftest import toy_samples
-from test_backend_http import serve_with_vllm
 
 from calimon.backends.http_backend import HTTPBackend
 from calimon.monitor import Monitor
@@ -18,23 +17,6 @@ from calimon.prompts import load_prompt
 pytestmark = [pytest.mark.vllm]
 
 TOLERANCE = 1e-4  # p_raw; format_mass (the mass outside the answers) within 1e-3
-
-
-@pytest.fixture(scope="module")
-def vllm_offline(tiny_qwen3):
-    pytest.importorskip("vllm")
-    from calimon.backends.vllm_backend import VLLMBackend
-
-    be = VLLMBackend(tiny_qwen3, kv_cache_gib=1)
-    yield be
-    be.close()
-
-
-@pytest.fixture(scope="module")
-def tiny_server(tiny_qwen3, tmp_path_factory):
-    log = tmp_path_factory.mktemp("vllm") / "serve.log"
-    with serve_with_vllm(tiny_qwen3.path, "tiny-qwen3", log, max_model_len=4096) as url:
-        yield url
 
 
 def _agree(ref, got, name):
@@ -48,13 +30,15 @@ def _agree(ref, got, name):
 
 
 @pytest.mark.parametrize("prompt, readout", [("direct", "verdict"), ("evidence", "json")])
-def test_vllm_backends_agree_with_transformers(tiny_qwen3, tiny_qwen3_backend, vllm_offline,
-                                               tiny_server, prompt, readout):
+def test_vllm_backends_agree_with_transformers(tiny_qwen3, tiny_qwen3_backend,
+                                               tiny_qwen3_vllm_offline, tiny_qwen3_vllm_server,
+                                               prompt, readout):
     samples = toy_samples(3)
     template = load_prompt(prompt)
     ref = Monitor(tiny_qwen3_backend, template, readout).score(samples)
-    _agree(ref, Monitor(vllm_offline, template, readout).score(samples), "vllm")
-    http = HTTPBackend(tiny_qwen3, tiny_server, served_model="tiny-qwen3", concurrency=4)
+    _agree(ref, Monitor(tiny_qwen3_vllm_offline, template, readout).score(samples), "vllm")
+    http = HTTPBackend(tiny_qwen3, tiny_qwen3_vllm_server, served_model="tiny-qwen3",
+                       concurrency=4)
     _agree(ref, Monitor(http, template, readout).score(samples), "vllm serve")
 
 

@@ -1,13 +1,18 @@
 """Model backends: batch in, batch out. Heavy imports happen inside each backend module.
 
 `Backend` (calimon.backends.base) is the contract; `build_backend(spec)` is the one place a
-backend is made, from a JSON-able spec (backend name, model, options). BACKENDS maps names to
-lazy "module:class" strings; third parties add entries through the `calimon.backends`
-entry-point group.
+backend is made, from a JSON-able spec (backend name, model, options). Like Inspect's
+`get_model`, it is memoized: the same spec gives the same backend object within a process, so
+a model loads once however many studies score with it; `drop_backends()` closes and forgets
+them (called at exit). BACKENDS maps names to lazy "module:class" strings; third parties add
+entries through the `calimon.backends` entry-point group.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
+import threading
 from typing import Any, Protocol
 
 from calimon.backends.base import (
@@ -24,6 +29,7 @@ from calimon.backends.base import (
 )
 from calimon.backends.options import OPTIONS, backend_options, check_options
 from calimon.backends.registry import BACKENDS, backend_class, backends_with
+from calimon.errors import InputError
 
 
 class BackendSpec(Protocol):
@@ -34,14 +40,63 @@ class BackendSpec(Protocol):
     options: dict[str, Any]
 
 
-def build_backend(spec: BackendSpec) -> Backend:
+_LOADED: dict[tuple[type, str], Backend] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def backend_key(spec: BackendSpec) -> tuple[type, str]:
+    """What makes two specs the same backend: the class registered under its name (a name
+    registered anew is another backend), its model and its checked options."""
+    options = check_options(spec.backend, spec.options)
+    return (backend_class(spec.backend),
+            json.dumps([spec.backend, spec.model, options], sort_keys=True, default=str))
+
+
+def build_backend(spec: BackendSpec, *, shared: bool = True) -> Backend:
     """The backend ``spec`` describes: ``spec.backend`` names the class, ``spec.model`` the
     model (a config name or a folder), ``spec.options`` its checked options. No weights load
-    here: every backend loads on first use."""
+    here: every backend loads on first use.
+
+    ``shared`` (default): the backend already built in this process for an equal spec, if any
+    (callers must not close it; `drop_backends` does); False: a new one the caller owns."""
 
     cls = backend_class(spec.backend)
     options = check_options(spec.backend, spec.options)
-    return cls(model_for(spec), **options)
+    if not shared:
+        return cls(model_for(spec), **options)
+    key = backend_key(spec)
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = cls(model_for(spec), **options)
+        return _LOADED[key]
+
+
+def is_shared(backend: Backend) -> bool:
+    """Whether ``backend`` is one `build_backend` keeps for the process (so not the caller's
+    to close)."""
+    return any(b is backend for b in _LOADED.values())
+
+
+def release(backend: Backend) -> None:
+    """Done with ``backend``: close it unless it is shared (a shared one stays loaded for the
+    next caller until `drop_backends`)."""
+    if not is_shared(backend):
+        backend.close()
+
+
+def drop_backends(spec: BackendSpec | None = None, *, keep: tuple[Backend, ...] = ()) -> int:
+    """Close and forget the process's shared backend for ``spec`` (None: all of them but
+    those in ``keep``), so the next `build_backend` loads anew; returns how many were dropped."""
+    with _LOADED_LOCK:
+        keys = ([k for k in [backend_key(spec)] if k in _LOADED] if spec is not None else
+                [k for k, b in _LOADED.items() if not any(b is x for x in keep)])
+        dropped = [_LOADED.pop(k) for k in keys]
+    for backend in dropped:
+        backend.close()
+    return len(dropped)
+
+
+atexit.register(drop_backends)
 
 
 def model_for(spec: BackendSpec):
@@ -55,6 +110,15 @@ def model_for(spec: BackendSpec):
     return resolve_model(spec.model)
 
 
+def check_backend_model(backend: Backend, resolved) -> None:
+    """A backend handed to a study must hold the model its settings name (the study records
+    that model in its provenance): one-line InputError otherwise."""
+    got = getattr(getattr(backend, "model_ref", None), "name", None)
+    if got is not None and got != resolved.name:
+        raise InputError(f"the backend given holds model {got!r}; the settings name "
+                         f"{resolved.name!r}", field="model")
+
+
 def supports_class(cls: type, capability: type) -> bool:
     """Whether the backend class declares ``capability``."""
     return capability in getattr(cls, "capabilities", frozenset())
@@ -62,5 +126,6 @@ def supports_class(cls: type, capability: type) -> bool:
 
 __all__ = ["AllowedTokens", "BACKENDS", "OPTIONS", "Backend", "BackendSpec", "CapabilityError", "Constrained",
            "HiddenStates",
-           "LocalWeights", "Messages", "Sampling", "backend_class", "backend_options", "backends_with", "build_backend",
-           "check_options", "model_for", "requires", "supports"]
+           "LocalWeights", "Messages", "Sampling", "backend_class", "backend_key", "check_backend_model", "backend_options",
+           "backends_with", "build_backend", "check_options", "drop_backends", "is_shared",
+           "model_for", "release", "requires", "supports"]

@@ -74,6 +74,7 @@ def score_benchmark(settings: RunSettings, *, chunk_size: int = 32,
     monitor = spec.build()  # resolves the model and checks the readout before any work
     samples = select(load_benchmark(settings.benchmark), limit=settings.limit,
                      seed=settings.seed, labelled=False)
+    usage0 = api_usage(monitor.backend)
     with RunStore(store) as st:
         scorer = Scorer(spec, st, engine=settings.engine_settings(chunk_size),
                         progress=progress, backend=monitor.backend)
@@ -91,15 +92,23 @@ def score_benchmark(settings: RunSettings, *, chunk_size: int = 32,
             "template_hash": monitor.key.template_hash, "readout": readout,
             "defenses": list(settings.defense),
             "store": str(store), "export": str(export) if export else None,
-            **api_usage(monitor.backend)}
+            **api_usage(monitor.backend, since=usage0)}
 
 
-def api_usage(backend) -> dict[str, Any]:
+def api_usage(backend, since: dict[str, Any] | None = None) -> dict[str, Any]:
     """``{"api_usage": ...}`` for a backend behind a chat API (requests, journal hits, failed
-    requests, tokens, cost), else ``{}``."""
+    requests, tokens, cost), else ``{}``. ``since``: an earlier `api_usage` of the same
+    backend, subtracted (a shared backend's counts cover every run of the process)."""
     from calimon.backends import Messages, supports
 
-    return {"api_usage": backend.usage} if supports(backend, Messages) else {}
+    if not supports(backend, Messages):
+        return {}
+    usage = backend.usage
+    before = (since or {}).get("api_usage") or {}
+    for name, value in before.items():
+        if isinstance(value, int | float) and isinstance(usage.get(name), int | float):
+            usage[name] = usage[name] - value
+    return {"api_usage": usage}
 
 
 EXPORT_SAMPLE_FIELDS = ("id", "pair_id", "label", "category", "task", "split", "source")

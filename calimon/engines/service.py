@@ -5,8 +5,8 @@ path by which a study turns samples into readings.
         readings = scorer.score(samples, label="direct/verdict")
         quotes = scorer.score(bad, scorer.monitor("evidence", "binary"), label="quotes")
 
-The backend is built once from the spec (`calimon.backends.build_backend`), lazily, and closed
-with the service. Every reading goes through the store: what it has is never recomputed, and
+The backend is built once from the spec (`calimon.backends.build_backend`, shared within the
+process), lazily, and released with the service. Every reading goes through the store: what it has is never recomputed, and
 an interrupted run resumes where it stopped. With the Ray engine the readings of each chunk
 are computed by actors that rebuild the monitor from its `MonitorSpec` and land in the same
 store rows a local run writes.
@@ -69,6 +69,7 @@ class Scorer:
         """The local backend, built on first use (no weights load until it scores)."""
         if self._backend is None:
             self._backend = self.spec.build_backend()
+            self._calls0 = self._backend.forward_calls  # a shared backend may have scored
         return self._backend
 
     @property
@@ -126,9 +127,12 @@ class Scorer:
         return spec
 
     def close(self) -> None:
-        """Close the backend the service built (e.g. vLLM's engine processes)."""
+        """Release the backend the service built (`calimon.backends.release`: a shared one
+        stays loaded for the process)."""
         if self._owns_backend and self._backend is not None:
-            self._backend.close()
+            from calimon.backends import release
+
+            release(self._backend)
 
     def __enter__(self) -> Scorer:
         return self

@@ -41,11 +41,12 @@ class MonitorSpec:
         """The same backend with another prompt, readout and decoding."""
         return replace(self, prompt=prompt, readout=readout, decoding=decoding)
 
-    def build_backend(self):
-        """The backend (`calimon.backends.build_backend`: the one place backends are made)."""
+    def build_backend(self, *, shared: bool = True):
+        """The backend (`calimon.backends.build_backend`: the one place backends are made;
+        ``shared``: the process's one backend for this spec)."""
         from calimon.backends import build_backend
 
-        return build_backend(self)
+        return build_backend(self, shared=shared)
 
     def build(self, backend=None):
         """The monitor (the backend is created lazily: no weights load until it scores)."""

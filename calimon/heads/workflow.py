@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from calimon import __version__
-from calimon.backends import HiddenStates, requires
+from calimon.backends import HiddenStates, check_backend_model, model_for, requires
 from calimon.data.registry import load_benchmark
 from calimon.engines import RunSettings
 from calimon.errors import InputError
@@ -115,14 +115,21 @@ def split_samples(samples: list[Sample], split: str, s: HeadTrainSettings) -> li
 
 
 def train_head(s: HeadTrainSettings, progress: Progress | None = None,
-               log: Callable[[str], None] = lambda m: None) -> TrainedHead:
+               log: Callable[[str], None] = lambda m: None, *, backend=None) -> TrainedHead:
     """Extract features of the train split, fit the head (layer sweep unless ``layer`` is
-    given), evaluate it on calib/test when asked, and save it with its card."""
+    given), evaluate it on calib/test when asked, and save it with its card.
+
+    ``backend``: an already-built backend of the settings' model to read hidden states from;
+    default: the process's shared one for the settings (`build_backend`)."""
     from calimon.prompts import load_prompt
 
     _check(s)
     spec = s.monitor_spec(s.model, s.prompt, "verdict")
-    backend = requires(spec.build_backend(), HiddenStates, needed_for="head training")
+    if backend is None:
+        backend = spec.build_backend()
+    else:
+        check_backend_model(backend, model_for(spec))
+    backend = requires(backend, HiddenStates, needed_for="head training")
     prompt = load_prompt(s.prompt)
     samples = load_benchmark(s.benchmark)
     train = split_samples(samples, "train", s)

@@ -106,19 +106,23 @@ def _calibrate(s: AdaptiveSettings, evaluate, fit, clean):
     return cal, float(op.threshold), op.to_dict(), info
 
 
-def run_adaptive(s: AdaptiveSettings, progress: Progress | None = None) -> AdaptiveRun:
+def run_adaptive(s: AdaptiveSettings, progress: Progress | None = None, *,
+                 backend=None) -> AdaptiveRun:
     """Score the clean set, calibrate, and search every flagged misbehaving transcript; write
-    the run folder (module docstring). Any backend and engine; ``head`` reads a probe head."""
-    from calimon.backends import model_for
+    the run folder (module docstring). Any backend and engine; ``head`` reads a probe head.
+    ``backend``: an already-built backend of the settings' model (the caller keeps it)."""
+    from calimon.backends import check_backend_model, model_for
 
     _check(s.budget, s.beam, s.width, s.max_edits, s.chunk)
     if not 0.0 < s.far < 1.0:
         raise InputError(f"expected a rate in (0, 1), got {s.far}", field="far")
     spec = s.monitor_spec(s.model, s.prompt, s.monitor_readout)
     resolved = model_for(spec)
+    if backend is not None:
+        check_backend_model(backend, resolved)
     evaluate, fit = _select(load_benchmark(s.benchmark), s)
     with RunStore(s.store) as store, Scorer(spec, store, engine=s.engine_settings(),
-                                            progress=progress) as scorer:
+                                            progress=progress, backend=backend) as scorer:
         monitor = scorer.monitor()
         clean = scorer.score(evaluate + fit, monitor, label="clean")
         cal, t, op, info = _calibrate(s, evaluate, fit, clean)

@@ -134,10 +134,12 @@ def _select(samples: list[Sample], s: RobustnessSettings) -> tuple[list[Sample],
     return evaluate, fit
 
 
-def run_robustness(s: RobustnessSettings, progress: Progress | None = None) -> RobustnessRun:
+def run_robustness(s: RobustnessSettings, progress: Progress | None = None, *,
+                   backend=None) -> RobustnessRun:
     """Score clean and attacked transcripts, calibrate, count flips; write the run folder
-    (see the module docstring). Any backend and engine; a probe head needs hidden states."""
-    from calimon.backends import model_for
+    (see the module docstring). Any backend and engine; a probe head needs hidden states.
+    ``backend``: an already-built backend of the settings' model (the caller keeps it)."""
+    from calimon.backends import check_backend_model, model_for
 
     unknown = [a for a in s.attacks if a not in ATTACKS]
     if unknown or not s.attacks:
@@ -150,11 +152,13 @@ def run_robustness(s: RobustnessSettings, progress: Progress | None = None) -> R
         raise InputError(f"expected a rate in (0, 1), got {s.far}", field="far")
     spec = s.spec(readout=s.monitor_readout)
     resolved = model_for(spec)
+    if backend is not None:
+        check_backend_model(backend, resolved)
     engine = s.engine_settings()
     evaluate, fit = _select(load_benchmark(s.benchmark), s)
     attacked = attack_all(evaluate, s.attacks, s.sides)
     with RunStore(s.store) as store, Scorer(spec, store, engine=engine,
-                                            progress=progress) as scorer:
+                                            progress=progress, backend=backend) as scorer:
         monitor = scorer.monitor()
         clean = scorer.score(evaluate + fit, monitor, label="clean")
         att = {a: scorer.score(attacked[a], monitor, label=a) for a in s.attacks}
