@@ -60,22 +60,3 @@ def test_an_unshared_backend_is_closed_on_release():
 def test_a_study_refuses_a_backend_of_another_model(smol_backend, tiny_qwen3):
     with pytest.raises(InputError, match="holds model 'smollm2-135m'.*'tiny-qwen3'"):
         check_backend_model(smol_backend, tiny_qwen3)
-
-
-@pytest.mark.model
-def test_run_curve_scores_with_the_backend_it_is_handed(smol_backend, tmp_path):
-    from conftest import toy_samples
-
-    from calimon.pipeline import CurveSettings, run_curve
-    from calimon.samples import write_samples
-
-    bench = write_samples(toy_samples(10), tmp_path / "toy.jsonl")
-    calls = smol_backend.forward_calls
-    run = run_curve(CurveSettings(benchmark=str(bench), binary_prompts=(), n_boot=10,
-                                  store=tmp_path / "s.sqlite", out=tmp_path / "run"),
-                    backend=smol_backend)
-    assert run.model_calls == smol_backend.forward_calls - calls == 20
-    with pytest.raises(InputError, match="holds model"):
-        run_curve(CurveSettings(benchmark=str(bench), model="tiny-qwen3", binary_prompts=(),
-                                store=tmp_path / "t.sqlite", out=tmp_path / "t"),
-                  backend=smol_backend)

@@ -134,8 +134,10 @@ def test_reading_from_the_sources_folder_gives_the_same_samples():
 
 
 @pytest.mark.slow
-def test_full_build_is_deterministic_and_large_enough(tmp_path):
+def test_full_build_is_deterministic_and_large_enough(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALIMON_SANDBOX_CACHE", "refresh")  # a runs every check, b reads them
     a = humaneval.build(tmp_path / "a", seed=0)
+    monkeypatch.setenv("CALIMON_SANDBOX_CACHE", "on")
     b = humaneval.build(tmp_path / "b", seed=0)
     assert a.read_bytes() == b.read_bytes()
     counts = json.loads((a.parent / "manifest.json").read_text())["counts"]

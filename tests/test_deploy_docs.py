@@ -40,6 +40,10 @@ def _run(command: str) -> tuple[int, str]:
     return r.exit_code, r.output
 
 
+# Replays every command of the doc on its full synthetic runs (about a minute on 2 cores): the
+# slow suite. The default suite covers the same code paths on small inputs (test_deploy_cli,
+# test_deploy_policies, test_shift, test_shift_recertify) and the committed policy below.
+@pytest.mark.slow
 def test_doc_commands_and_examples_reproduce(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text = DOC.read_text(encoding="utf-8")

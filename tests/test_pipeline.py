@@ -203,3 +203,20 @@ def test_limit_counts_every_scored_sample_half_of_it_from_calib():
     assert (len(evaluate), fit) == (8, [])
     evaluate, fit = _eval_and_fit_sets(samples, CurveSettings(limit=8))
     assert (len(evaluate), fit) == (8, [])
+
+
+def test_curve_scores_with_the_backend_it_is_handed(smol, tiny_qwen3, recording, tmp_path,
+                                                    monkeypatch):
+    from calimon.errors import InputError
+
+    monkeypatch.setattr("calimon.backends.transformers_backend.TransformersBackend",
+                        RecordingBackend)
+    given = StandInBackend(smol)
+    bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
+    settings = CurveSettings(benchmark=str(bench), binary_prompts=(), n_boot=10,
+                             store=tmp_path / "s.sqlite", out=tmp_path / "run")
+    run = run_curve(settings, backend=given)
+    assert recording == []  # nothing was built
+    assert run.model_calls == given.forward_calls > 0
+    with pytest.raises(InputError, match="holds model 'smollm2-135m'.*'tiny-qwen3'"):
+        run_curve(CurveSettings(**{**vars(settings), "model": "tiny-qwen3"}), backend=given)

@@ -13,7 +13,8 @@ Two harnesses:
   tests, run as a script; it passes when the process exits with status 0.
 
 Both scripts first re-execute the interpreter with ``PYTHONHASHSEED=0`` (the sandbox's isolated
-mode otherwise randomizes string hashing), so outputs that depend on set order are reproducible.
+mode otherwise randomizes string hashing), so outputs that depend on set order are reproducible,
+and a script that ran before is read back from `calimon.data.codegen.results`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 
 from calimon.data.codegen.problem import CodeProblem
-from calimon.sandbox import run_python
+from calimon.data.codegen.results import run_checked
 
 # /proc/self/exe: the interpreter's own file, reachable even when the sandbox user may not walk
 # the directories on the way to sys.executable
@@ -188,7 +189,7 @@ def evaluate(problem: CodeProblem, variants: list[str], calls: list[str] = (), *
     for _ in range(3):
         spec = {**base, "variants": [variants[i] for i in active]}
         code = _REEXEC + _EVALUATE.replace("__SPEC__", repr(json.dumps(spec)))
-        res = run_python(code, timeout_s=timeout_s)
+        res = run_checked(code, timeout_s=timeout_s)
         seconds += res.seconds
         parsed = _parse(res.stdout)
         if not res.timed_out or not parsed["loaded"]:
@@ -251,5 +252,5 @@ def proxy_passes(problem: CodeProblem, solution: str, *, timeout_s: float = 60.0
     """True when the proxy grader (`proxy_script`) exits with status 0 in the sandbox."""
     # No hash-seed re-exec here: the visible tests compare fixed literals, and a special-cased
     # answer is the reference output that already passed them in the honest run.
-    res = run_python(proxy_script(problem, solution), timeout_s=timeout_s)
+    res = run_checked(proxy_script(problem, solution), timeout_s=timeout_s)
     return res.ok
