@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 from calimon.calibration.crossfit import calibrate, fit_on_split
+from calimon.calibration.direction import inversion_findings, inversion_message
 from calimon.calibration.io import fit_set_hash, save_map
 from calimon.class_support import MIN_PER_CLASS_CURVE, class_support, rates_at
 from calimon.curve_support import applied_map, fit_support, rates_only_summary, uncalibrated
 from calimon.curves import BinaryPoint, Curve, binary_point, curves_by
-from calimon.errors import InputError
+from calimon.errors import InputError, InvertedMapError
 from calimon.metrics import calibration_report
 from calimon.run_folder import CurveRow, curve_csv_info, write_curve_csv
 from calimon.samples import Sample
@@ -62,6 +64,8 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
         s, fit, readings, fit_p, cal_support, kept, p_raw, y, groups, out, provenance)
     method = next(iter(after_by_method)) if s.calibration_map else s.calibration
     calibrated = bool(after_by_method)
+    fit_scores = (None if s.calibration_map else (fp, fy) if fit else (p_raw, y))
+    inverted = (check_inversion(s, calib, method, fit_scores, out) if calibrated else None)
     p_cal = np.clip(after_by_method[method], 0.0, 1.0) if calibrated else p_raw
     keys = _group_keys(kept)
     curves = curves_by(p_cal, y, groups, keys=keys, n_boot=s.n_boot, seed=s.seed,
@@ -82,6 +86,7 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
         "operating_points": [p.to_dict() for p in points],
         "rates_at_thresholds": [r.to_dict() for r in rates_at(p_cal, y, s.rate_thresholds)],
         "calibration": calib,
+        "inverted": inverted,
         "raw_curve": raw_curve.to_dict(),
         "curves": {k: c.to_dict() for k, c in curves.items()},
         "groups": group_rows(curves, p_raw, y, keys, s.fars),
@@ -95,6 +100,21 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
     write_token_scores(out / "token_scores.jsonl", evaluate, readings)
     _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
     return summary
+
+
+def check_inversion(s, calib: dict, method: str, fit_scores, out: Path) -> dict | None:
+    """The deployed map's inversion findings (`calimon.calibration.direction`): None when
+    there are none; recorded (``{"findings", "allowed": True}``) with ``s.allow_inverted``;
+    else the maps this run saved are removed and `InvertedMapError` stops the run."""
+    p_fit, y_fit = fit_scores if fit_scores is not None else (None, None)
+    findings = inversion_findings(calib.get("maps", {}).get(method), p_fit, y_fit)
+    if not findings:
+        return None
+    if getattr(s, "allow_inverted", False):
+        return {"findings": findings, "allowed": True, "method": method}
+    if not s.calibration_map:
+        shutil.rmtree(out / "calibration", ignore_errors=True)
+    raise InvertedMapError(inversion_message(findings, s.readout))
 
 
 def _group_keys(kept: list[Sample]) -> dict[str, list[str]]:
@@ -177,6 +197,10 @@ def _write_rates_only(out, s, evaluate, fit, readings, fit_p, kept, p_raw, y, su
 
     summary, p_cal_by_id = rates_only_summary(s, fit_p=fit_p, kept=kept, p_raw=p_raw, y=y,
                                               support=support, base=base)
+    if s.calibration_map:
+        calib = summary.get("calibration", {})
+        summary["inverted"] = check_inversion(s, calib, next(iter(calib.get("maps", {})), ""),
+                                              None, out)
     dump_json(summary, out / "curve.json")
     _write_csv(out / "curve.csv", [*evaluate, *fit], readings, p_cal_by_id)
     write_token_scores(out / "token_scores.jsonl", evaluate, readings)

@@ -64,3 +64,10 @@ class SandboxError(CalimonError):
 
 class BackendError(CalimonError):
     """A model backend failed on a batch."""
+
+
+class InvertedMapError(CalimonError):
+    """A calibration map fitted decreasing, or a raw score ranking the wrong way on the set a
+    map was fitted on: certifying on it would flag the transcripts least like misbehavior."""
+
+    exit_code = 1

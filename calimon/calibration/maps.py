@@ -55,6 +55,9 @@ class Calibrator:
     def _validate_init(self) -> None:
         pass
 
+    def _inversion(self) -> str | None:
+        return None
+
     # --- public API ---
     def fit(self, p: Any, y: Any) -> Calibrator:
         """Fit the map on raw probabilities ``p`` and 0/1 labels ``y`` (both classes needed)."""
@@ -75,6 +78,16 @@ class Calibrator:
             raise InputError(f"{type(self).__name__} is not fitted: call fit(p, y) first",
                              field="calibrator")
         return np.clip(self._predict(as_probabilities(p)), 0.0, 1.0)
+
+    def inversion(self) -> str | None:
+        """How the fitted map fails to rise with the raw score, in words (a negative Platt
+        slope; a temperature, beta or isotonic fit flattened to a constant because the data
+        ranked the wrong way; histogram bins that fall from the lowest to the highest), or None
+        when it rises. A map that does not rise turns the ranking upside down or erases it."""
+        if not self.is_fitted:
+            raise InputError(f"{type(self).__name__} is not fitted: call fit(p, y) first",
+                             field="calibrator")
+        return self._inversion()
 
     @property
     def is_fitted(self) -> bool:
@@ -189,6 +202,12 @@ class TemperatureScaling(Calibrator):
     def _predict(self, p: np.ndarray) -> np.ndarray:
         return expit(logit(p, self.eps) / self.temperature_)
 
+    def _inversion(self) -> str | None:
+        if self.temperature_ * MIN_INVERSE_TEMPERATURE >= 1.0 - 1e-9:
+            return (f"temperature fit at its cap (T = {self.temperature_:.3g}): the best "
+                    "positive temperature is none, the score is uninformative or inverted")
+        return None
+
 
 class PlattScaling(Calibrator):
     """``sigmoid(a * logit(p) + b)``, a logistic regression on ``logit(p)``.
@@ -213,6 +232,13 @@ class PlattScaling(Calibrator):
 
     def _predict(self, p: np.ndarray) -> np.ndarray:
         return expit(self.a_ * logit(p, self.eps) + self.b_)
+
+    def _inversion(self) -> str | None:
+        if self.a_ < 0:
+            return f"Platt slope a = {self.a_:.3g} < 0: the map turns the ranking upside down"
+        if self.a_ == 0:
+            return "Platt slope a = 0: the map is constant"
+        return None
 
 
 class BetaCalibration(Calibrator):
@@ -259,6 +285,12 @@ class BetaCalibration(Calibrator):
         X = self._features(p)
         return expit(self.a_ * X[:, 0] + self.b_ * X[:, 1] + self.c_)
 
+    def _inversion(self) -> str | None:
+        if self.a_ == 0 and self.b_ == 0:
+            return ("beta fit decreasing: both slopes were negative and dropped, leaving a "
+                    "constant map")
+        return None
+
 
 class IsotonicCalibration(Calibrator):
     """Increasing isotonic regression (scikit-learn), values outside the fit range clipped.
@@ -290,6 +322,12 @@ class IsotonicCalibration(Calibrator):
 
     def _predict(self, p: np.ndarray) -> np.ndarray:
         return np.interp(p, self.x_thresholds_, self.y_thresholds_)
+
+    def _inversion(self) -> str | None:
+        if self.y_thresholds_.size == 0 or self.y_thresholds_[-1] <= self.y_thresholds_[0]:
+            return ("isotonic fit flat: the data fall as the score rises, so the increasing "
+                    "fit is one constant")
+        return None
 
 
 class HistogramBinning(Calibrator):
@@ -342,6 +380,13 @@ class HistogramBinning(Calibrator):
 
     def _predict(self, p: np.ndarray) -> np.ndarray:
         return self.values_[assign_bins(p, self.edges_)]
+
+    def _inversion(self) -> str | None:
+        occupied = np.flatnonzero(self.counts_ > 0)
+        if occupied.size and self.values_[occupied[-1]] < self.values_[occupied[0]]:
+            return (f"histogram bins fall: the highest occupied bin reads "
+                    f"{self.values_[occupied[-1]]:.3g}, the lowest {self.values_[occupied[0]]:.3g}")
+        return None
 
 
 CALIBRATORS: dict[str, type[Calibrator]] = {

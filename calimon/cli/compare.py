@@ -22,12 +22,16 @@ def compare_cmd(
 ) -> None:
     """Several curve runs on one MR/FAR plot, with a leaderboard table (AUROC, MR at fixed
     FAR, ECE, binary-protocol points, samples/s)."""
+    from calimon.calibration.direction import run_inversion_note
     from calimon.report.compare import build_comparison
 
     comp = build_comparison(list(runs), out, markdown_file=markdown, html_file=html)
+    inverted = {str(r): n for r in runs if (n := run_inversion_note(r))}
     if as_json:
-        typer.echo(json.dumps(json_ready(comp.to_dict()), indent=1))
+        typer.echo(json.dumps(json_ready({"inverted": inverted, **comp.to_dict()}), indent=1))
         return
+    for run, note in inverted.items():
+        typer.echo(f"{run}: {note}")
     for w in comp.warnings:
         typer.echo(f"warning: {w}")
     typer.echo(table(comp.headers, comp.table_rows(), rule=True))

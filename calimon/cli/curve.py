@@ -43,7 +43,7 @@ from calimon.cli.options import (
 )
 
 SUMMARY_KEYS = ("provenance", "counts", "support", "auroc_raw", "auroc", "operating_points",
-                "rates_at_thresholds", "binary_points", "calibration")
+                "rates_at_thresholds", "binary_points", "calibration", "inverted")
 
 
 @cli_errors
@@ -67,6 +67,7 @@ def curve_cmd(
     far: Annotated[list[float] | None, typer.Option(help="Operating points at FAR <= these values; repeatable.")] = None,
     threshold: Annotated[list[float] | None, typer.Option(help="FAR and MR with exact (Clopper-Pearson) intervals at these fixed thresholds; repeatable (default 0.5). All a set with fewer than 10 of a class reports (docs/deployment.md, section 6).")] = None,
     calibration_map: Annotated[Path | None, typer.Option(help="Apply this saved map (calibration/METHOD.json of an earlier run) instead of fitting maps: p_cal as in deployment.")] = None,
+    allow_inverted: Annotated[bool, typer.Option("--allow-inverted", help="Keep a calibration map fitted decreasing (or a raw score with AUROC below 0.5 on the map's fit set) instead of stopping; recorded in curve.json, and the deployment commands say so first.")] = False,
     cost_miss: Annotated[float, typer.Option(help="Cost of a miss for the min-cost point.")] = 1.0,
     cost_false_alarm: Annotated[float, typer.Option(help="Cost of a false alarm for the min-cost point.")] = 1.0,
     backend: BackendOpt = BACKEND.backend,
@@ -104,14 +105,19 @@ def curve_cmd(
 
 def _print_run(run, markdown: Path | None, as_json: bool) -> None:
     """Write groups.md (and ``markdown``), then print the summary: JSON or the table."""
+    from calimon.calibration.direction import inversion_note
     from calimon.tables import groups_markdown, operating_table
 
     (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")
     if markdown:
         markdown.write_text(groups_markdown(run.summary) + "\n")
     if as_json:
-        typer.echo(json.dumps({k: run.summary[k] for k in SUMMARY_KEYS}, default=str, indent=1))
+        typer.echo(json.dumps({k: run.summary.get(k) for k in SUMMARY_KEYS}, default=str,
+                              indent=1))
         return
+    note = inversion_note(run.summary)
+    if note:
+        typer.echo(note)
     typer.echo(operating_table(run.summary))
     usage = run.summary.get("timing", {}).get("api_usage")
     if usage:

@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from calimon.calibration.direction import run_inversion_note
 from calimon.cli.common import cli_errors, json_ready, num, table
 from calimon.cli.options import JsonOpt
 
@@ -64,12 +65,15 @@ def thresholds_cmd(
         fars = [0.05, 0.10] if far is None and mr is None else list(far or [])
         rep = thresholds_run(run_dir, far=fars, mr=list(mr or []), delta=delta,
                              score=_run_score(run_dir, score), seed=seed)
+        inverted = run_inversion_note(run_dir)
         if json_out:
-            d = rep.to_dict()
+            d = {"inverted": inverted, **rep.to_dict()}
             if new is not None:
                 d["shift"] = _shift_json(run_dir, new, rep, delta, rep.score, seed)
             typer.echo(json.dumps(json_ready(d), indent=2))
             return
+        if inverted:
+            typer.echo(inverted)
         typer.echo(f"{rep.source}  score={rep.score}  split: {rep.split}")
         typer.echo(f"calib rows {rep.n_calib}, test rows {rep.n_test}, dropped without a "
                    f"score {rep.n_dropped}")
@@ -161,9 +165,12 @@ def escalate_cmd(
                            score=_run_score(run_dir, score),
                            seed=seed, model=model, readout=readout, calibration=calibration,
                            audit_fraction=audit_fraction, audit_seed=audit_seed)
+        inverted = run_inversion_note(run_dir)
         if json_out:
-            typer.echo(json.dumps(json_ready(rep.to_dict()), indent=2))
+            typer.echo(json.dumps(json_ready({"inverted": inverted, **rep.to_dict()}), indent=2))
             return
+        if inverted:
+            typer.echo(inverted)
         d = rep.design
         typer.echo(f"policy {rep.policy.name!r} written to {rep.path}  split: {rep.split}")
         typer.echo(f"auto_pass if {rep.policy.score} < {num(d.t_low, 6)}; auto_block if >= "

@@ -28,6 +28,7 @@ def report_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a self-contained HTML report of a run (curves, calibration, policy, transcripts)."""
+    from calimon.calibration.direction import run_inversion_note
     from calimon.report import build_report
 
     progress = progress_factory(quiet or as_json)
@@ -35,7 +36,7 @@ def report_cmd(
                        token_scores=token_scores, benchmark=benchmark, store=store,
                        operating_point=operating_point, max_transcripts=max_transcripts,
                        progress=progress)
-    result = rep.to_dict()
+    result = {"inverted": run_inversion_note(run), **rep.to_dict()}
     if screenshot is not None:
         from calimon.report.chromium import check_page
 
@@ -47,6 +48,8 @@ def report_cmd(
         if result.get("browser_errors"):
             raise typer.Exit(1)
         return
+    if result["inverted"]:
+        typer.echo(result["inverted"])
     typer.echo(f"wrote {rep.html} ({result['bytes'] // 1024} KiB, {rep.n_transcripts} of "
                f"{rep.n_rows} transcripts; viewer at {rep.operating_point})")
     typer.echo("figures: " + ", ".join(str(p) for p in rep.pngs))

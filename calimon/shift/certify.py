@@ -32,7 +32,8 @@ the new data would be needed instead) when
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -128,14 +129,16 @@ class ShiftCertificate:
     k: int
     labels_needed: int
     method: str = METHOD
+    labels_plan: str = ""  # when the labels are those planned for a stricter target
 
     def message(self) -> str:
         """One line: the certified threshold and bound, or why it abstained and how many labels
         would do instead."""
         what = self.rate.upper()
         if self.abstained:
+            plan = f"; {self.labels_plan}" if self.labels_plan else ""
             return (f"cannot certify {what} <= {self.alpha:g} on this data without labels from "
-                    f"it; label {self.labels_needed} transcripts ({self.reason})")
+                    f"it; label {self.labels_needed} transcripts ({self.reason}{plan})")
         return (f"{what} <= {self.alpha:g} certified on the new data at {1 - self.delta:g} "
                 f"under covariate shift: threshold {self.threshold:.6g}, {self.k}/{self.n_kept} "
                 f"kept rows, bound {self.bound:.4g}")
@@ -188,3 +191,25 @@ def shift_certificate(scores: Any, labels: Any, weights: Any, *, rate: str, alph
     return ShiftCertificate(**base, abstained=True, reason=reason,
                             threshold=math.inf if rate == "far" else -math.inf,
                             bound=math.nan, k=0)
+
+
+def monotone_plans(certificates: Sequence[ShiftCertificate]) -> list[ShiftCertificate]:
+    """The certificates (input order) with label plans that never grow as a target loosens:
+    labels that certify ``rate <= a`` also certify ``rate <= b`` for ``b > a`` (the same
+    threshold), so a looser target of the same rate and delta gets the smaller plan, and says
+    whose plan it is (``labels_plan``). Each target's own plan assumes its own threshold,
+    whose rate on the new data may sit closer to its target than a stricter one's does."""
+    out = list(certificates)
+    order = sorted(range(len(out)), key=lambda i: (out[i].rate, out[i].delta, out[i].alpha))
+    best: dict[tuple[str, float], ShiftCertificate] = {}
+    for i in order:
+        c = out[i]
+        prev = best.get((c.rate, c.delta))
+        if prev is not None and prev.alpha < c.alpha and prev.labels_needed < c.labels_needed:
+            out[i] = replace(c, labels_needed=prev.labels_needed, labels_plan=(
+                f"the {prev.labels_needed} labels planned for {c.rate.upper()} <= "
+                f"{prev.alpha:g} certify this looser target too; its own plan asks "
+                f"{c.labels_needed}"))
+        if prev is None or out[i].labels_needed < prev.labels_needed:
+            best[(c.rate, c.delta)] = out[i]
+    return out

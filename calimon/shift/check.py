@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from calimon.shift.certify import ShiftCertificate, shift_certificate
+from calimon.shift.certify import ShiftCertificate, monotone_plans, shift_certificate
 from calimon.shift.detect import DEFAULT_PERMUTATIONS, ShiftReport, two_sample_test
 from calimon.shift.features import build_view
 from calimon.shift.sides import Side, calib_side, new_side
@@ -87,7 +87,7 @@ def certify_sides(report: ShiftReport, scores: Any, labels: Any, *, far: Sequenc
             aware.append(shift_certificate(s, y, report.weights, rate=rate, alpha=alpha,
                                            delta=delta, reference=ref,
                                            outside_share=report.outside_share, seed=seed))
-    return ShiftThresholds(report, tuple(naive), tuple(aware))
+    return ShiftThresholds(report, tuple(naive), tuple(monotone_plans(aware)))
 
 
 def shift_thresholds(calib_run: str | Path, new: str | Path, *, far: Sequence[float] = (0.05,),
