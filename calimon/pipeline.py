@@ -165,6 +165,8 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
                     "model_path": str(resolved.path), "backend": s.backend,
                     "prompt": s.prompt, "defenses": list(s.defense),
                     "template_hash": main.key.template_hash,
+                    "max_input_tokens": (getattr(main, "max_input_tokens", None) or getattr(
+                        getattr(resolved, "config", None), "max_input_tokens", None)),
                     "readout": s.readout, "binary_template_hashes": binary_hashes,
                     "benchmark": s.benchmark,
                     "dataset_hash": dataset_hash(evaluate + fit),

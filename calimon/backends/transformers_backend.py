@@ -26,6 +26,7 @@ from calimon.backends.base import (
     LocalWeights,
 )
 from calimon.backends.loading import LazyTokenizer, stop_token_ids
+from calimon.backends.threads import apply_threads
 from calimon.errors import BackendError
 from calimon.models import ResolvedModel
 
@@ -47,6 +48,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         self.batch_tokens = batch_tokens
         self._max_batch_size = max_batch_size
         self.threads = threads
+        self.threads_used: int | None = None  # torch threads set at load (CPU only)
         self.forward_calls = 0  # batches run through the model; the resumability test reads it
         self._model = None
         self._tokenizer = None
@@ -72,9 +74,9 @@ class TransformersBackend(LazyTokenizer, BackendBase):
             import torch
             from transformers import AutoModelForCausalLM
 
-            if self.threads:
-                torch.set_num_threads(self.threads)
             dev = self._resolved_device()
+            if self.threads or dev == "cpu":
+                self.threads_used = apply_threads(self.threads)  # default: the free cores
             dtype = self.model_ref.config.dtype
             if dtype == "auto":
                 dtype = "bfloat16" if dev.startswith("cuda") else "float32"

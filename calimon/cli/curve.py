@@ -59,6 +59,7 @@ def curve_cmd(
     binary_decoding: Annotated[list[str] | None, typer.Option(help="How the binary answer is decoded: free (the paper's protocol, default) or json (the prompt's JSON schema enforced by constrained decoding, so it always parses; drawn as binary/NAME (json)); repeat to draw both.")] = None,
     binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many samples in all (whole pairs, balanced over cells); with --split and maps fitted on 'calib', half from each split.")] = None,
+    max_input_tokens: Annotated[int | None, typer.Option(help="Read at most this many prompt tokens per transcript (longer ones are cut and flagged truncated); default: the model's own limit. Recorded in curve.json.")] = None,
     split: Annotated[str | None, typer.Option(help="Evaluate on this split with maps fitted on 'calib' (curve.csv then holds both, as `calimon thresholds` and `escalate` need); default: all samples, cross-fitted.")] = None,
     fit_on: Annotated[str, typer.Option(help="With --split: fit the maps on the 'calib' split, or 'crossfit' (pair-grouped, out-of-fold) within the evaluated split.")] = "calib",
     calibration: Annotated[str, typer.Option(help="Calibration map for the curve: temperature, platt, isotonic, histogram, beta.")] = "platt",

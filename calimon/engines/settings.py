@@ -20,6 +20,7 @@ from calimon.defaults import (
 )
 from calimon.engines.service import Engine
 from calimon.engines.spec import MonitorSpec
+from calimon.errors import InputError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,13 +72,20 @@ class RunSettings(BackendSettings):
     seed: int = DEFAULT_SEED
     store: Path = DEFAULT_STORE
     defense: tuple[str, ...] = ()
+    max_input_tokens: int | None = None  # None: the model's own limit (its config)
 
     def __post_init__(self):
         from calimon.defenses import parse_defenses
 
         object.__setattr__(self, "defense", parse_defenses(self.defense))
+        limit = self.max_input_tokens
+        if limit is not None and (isinstance(limit, bool) or limit < 1):
+            raise InputError(f"expected a token count >= 1, got {limit!r}",
+                             field="max_input_tokens")
 
     def spec(self, prompt: str | None = None, readout: str | None = None) -> MonitorSpec:
         """The spec of this run's monitor (or of another prompt/readout of the same model)."""
         spec = self.monitor_spec(self.model, prompt or self.prompt, readout or self.readout)
+        if self.max_input_tokens:
+            spec = replace(spec, max_input_tokens=self.max_input_tokens)
         return replace(spec, defenses=self.defense) if self.defense else spec

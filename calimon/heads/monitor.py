@@ -48,7 +48,9 @@ def token_scores_record(offsets, probs) -> dict[str, list]:
 class ProbeMonitor:
     """``head``: a head or bundle name (looked up under ``heads/<model>/``) or a card path. A
     bundle (`calimon.heads.bundle`) scores with its sequence head and takes its spans from its
-    token head, both read from the same pass; a token head alone does both."""
+    token head, both read from the same pass; a token head alone does both. Transcripts are read
+    up to the model's own input limit unless ``max_input_tokens`` chooses a smaller one (the
+    limit the head was trained at is ``trained_max_input_tokens``)."""
 
     def __init__(self, backend, prompt: PromptTemplate, head: str,
                  max_input_tokens: int | None = None, heads_root=None):
@@ -74,7 +76,10 @@ class ProbeMonitor:
                 f"head {self.card.name!r} reads the pass of prompt {trained.name!r} (template "
                 f"hash {trained.template_hash}); got prompt {prompt.name!r} (template hash "
                 f"{prompt.template_hash(READOUT)}): use --prompt {trained.name}")
-        self.max_input_tokens = max_input_tokens or trained.max_input_tokens
+        # the model's own limit unless a smaller one is chosen: a head reads any length of
+        # its model's pass, and cutting at the training limit hides the end of long transcripts
+        self.max_input_tokens = max_input_tokens or ref.config.max_input_tokens
+        self.trained_max_input_tokens = trained.max_input_tokens
         self._encoder: PromptEncoder | None = None
 
     @property
