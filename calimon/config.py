@@ -42,7 +42,13 @@ def named_config_path(kind: str, name: str) -> Path:
     if path.is_file() and not path.resolve().is_relative_to(folder):
         raise ConfigError(f"{kind} config {name!r} is a link that leaves {folder}", field=kind)
     if not path.is_file():
-        raise ConfigError(f"unknown {kind} {name!r}; known: {config_names(kind)}", field=kind)
+        import difflib
+
+        known = config_names(kind)
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+        raise ConfigError(f"unknown {kind.removesuffix('s')} {name!r}{hint}; known: {known}",
+                          field=kind)
     return path
 
 

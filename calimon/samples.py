@@ -152,7 +152,9 @@ def iter_samples(path: str | Path) -> Iterator[Sample]:
             if not text.strip():
                 continue
             try:
-                row = json.loads(text)
+                # without its newline: an error at the end of the line is at its last column,
+                # not at column 1 of a line after it
+                row = json.loads(text.rstrip("\n"))
             except (ValueError, RecursionError) as exc:  # also too deep, too many digits
                 where = f"{exc.msg} at column {exc.colno}" if hasattr(exc, "colno") else exc
                 raise InputError(f"not valid JSON ({where})",

@@ -39,7 +39,7 @@ def test_local_folder_and_unknown_name(tmp_path):
     (tmp_path / "config.json").write_text('{"max_position_embeddings": 2048}')
     r = resolve_model(str(tmp_path))
     assert r.config.max_input_tokens == 2048
-    with pytest.raises(ConfigError, match="unknown models"):
+    with pytest.raises(ConfigError, match="unknown model "):
         resolve_model("no-such-model")
     with pytest.raises(ModelNotAvailableError, match="no such folder"):
         resolve_model("/no/such/folder")

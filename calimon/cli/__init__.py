@@ -27,6 +27,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Calibrated, span-level LLM misbehavior monitors.")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from calimon import __version__
+
+        typer.echo(f"calimon {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print calimon's version and exit.")) -> None:
+    """Calibrated, span-level LLM misbehavior monitors."""
+
+
 def register_all(target: typer.Typer) -> list[str]:
     """Mount the built-in command groups, then every ``calimon.commands`` entry point, on
     ``target``; returns the plugin names mounted. A plugin that fails to load is reported
