@@ -38,7 +38,8 @@ SAMPLES = (
 
 @dataclass(frozen=True)
 class Check:
-    """One checked property: ``status`` PASS, FAIL or SKIP, with what was seen."""
+    """One checked property: ``status`` PASS, FAIL, WARN (seen, not a failure) or SKIP, with
+    what was seen."""
 
     name: str
     status: str
@@ -179,7 +180,8 @@ def score_readouts(backend, template: PromptTemplate
     """Both built-in samples scored with every readout of the template. A distribution readout
     passes when p_raw is a number in [0, 1] for both samples and differs between them (the
     transcript is read); binary passes when it generates (a parse failure is the protocol's own
-    outcome, reported, not a failed check)."""
+    outcome, reported, not a failed check), and warns (WARN, not a failure) when no reply
+    parsed at all."""
     scores: dict[str, dict[str, Any]] = {s.id: {} for s in SAMPLES}
     checks = []
     for readout in template.formats:
@@ -189,6 +191,11 @@ def score_readouts(backend, template: PromptTemplate
         if readout == "binary":
             ok = all(v.status != "error" for v in verdicts)
             detail = ", ".join(_binary_text(v) for v in verdicts)
+            if ok and all(v.status == "parse_failure" for v in verdicts):
+                checks.append(Check(f"score {readout}", "WARN", detail + " (no reply parsed: "
+                                    "the free-form binary protocol gives no point on this "
+                                    "model; --binary-decoding json holds it to the schema)"))
+                continue
         else:
             values = [v.p_raw for v in verdicts]
             usable = all(p is not None and math.isfinite(p) and 0.0 <= p <= 1.0

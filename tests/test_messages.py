@@ -34,3 +34,26 @@ def test_broken_json_names_the_column_on_its_own_line(tmp_path):
         msg = str(exc)
     assert msg.startswith(f"{path}:1: not valid JSON (Expecting ',' delimiter at column 2")
     assert "at at" not in msg
+
+
+def test_models_check_warns_when_no_binary_reply_parsed(monkeypatch):
+    from calimon import model_check
+    from calimon.prompts import load_prompt
+    from calimon.verdict import Verdict
+
+    class Unparsed:
+        def __init__(self, readout):
+            self.readout = readout
+
+        def score(self, samples):
+            if self.readout == "binary":
+                return [Verdict(s.transcript_hash, "binary", "parse_failure", text="maybe")
+                        for s in samples]
+            return [Verdict(s.transcript_hash, self.readout, "ok", p_raw=0.2 + 0.1 * i)
+                    for i, s in enumerate(samples)]
+
+    monkeypatch.setattr(model_check, "make_monitor", lambda be, tpl, readout: Unparsed(readout))
+    _, checks = model_check.score_readouts(None, load_prompt("direct"))
+    binary = next(c for c in checks if c.name == "score binary")
+    assert binary.status == "WARN" and "no reply parsed" in binary.detail
+    assert {c.status for c in checks if c.name != "score binary"} == {"PASS"}
