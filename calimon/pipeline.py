@@ -65,13 +65,22 @@ def default_out(settings: CurveSettings) -> Path:
     return Path("runs") / f"{stamp}-{settings.model.replace('/', '_')}-{settings.readout}"
 
 
+def _no_labels(s: CurveSettings) -> InputError:
+    """Why a benchmark gave nothing to draw a curve on, with the Inspect hint only for a log."""
+    hint = (" (an Inspect log: add ?scorer=NAME&positive=VALUE, see docs/inspect.md)"
+            if ".eval" in s.benchmark or "?" in s.benchmark else "")
+    return InputError(f"benchmark {s.benchmark!r} has no labelled samples; a curve needs "
+                      f"labels{hint}", field="benchmark")
+
+
 def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, list]:
+    if not samples:
+        raise InputError(f"benchmark {s.benchmark!r} holds no samples (an empty file?)",
+                         field="benchmark")
     if s.split is None:
         evaluate = select(samples, limit=s.limit, seed=s.seed)
         if not evaluate:
-            raise InputError(f"benchmark {s.benchmark!r} has no labelled samples; a curve needs "
-                             "labels (an Inspect log: add ?scorer=NAME&positive=VALUE, see "
-                             "docs/inspect.md)", field="benchmark")
+            raise _no_labels(s)
         return evaluate, []
     if s.fit_on not in ("calib", "crossfit"):
         raise InputError(f"expected 'calib' or 'crossfit', got {s.fit_on!r}", field="fit_on")

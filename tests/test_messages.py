@@ -57,3 +57,13 @@ def test_models_check_warns_when_no_binary_reply_parsed(monkeypatch):
     binary = next(c for c in checks if c.name == "score binary")
     assert binary.status == "WARN" and "no reply parsed" in binary.detail
     assert {c.status for c in checks if c.name != "score binary"} == {"PASS"}
+
+
+def test_an_empty_benchmark_file_says_so_without_the_inspect_hint(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    r = CliRunner().invoke(app, ["curve", "--benchmark", str(empty), "--out",
+                                 str(tmp_path / "r")])
+    assert r.exit_code == 2
+    assert f"benchmark '{empty}' holds no samples (an empty file?)" in r.output
+    assert "Inspect" not in r.output
