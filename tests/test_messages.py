@@ -67,3 +67,11 @@ def test_an_empty_benchmark_file_says_so_without_the_inspect_hint(tmp_path):
     assert r.exit_code == 2
     assert f"benchmark '{empty}' holds no samples (an empty file?)" in r.output
     assert "Inspect" not in r.output
+
+
+def test_data_list_says_its_split_columns_count_pairs():
+    r = CliRunner().invoke(app, ["data", "list"])
+    assert r.exit_code == 0
+    head = r.output.splitlines()[0].split()
+    assert head[:8] == ["benchmark", "built", "pairs", "samples", "train", "pairs", "calib",
+                        "pairs"] and "test" in head

@@ -73,8 +73,8 @@ def data_list(
     if json_out:
         typer.echo(json.dumps(rows, indent=1))
         return
-    typer.echo(table(["benchmark", "built", "pairs", "samples", "train", "calib", "test",
-                       "path"],
+    typer.echo(table(["benchmark", "built", "pairs", "samples", "train pairs", "calib pairs",
+                       "test pairs", "path"],
                       [[r["name"], "yes" if r["built"] else "no", r.get("pairs", ""),
                         r.get("samples", ""), *(r.get("split_pairs", {}).get(k, "")
                                                 for k in ("train", "calib", "test")),
