@@ -196,3 +196,21 @@ def test_cli_shift_json_and_thresholds_with_a_new_set(tmp_path):
     assert "shift check: SHIFT DETECTED" in r.output and "shift-aware:" in r.output
     r = CliRunner().invoke(app, ["shift", str(paths["calib"]), str(tmp_path / "missing.jsonl")])
     assert r.exit_code == 2 and r.output.startswith("calimon: error:")
+
+
+def test_the_line_names_a_driver_only_for_a_found_shift_above_chance():
+    from dataclasses import replace
+
+    from calimon.shift.detect import ShiftReport
+
+    base = ShiftReport(n_calib=100, n_new=50, auroc=0.46, p_value=0.8, permutations=100,
+                       by_group={"score": 0.44, "text": 0.41}, outside_share=0.0,
+                       groups=("score", "text"), seed=0, alpha_test=0.05, weights_C=1.0,
+                       weights=np.ones(100), q_new=np.full(50, 0.3))
+    assert base.driver is None
+    line = base.line()
+    assert "no shift detected" in line and "driven by" not in line
+    found = replace(base, auroc=0.9, p_value=0.01, by_group={"score": 0.52, "text": 0.88})
+    assert found.driver == "text" and "driven by text;" in found.line()
+    quiet = replace(base, by_group={"score": 0.55, "text": 0.41})
+    assert quiet.driver == "score" and "driven by" not in quiet.line()  # no shift: no driver

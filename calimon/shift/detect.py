@@ -119,9 +119,11 @@ class ShiftReport:
         return self.p_value <= self.alpha_test
 
     @property
-    def driver(self) -> str:
-        """The feature group whose AUROC alone is highest."""
-        return max(self.by_group, key=lambda g: self.by_group[g])
+    def driver(self) -> str | None:
+        """The feature group whose AUROC alone is highest, when that is above 0.5 (a group at
+        or below chance tells the sets apart no better than a coin, so it drives nothing)."""
+        best = max(self.by_group, key=lambda g: self.by_group[g], default=None)
+        return best if best is not None and self.by_group[best] > 0.5 else None
 
     def ess_share(self) -> float:
         """Kish effective sample size of all calibration rows over their count."""
@@ -131,8 +133,10 @@ class ShiftReport:
     def line(self) -> str:
         """The one-line summary printed by the commands that apply thresholds."""
         verdict = "SHIFT DETECTED" if self.shifted else "no shift detected"
+        # a driver only for a shift that was found, and only a group above chance
+        driver = f"driven by {self.driver}; " if self.shifted and self.driver else ""
         return (f"shift check: {verdict} (domain AUROC {self.auroc:.3f}, p = {self.p_value:.3g}, "
-                f"{self.permutations} permutations; driven by {self.driver}; "
+                f"{self.permutations} permutations; {driver}"
                 f"{self.n_calib} calibration vs {self.n_new} new transcripts)")
 
     def to_dict(self) -> dict[str, Any]:
