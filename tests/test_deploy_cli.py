@@ -96,6 +96,23 @@ def test_apply_policy_decides_every_row(run_dir, tmp_path):
     assert json.loads(r.output)["n_unscored"] == 6
 
 
+def test_apply_policy_on_its_own_design_run_says_so(run_dir, tmp_path):
+    pol = tmp_path / "p.yaml"
+    assert invoke("escalate", run_dir, "--budget", 0.2, "--out", pol).exit_code == 0
+    r = invoke("apply-policy", pol, run_dir / "curve.csv", "--out", tmp_path / "d.csv")
+    first = r.output.splitlines()[0]
+    assert first.startswith(f"note: {run_dir / 'curve.csv'} is this policy's own design run")
+    assert "not new traffic" in first
+    assert "shift check: not run (the scored rows are the policy's own design run)" in r.output
+    doc = json.loads(invoke("apply-policy", pol, run_dir / "curve.csv", "--out",
+                            tmp_path / "d.csv", "--json").output)
+    assert doc["design_run"] is True
+    other = tmp_path / "other.csv"  # the same rows, another file: new traffic as far as it knows
+    other.write_text((run_dir / "curve.csv").read_text() + "\n")
+    r = invoke("apply-policy", pol, other, "--out", tmp_path / "d2.csv")
+    assert r.exit_code == 0 and "design run" not in r.output
+
+
 def test_apply_policy_refuses_a_bad_policy_naming_the_field(run_dir, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 1\nname: x\nreadout: v\nmodel: m\ncalibration: none\n"

@@ -207,10 +207,14 @@ def apply_policy_cmd(
 
     def run() -> None:
         rep = apply_policy_file(policy, scored, out)
-        line = policy_check_line(policy, scored, samples)
+        design = rep.design_note()
+        line = ("shift check: not run (the scored rows are the policy's own design run)"
+                if design else policy_check_line(policy, scored, samples))
         if json_out:
             typer.echo(json.dumps(json_ready({**rep.to_dict(), "shift_check": line}), indent=2))
             return
+        if design:
+            typer.echo(design)
         total = sum(rep.counts.values())
         typer.echo(f"{total} decision(s) written to {rep.out}")
         typer.echo(table(["action", "count", "share"],

@@ -138,10 +138,19 @@ class ApplySummary:
     rates: tuple[dict[str, Any], ...] = ()  # realized FAR / MR / block rate (class_support)
     n_review: int = 0
     audit_fraction: float = 0.0
+    design_run: bool = False  # the scored file is the one the policy was designed on
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict."""
         return asdict(self)
+
+    def design_note(self) -> str | None:
+        """The line that says the rows are the policy's own design run, not new traffic."""
+        if not self.design_run:
+            return None
+        return (f"note: {self.source} is this policy's own design run (the file it was designed "
+                "on, by its sha256): its calib rows chose the thresholds, so these figures are "
+                "not new traffic; apply the policy to transcripts it was not designed on")
 
 
 def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
@@ -159,7 +168,7 @@ def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
     """
     import csv
 
-    from calimon.deploy.io import read_scored_csv
+    from calimon.deploy.io import file_sha256, read_scored_csv
 
     policy = load_policy(policy_path)
     scored = read_scored_csv(scored_path, score=policy.score, require_labels=False)
@@ -182,10 +191,12 @@ def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
     counts = {a: int(np.sum(actions == a)) for a in ACTIONS}
     counts[unscored] += scored.n_dropped
     rates = policy_rates(actions, scored.labels, policy.t_low, policy.t_high)
+    design = policy.provenance.get("source_sha256")
     return ApplySummary(policy=str(policy_path), source=str(scored_path), out=str(target),
                         counts=counts, n_unscored=scored.n_dropped,
                         rates=tuple(r.to_dict() for r in rates), n_review=n_review,
-                        audit_fraction=policy.audit.fraction)
+                        audit_fraction=policy.audit.fraction,
+                        design_run=bool(design) and design == file_sha256(scored_path))
 
 
 def _reviewed(policy: Policy, rid: str, action: str) -> tuple[int, float]:
