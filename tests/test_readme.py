@@ -216,6 +216,9 @@ def test_demo_then_every_usage_command_runs_in_order(tmp_path):
             assert len(errors) == 1, f"{line}\n{r.stderr[-2000:]}"
     finally:
         server.close()
-    assert (work / "runs" / "demo" / "report.html").is_file()
     assert (work / "runs" / "demo-compare" / "compare.png").is_file()
-    assert (work / "configs" / "policies" / "demo.yaml").is_file()
+    assert (work / "runs" / "demo" / "policy.yaml").is_file()
+    # the report found the policy in the run folder (no "write one with escalate" hint)
+    page = (work / "runs" / "demo" / "report.html").read_text(encoding="utf-8")
+    assert "RUN/policy.yaml" not in page and "no escalation policy" not in page
+    assert not (work / "configs").exists()  # the journey writes nothing into a source tree
