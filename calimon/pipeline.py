@@ -105,6 +105,21 @@ def monitor_spec(s: CurveSettings) -> MonitorSpec:
     return s.spec()
 
 
+def _distinct(samples: list[Sample]) -> int:
+    """Readings a monitor needs for ``samples``: one per distinct transcript."""
+    return len({x.transcript_hash for x in samples})
+
+
+def store_line(timing: dict) -> str | None:
+    """The first line of a run answered wholly or partly from the store (None when every
+    reading was computed now)."""
+    needed, scored = timing.get("readings"), timing.get("scored")
+    if not needed or scored is None or scored >= needed:
+        return None
+    return (f"{needed - scored} of {needed} readings reused from the store; "
+            f"{timing.get('model_calls', 0)} model calls")
+
+
 def binary_label(prompt: str, decoding: str) -> str:
     """The name of a binary point: the prompt, and the decoding when it is not ``free``
     (``direct``, ``direct (json)``); drawn as ``binary/<label>``."""
@@ -147,7 +162,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
             scorer = Scorer(spec, store, engine=engine, progress=progress, backend=backend)
             started = time.perf_counter()  # the scoring phase, model load included
             main = scorer.monitor()
-            todo = scorer.todo(evaluate + fit, main)
+            todo, needed = scorer.todo(evaluate + fit, main), _distinct(evaluate + fit)
             readings = scorer.score(evaluate + fit, main, label=f"{s.prompt}/{s.readout}")
             binary_set = (select_pairs(evaluate, s.binary_limit, s.seed)
                           if s.binary_prompts else [])
@@ -156,11 +171,13 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
                 monitor = scorer.monitor(name, "binary", decoding)
                 label = binary_label(name, decoding)
                 todo += scorer.todo(binary_set, monitor)
+                needed += _distinct(binary_set)
                 binary_hashes[label] = monitor.key.template_hash
                 binary_readings[label] = scorer.score(binary_set, monitor,
                                                       label=f"{label}/binary")
             model_calls = scorer.model_calls
             timing = {"scoring_seconds": time.perf_counter() - started, "scored": todo,
+                      "readings": needed,
                       "model_calls": model_calls, **api_usage(backend, since=usage0)}
     finally:
         if owned:
@@ -184,6 +201,6 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     return CurveRun(out=out, summary=summary, model_calls=model_calls)
 
 
-__all__ = ["ALL_METHODS", "CurveRun", "CurveSettings", "Progress", "binary_label",
+__all__ = ["ALL_METHODS", "CurveRun", "CurveSettings", "Progress", "binary_label", "store_line",
            "binary_monitors", "default_out", "dump_json",
            "json_default", "monitor_spec", "run_curve", "status_counts", "usable"]

@@ -75,3 +75,25 @@ def test_data_list_says_its_split_columns_count_pairs():
     head = r.output.splitlines()[0].split()
     assert head[:8] == ["benchmark", "built", "pairs", "samples", "train", "pairs", "calib",
                         "pairs"] and "test" in head
+
+
+def test_a_run_answered_from_the_store_says_so_first(smol, tmp_path, monkeypatch):
+    from conftest import toy_samples
+
+    from calimon.backends import BACKENDS
+    from calimon.samples import write_samples
+
+    monkeypatch.setitem(BACKENDS, "stand-in", "test_engine_ray:StandInBackend")
+    bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
+    args = ["curve", "--model", str(smol.path), "--backend", "stand-in", "--benchmark",
+            str(bench), "--no-binary", "--n-boot", "10", "--store", str(tmp_path / "s.sqlite"),
+            "--quiet"]
+    first = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert first.exit_code == 0 and "reused from the store" not in first.output
+    again = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b")])
+    assert again.output.splitlines()[0] == ("8 of 8 readings reused from the store; "
+                                            "0 model calls")
+    more = write_samples(toy_samples(6), tmp_path / "toy.jsonl")  # 4 new transcripts
+    part = CliRunner().invoke(app, [*args[:6], str(more), *args[7:], "--out",
+                                    str(tmp_path / "c")])
+    assert part.output.splitlines()[0].startswith("8 of 12 readings reused from the store; ")

@@ -107,6 +107,7 @@ def curve_cmd(
 def _print_run(run, markdown: Path | None, as_json: bool) -> None:
     """Write groups.md (and ``markdown``), then print the summary: JSON or the table."""
     from calimon.calibration.direction import inversion_note
+    from calimon.pipeline import store_line
     from calimon.tables import groups_markdown, operating_table
 
     (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")
@@ -116,9 +117,9 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
         typer.echo(json.dumps({k: run.summary.get(k) for k in SUMMARY_KEYS}, default=str,
                               indent=1))
         return
-    note = inversion_note(run.summary)
-    if note:
-        typer.echo(note)
+    for line in (inversion_note(run.summary), store_line(run.summary.get("timing", {}))):
+        if line:
+            typer.echo(line)
     typer.echo(operating_table(run.summary))
     usage = run.summary.get("timing", {}).get("api_usage")
     if usage:
