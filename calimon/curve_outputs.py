@@ -135,7 +135,7 @@ def _calibration(s, fit, readings, fit_p, cal_support, kept, p_raw, y, groups, o
         warnings.simplefilter("always")
         fit_rows: dict[str, float] = {}
         if s.calibration_map:
-            after_by_method, calib, fit_rows = applied_map(s, p_raw, y, fit_p)
+            after_by_method, calib, fit_rows = applied_map(s, p_raw, y, fit_p, provenance)
         elif not cal_support.calibration:
             after_by_method, calib = {}, uncalibrated(p_raw, y, cal_support)
         elif fit:

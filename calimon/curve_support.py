@@ -33,14 +33,20 @@ def uncalibrated(p_raw: np.ndarray, y: np.ndarray, support: Support) -> dict:
             "maps": {}, "methods": []}
 
 
-def applied_map(s, p_raw: np.ndarray, y: np.ndarray, fit_p: dict[str, float]
+def applied_map(s, p_raw: np.ndarray, y: np.ndarray, fit_p: dict[str, float],
+                provenance: dict | None = None
                 ) -> tuple[dict[str, np.ndarray], dict, dict[str, float]]:
     """Apply the saved map ``s.calibration_map`` (never refitted) to the evaluated scores and
     to ``fit_p`` (id -> p_raw of other scored rows). Returns (scores by method, the
-    ``calibration`` block, id -> p_cal of the ``fit_p`` rows)."""
+    ``calibration`` block, id -> p_cal of the ``fit_p`` rows). A map fitted for another
+    model, prompt or readout than the run's ``provenance`` is refused (`calimon.provenance`)
+    unless ``s.force``; what differed is recorded under ``forced``."""
     from calimon.calibration.io import load_map
+    from calimon.provenance import meet
 
     stored = load_map(s.calibration_map)
+    forced = meet("calibration map", stored.extra, provenance or {},
+                  force=getattr(s, "force", False), path=str(s.calibration_map))
     p_cal = np.clip(stored.predict(p_raw), 0.0, 1.0)
     ids = list(fit_p)
     other = np.clip(stored.predict(np.array([fit_p[i] for i in ids], dtype=float)), 0.0, 1.0) \
@@ -50,7 +56,8 @@ def applied_map(s, p_raw: np.ndarray, y: np.ndarray, fit_p: dict[str, float]
                      "fit_set_hash": stored.fit_set_hash, "extra": stored.extra},
              "metrics_before": _clean(calibration_report(p_raw, y)),
              "metrics_after": {stored.method: _clean(calibration_report(p_cal, y))},
-             "maps": {stored.method: stored.calibrator.to_dict()}, "methods": [stored.method]}
+             "maps": {stored.method: stored.calibrator.to_dict()}, "methods": [stored.method],
+             **({"forced": forced} if forced else {})}
     return {stored.method: p_cal}, block, {i: float(v) for i, v in zip(ids, other, strict=True)}
 
 
@@ -67,7 +74,7 @@ def rates_only_summary(s, *, fit_p: dict[str, float], kept: list[Sample], p_raw:
     of the scored ``calib`` rows."""
     p_cal_by_id: dict[str, float] = {}
     if s.calibration_map:
-        by_method, calib, fit_rows = applied_map(s, p_raw, y, fit_p)
+        by_method, calib, fit_rows = applied_map(s, p_raw, y, fit_p, base.get("provenance"))
         (score,) = by_method.values()
         p_cal_by_id = {x.id: float(v) for x, v in zip(kept, score, strict=True)} | fit_rows
         score_name = "p_cal"

@@ -44,6 +44,7 @@ class CurveSettings(RunSettings):
     rate_thresholds: tuple[float, ...] = (0.5,)  # FAR / MR with exact intervals at these
     calibration_map: Path | None = None  # apply this saved map instead of fitting maps
     allow_inverted: bool = False  # keep a map fitted decreasing (recorded in curve.json)
+    force: bool = False  # apply a map made for another monitor (recorded in curve.json)
     cost_miss: float = 1.0
     cost_false_alarm: float = 1.0
     out: Path | None = None

@@ -68,6 +68,7 @@ def curve_cmd(
     far: Annotated[list[float] | None, typer.Option(help="Operating points at FAR <= these values; repeatable.")] = None,
     threshold: Annotated[list[float] | None, typer.Option(help="FAR and MR with exact (Clopper-Pearson) intervals at these fixed thresholds; repeatable (default 0.5). All a set with fewer than 10 of a class reports (docs/deployment.md, section 6).")] = None,
     calibration_map: Annotated[Path | None, typer.Option(help="Apply this saved map (calibration/METHOD.json of an earlier run) instead of fitting maps: p_cal as in deployment.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Apply a --calibration-map fitted for another model, prompt or readout anyway (what differed is recorded in curve.json).")] = False,
     allow_inverted: Annotated[bool, typer.Option("--allow-inverted", help="Keep a calibration map fitted decreasing (or a raw score with AUROC below 0.5 on the map's fit set) instead of stopping; recorded in curve.json, and the deployment commands say so first.")] = False,
     cost_miss: Annotated[float, typer.Option(help="Cost of a miss for the min-cost point.")] = 1.0,
     cost_false_alarm: Annotated[float, typer.Option(help="Cost of a false alarm for the min-cost point.")] = 1.0,
@@ -117,7 +118,10 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
         typer.echo(json.dumps({k: run.summary.get(k) for k in SUMMARY_KEYS}, default=str,
                               indent=1))
         return
-    for line in (inversion_note(run.summary), store_line(run.summary.get("timing", {}))):
+    forced = (run.summary.get("calibration") or {}).get("forced")
+    warn = ("WARNING: calibration map applied with --force to another monitor's run: "
+            + "; ".join(forced)) if forced else None
+    for line in (inversion_note(run.summary), warn, store_line(run.summary.get("timing", {}))):
         if line:
             typer.echo(line)
     typer.echo(operating_table(run.summary))

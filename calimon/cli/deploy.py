@@ -199,6 +199,9 @@ def apply_policy_cmd(
     samples: Annotated[Path | None, typer.Option(
         help="Samples JSONL of the scored transcripts, for the shift check (default: the "
              "benchmark named by the curve.json next to SCORED).")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Apply a policy designed for another model or readout anyway "
+                        "(recorded in the output).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Decide auto_pass / human_review / auto_block for each scored transcript."""
@@ -206,13 +209,16 @@ def apply_policy_cmd(
     from calimon.shift.check import policy_check_line
 
     def run() -> None:
-        rep = apply_policy_file(policy, scored, out)
+        rep = apply_policy_file(policy, scored, out, force=force)
         design = rep.design_note()
         line = ("shift check: not run (the scored rows are the policy's own design run)"
                 if design else policy_check_line(policy, scored, samples))
         if json_out:
             typer.echo(json.dumps(json_ready({**rep.to_dict(), "shift_check": line}), indent=2))
             return
+        if rep.forced:
+            typer.echo("WARNING: applied with --force to another monitor's run: "
+                       + "; ".join(rep.forced))
         if design:
             typer.echo(design)
         total = sum(rep.counts.values())

@@ -139,6 +139,7 @@ class ApplySummary:
     n_review: int = 0
     audit_fraction: float = 0.0
     design_run: bool = False  # the scored file is the one the policy was designed on
+    forced: tuple[str, ...] = ()  # provenance mismatches applied anyway (--force)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict."""
@@ -154,7 +155,7 @@ class ApplySummary:
 
 
 def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
-                      out: str | Path) -> ApplySummary:
+                      out: str | Path, *, force: bool = False) -> ApplySummary:
     """Decide an action for every row of a scored CSV, reading only it and the policy file.
 
     Writes ``out`` (CSV: ``id,status,score,action,review,inclusion``): scored rows first, in
@@ -164,13 +165,19 @@ def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
     that a transcript with its action is reviewed (1 for ``human_review``, the audit fraction
     otherwise). Labels are not needed; where present (a benign-only set included) the realized
     FAR and MR come with exact Clopper-Pearson intervals
-    (``calimon.class_support.policy_rates``).
+    (``calimon.class_support.policy_rates``). A policy designed for another model or readout
+    than the run next to the CSV names is refused unless ``force`` (`calimon.provenance`).
     """
     import csv
 
-    from calimon.deploy.io import file_sha256, read_scored_csv
+    from calimon.deploy.io import file_sha256, read_scored_csv, run_metadata
+    from calimon.provenance import meet
 
     policy = load_policy(policy_path)
+    known = {k: v for k, v in (("model", policy.model), ("readout", policy.readout))
+             if v != "unknown"}
+    forced = meet("escalation policy", known, run_metadata(scored_path), force=force,
+                  path=str(policy_path))
     scored = read_scored_csv(scored_path, score=policy.score, require_labels=False)
     actions = apply_policy(policy, scored.scores)
     unscored = policy.actions.unscored
@@ -196,7 +203,8 @@ def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
                         counts=counts, n_unscored=scored.n_dropped,
                         rates=tuple(r.to_dict() for r in rates), n_review=n_review,
                         audit_fraction=policy.audit.fraction,
-                        design_run=bool(design) and design == file_sha256(scored_path))
+                        design_run=bool(design) and design == file_sha256(scored_path),
+                        forced=tuple(forced))
 
 
 def _reviewed(policy: Policy, rid: str, action: str) -> tuple[int, float]:

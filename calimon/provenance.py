@@ -1,0 +1,46 @@
+"""Where artifacts meet a run: a calibration map or a policy made for one monitor and applied to
+the readings of another would give numbers that mean nothing, silently. `meet` compares what
+both record (model and revision, prompt and template hash, readout, defenses) and refuses a
+mismatch with one line naming both sides; ``force`` lets it through and returns what differed,
+for the caller to record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from calimon.errors import InputError
+
+CHECKED = ("model", "model_revision", "prompt", "template_hash", "readout", "defenses")
+
+
+class ProvenanceMismatchError(InputError):
+    """An artifact applied to a run of another model, prompt, readout or defense."""
+
+
+def mismatches(artifact: dict[str, Any], run: dict[str, Any],
+               keys: tuple[str, ...] = CHECKED) -> list[str]:
+    """``"KEY: WHAT 'a' vs run 'b'"`` for each key both record with different values."""
+    out = []
+    for key in keys:
+        a, b = artifact.get(key), run.get(key)
+        if a is None or b is None:
+            continue
+        if isinstance(a, list | tuple) or isinstance(b, list | tuple):
+            a, b = sorted(a or []), sorted(b or [])
+        if a != b:
+            out.append(f"{key} {a!r} vs run {b!r}")
+    return out
+
+
+def meet(what: str, artifact: dict[str, Any], run: dict[str, Any], *, force: bool = False,
+         path: str | None = None) -> list[str]:
+    """Check that ``artifact`` (e.g. ``"calibration map"``) fits ``run``; returns the
+    mismatches let through by ``force`` ([] when none), else raises
+    `ProvenanceMismatchError` naming both sides and ``--force``."""
+    found = mismatches(artifact, run)
+    if found and not force:
+        raise ProvenanceMismatchError(
+            f"this {what} was made for another monitor: " + "; ".join(
+                f"{what.split()[-1]} {m}" for m in found)
+            + " (--force applies it anyway, recorded)", path=path)
+    return found
