@@ -144,14 +144,18 @@ def vllm_offline(smol):
     yield from _vllm_engine("smollm2-135m")
 
 
-@pytest.fixture(scope="session")
-def vllm_server(smol, tmp_path_factory):
-    """`vllm serve` of the embedded model on loopback (the session's one); its /v1 URL."""
+def _vllm_serve(model, name: str, tmp_path_factory, **kwargs):
     from vllm_serve import serve_with_vllm
 
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
-    with serve_with_vllm(smol.path, "smollm2-135m", log) as url:
+    with serve_with_vllm(model.path, name, log, **kwargs) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def vllm_server(smol, tmp_path_factory):
+    """`vllm serve` of the embedded model on loopback (the session's one); its /v1 URL."""
+    yield from _vllm_serve(smol, "smollm2-135m", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -163,8 +167,4 @@ def tiny_qwen3_vllm_offline(tiny_qwen3):
 @pytest.fixture(scope="session")
 def tiny_qwen3_vllm_server(tiny_qwen3, tmp_path_factory):
     """`vllm serve` of tiny-qwen3 on loopback (the session's one); its /v1 URL."""
-    from vllm_serve import serve_with_vllm
-
-    log = tmp_path_factory.mktemp("vllm") / "serve.log"
-    with serve_with_vllm(tiny_qwen3.path, "tiny-qwen3", log, max_model_len=4096) as url:
-        yield url
+    yield from _vllm_serve(tiny_qwen3, "tiny-qwen3", tmp_path_factory, max_model_len=4096)
