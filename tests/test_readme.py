@@ -2,8 +2,8 @@
 order, in a temporary folder, as a new user would run them.
 
 The commands are read from README.md and the Makefile at test time. What the test changes, and
-why: heavy `calimon curve` lines get small limits appended (``LIMITS``, or ``DEPLOY_LIMITS``
-for the runs the deployment commands read: the last value of an
+why: heavy `calimon curve` lines get small limits appended (``LIMITS``, or ``RUN_LIMITS`` for
+the runs the deployment commands read: the last value of an
 option wins); the placeholder ``/path/to/hf/folder`` becomes the embedded model's converted
 folder; the served model at ``http://127.0.0.1:8000/v1`` becomes an in-process stand-in server
 (OpenAI-style completions with token-id logprobs, and chat completions with token-string
@@ -40,7 +40,10 @@ LIMITS = ["--limit", "16", "--binary-limit", "2", "--n-boot", "20"]
 # of each class for a curve, 20 for a map, which the amb-open line reads back). 120, because a
 # selection of whole pairs is not balanced: at 80 the demo's 40 calib rows were 16 and 24
 DEPLOY_LIMITS = ["--limit", "120", "--binary-limit", "2", "--n-boot", "20"]
-DEPLOY_RUNS = ("runs/demo", "runs/amb-open")
+# the amb-open traffic applies the demo's map (fits none): a curve's 10 of each class in its test
+# rows is all it needs (48 samples: 24 test rows, 10 and 14)
+TRAFFIC_LIMITS = ["--limit", "48", "--binary-limit", "2", "--n-boot", "20"]
+RUN_LIMITS = {"runs/demo": DEPLOY_LIMITS, "runs/amb-open": TRAFFIC_LIMITS}
 SERVED = "http://127.0.0.1:8000/v1"
 PLACEHOLDER_MODEL = "/path/to/hf/folder"
 
@@ -178,8 +181,8 @@ def _prepare(line: str, server_url: str) -> list[str]:
             a = _sources() or a  # none here: the line keeps its documented exit code 2
         out.append(a)
     if out[:2] == ["calimon", "curve"]:
-        feeds_deploy = "--out" in out and out[out.index("--out") + 1] in DEPLOY_RUNS
-        out += DEPLOY_LIMITS if feeds_deploy else LIMITS
+        run = out[out.index("--out") + 1] if "--out" in out else None
+        out += RUN_LIMITS.get(run, LIMITS)
     return out
 
 
