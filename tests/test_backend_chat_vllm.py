@@ -98,8 +98,10 @@ def test_curve_on_the_api_matches_the_transformers_operating_points(vllm_server,
     from calimon.cli import app
 
     monkeypatch.setenv("CALIMON_API_JOURNAL", str(tmp_path / "journal.sqlite"))
+    # both backends must agree whichever way the verdict ranks these samples: a map fitted
+    # decreasing is kept (--allow-inverted), on both sides alike
     common = ["curve", "--limit", "40", "--no-binary", "--n-boot", "20", "--quiet",
-              "--store", str(tmp_path / "store.sqlite")]
+              "--allow-inverted", "--store", str(tmp_path / "store.sqlite")]
     chat_args = ["--backend", "chat", "--base-url", vllm_server, "--served-model",
                  "smollm2-135m"]
     runs = {}

@@ -16,9 +16,13 @@ from calimon.samples import write_samples
 @pytest.mark.model
 def test_curve_run_end_to_end_and_resumable(tmp_path):
     bench = write_samples(toy_samples(20), tmp_path / "toy.jsonl")  # 20 a class: maps fitted
+    # the embedded verdict reads these hand-written pairs the wrong way round (raw AUROC far
+    # below 0.5), so its Platt map is fitted decreasing: kept here, and recorded
     settings = CurveSettings(benchmark=str(bench), binary_prompts=("direct",), binary_limit=4,
-                             n_boot=20, store=tmp_path / "store.sqlite", out=tmp_path / "run")
+                             n_boot=20, store=tmp_path / "store.sqlite", out=tmp_path / "run",
+                             allow_inverted=True)
     run = run_curve(settings)
+    assert run.summary["inverted"]["allowed"] is True
     assert run.model_calls > 0
     for name in ("curve.json", "curve.csv", "curve.png", "curves_by_group.png",
                  "reliability.png", "calibration/platt.json"):
@@ -141,7 +145,8 @@ def test_curve_csv_with_a_calib_split_holds_the_calib_rows_for_the_deployment_to
     bench = write_samples(samples, tmp_path / "toy.jsonl")
     settings = CurveSettings(model=str(smol.path), benchmark=str(bench), backend="stand-in",
                              split="test", fit_on="calib", binary_prompts=(), n_boot=10,
-                             store=tmp_path / "s.sqlite", out=tmp_path / "run")
+                             store=tmp_path / "s.sqlite", out=tmp_path / "run",
+                             allow_inverted=True)  # the stand-in's scores rank at random
     run = run_curve(settings)
     with open(run.out / "curve.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))

@@ -236,9 +236,7 @@ class PlattScaling(Calibrator):
     def _inversion(self) -> str | None:
         if self.a_ < 0:
             return f"Platt slope a = {self.a_:.3g} < 0: the map turns the ranking upside down"
-        if self.a_ == 0:
-            return "Platt slope a = 0: the map is constant"
-        return None
+        return None  # a = 0 (a constant raw score) is flat, not decreasing
 
 
 class BetaCalibration(Calibrator):
