@@ -147,7 +147,9 @@ def test_models_check_passes_on_gemma(gemma):
     status = {c["name"]: c["status"] for c in doc["checks"]}
     assert {"load", "prompt", "answers verdict", "answers json", "score verdict",
             "score json"} <= set(status)
-    assert all(s in ("PASS", "SKIP") for s in status.values()), status
+    # the base model's free-form binary replies do not parse: that is said (WARN), not failed
+    assert all(s in ("PASS", "SKIP") for n, s in status.items() if n != "score binary"), status
+    assert status["score binary"] in ("PASS", "WARN") and doc["status"] == "PASS"
     assert status["score verdict"] == "PASS" and status["score json"] == "PASS"
     text = json.dumps(doc)
     assert "<bos>" in text and "Answer:" in text
