@@ -44,10 +44,12 @@ _LOADED: dict[tuple[type, str], Backend] = {}
 _LOADED_LOCK = threading.Lock()
 
 
-def backend_key(spec: BackendSpec) -> tuple[type, str]:
+def backend_key(spec: BackendSpec, options: dict[str, Any] | None = None) -> tuple[type, str]:
     """What makes two specs the same backend: the class registered under its name (a name
-    registered anew is another backend), its model and its checked options."""
-    options = check_options(spec.backend, spec.options)
+    registered anew is another backend), its model and its checked options (``options``:
+    already checked ones, else checked here)."""
+    if options is None:
+        options = check_options(spec.backend, spec.options)
     return (backend_class(spec.backend),
             json.dumps([spec.backend, spec.model, options], sort_keys=True, default=str))
 
@@ -64,7 +66,7 @@ def build_backend(spec: BackendSpec, *, shared: bool = True) -> Backend:
     options = check_options(spec.backend, spec.options)
     if not shared:
         return cls(model_for(spec), **options)
-    key = backend_key(spec)
+    key = backend_key(spec, options)
     with _LOADED_LOCK:
         if key not in _LOADED:
             _LOADED[key] = cls(model_for(spec), **options)
