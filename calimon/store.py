@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calimon import __version__
+from calimon.migrations import Schema, migrate
 from calimon.verdict import Verdict
 
-_SCHEMA = """
+_VERDICTS_TABLE = """
 CREATE TABLE IF NOT EXISTS verdicts (
     model TEXT NOT NULL,
     model_revision TEXT NOT NULL,
@@ -42,6 +43,15 @@ CREATE TABLE IF NOT EXISTS verdicts (
     PRIMARY KEY (model, model_revision, template_hash, readout, transcript_hash)
 );
 """
+
+
+def m001_verdicts(db: sqlite3.Connection) -> None:
+    """The readings table as calimon 0.1.0 created it (stores of that time already have it)."""
+    db.execute(_VERDICTS_TABLE)
+
+
+# Append new migrations; never edit or reorder one that has shipped (docs/reliability.md).
+SCHEMA = Schema("run store", (m001_verdicts,))
 _VERDICT_COLUMNS = ("transcript_hash", "readout", "status", "p_raw", "format_mass", "p_yes",
                     "p_no", "decision", "text", "evidence", "tokens", "seconds", "truncation",
                     "error", "extra")
@@ -85,7 +95,11 @@ class RunStore:
         self._db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S, isolation_level=None)
         _use_wal(self._db)
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        try:
+            migrate(self._db, SCHEMA, self.path)
+        except BaseException:
+            self._db.close()
+            raise
         self._db.row_factory = sqlite3.Row
 
     def close(self) -> None:

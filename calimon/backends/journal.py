@@ -14,9 +14,17 @@ import sqlite3
 import threading
 from pathlib import Path
 
-_SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
+from calimon.migrations import Schema, migrate
+
+
+def m001_responses(db: sqlite3.Connection) -> None:
+    """The responses table as calimon 0.1.0 created it."""
+    db.execute("""CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY, endpoint TEXT NOT NULL, response TEXT NOT NULL,
-    created TEXT NOT NULL DEFAULT (datetime('now')))"""
+    created TEXT NOT NULL DEFAULT (datetime('now')))""")
+
+
+SCHEMA = Schema("API journal", (m001_responses,))  # append only (calimon.migrations)
 
 
 def request_key(endpoint: str, payload: dict) -> str:
@@ -36,10 +44,14 @@ class Journal:
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(_SCHEMA)
-            self._conn.commit()
+            conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                migrate(conn, SCHEMA, self.path)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     def get(self, key: str) -> dict | None:

@@ -25,12 +25,22 @@ from pathlib import Path
 
 from calimon.data.paths import calimon_home
 from calimon.errors import InputError
+from calimon.migrations import Schema, migrate
 from calimon.sandbox import SandboxResult, run_python, sandbox_layers
 
 CACHE_ENV = "CALIMON_SANDBOX_CACHE"
 MODES = ("on", "refresh", "off")
 _LOCK = threading.Lock()
 _CONNECTIONS: dict[Path, sqlite3.Connection] = {}
+
+
+def m001_results(db: sqlite3.Connection) -> None:
+    """The results table as calimon 0.1.0 created it."""
+    db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, "
+               "returncode INTEGER, stdout TEXT, stderr TEXT, seconds REAL)")
+
+
+SCHEMA = Schema("sandbox-results cache", (m001_results,))  # append only (calimon.migrations)
 
 
 def cache_mode() -> str:
@@ -72,9 +82,11 @@ def _connection() -> sqlite3.Connection:
     if conn is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, check_same_thread=False, timeout=60)
-        conn.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, "
-                     "returncode INTEGER, stdout TEXT, stderr TEXT, seconds REAL)")
-        conn.commit()
+        try:
+            migrate(conn, SCHEMA, path)
+        except BaseException:
+            conn.close()
+            raise
         _CONNECTIONS[path] = conn
     return conn
 
