@@ -194,6 +194,7 @@ def test_cli_shift_json_and_thresholds_with_a_new_set(tmp_path):
                                  str(paths["new"])])
     assert r.exit_code == 0, r.output
     assert "shift check: SHIFT DETECTED" in r.output and "shift-aware:" in r.output
+    assert "shift verdict: FAR <= 0.1: SHIFT BREAKS THE CERTIFICATE" in r.output
     r = CliRunner().invoke(app, ["shift", str(paths["calib"]), str(tmp_path / "missing.jsonl")])
     assert r.exit_code == 2 and r.output.startswith("calimon: error:")
 

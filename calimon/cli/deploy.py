@@ -122,6 +122,9 @@ def _shift_lines(run_dir: Path, new: Path, rep, delta: float, score: str, seed: 
         typer.echo(f"shift check: not run ({exc})")
         return
     typer.echo(res.report.line())
+    for v in res.verdicts:
+        if v is not None:
+            typer.echo(f"shift verdict: {v.line()}")
     for a in res.aware:
         typer.echo(f"shift-aware: {a.message()}")
 

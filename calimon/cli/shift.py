@@ -39,19 +39,28 @@ def shift_cmd(
         help="Samples JSONL of the calibration run (default: the run's benchmark).")] = None,
     new_samples: Annotated[Path | None, typer.Option(
         help="Samples JSONL of the new scored CSV (default: its run's benchmark).")] = None,
+    max_prevalence: Annotated[float | None, typer.Option(
+        help="The most of the new traffic assumed to misbehave, for the verdict's FAR floor "
+             "(default: the calibration rows' misbehaving share).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Does NEW_SET look like the calibration data? Domain AUROC, permutation p-value, what
-    drives it, and naive vs shift-aware certificates on the new data."""
+    """Does NEW_SET look like the calibration data, and does the difference move the
+    certificate? One verdict per FAR target (no shift; shift, certificate holds; shift breaks
+    the certificate), then the domain AUROC, permutation p-value, what drives it, and naive vs
+    shift-aware certificates on the new data."""
     from calimon.shift.check import shift_thresholds
 
     fars = [0.05] if far is None and mr is None else list(far or [])
     res = shift_thresholds(calib_run, new_set, far=fars, mr=list(mr or []), delta=delta,
                            score=score, seed=seed, permutations=permutations,
-                           calib_samples=calib_samples, new_samples=new_samples)
+                           calib_samples=calib_samples, new_samples=new_samples,
+                           max_prevalence=max_prevalence)
     if json_out:
         typer.echo(json.dumps(json_ready(res.to_dict()), indent=2))
         return
+    for v in res.verdicts:
+        if v is not None:
+            typer.echo(v.line())
     r = res.report
     typer.echo(r.line())
     typer.echo("feature group alone: " + ", ".join(

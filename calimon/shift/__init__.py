@@ -7,6 +7,8 @@ Modules (see ``docs/deployment.md``, section 6):
 - ``certify``: ``weighted_rates``, ``kish_ess``, ``shift_certificate`` (rejection sampling +
   Learn-then-Test, or an abstention with the labels needed), ``labels_needed``;
 - ``sides``: the transcripts of a run's calibration rows and of a new set;
+- ``verdict``: ``shift_verdict`` (no shift / shift, certificate holds / shift breaks the
+  certificate, from the score tail and the weighted FAR, no labels needed);
 - ``check``: ``shift_check``, ``check_line``, ``shift_thresholds``;
 - ``recertify``: audit slices and the stratified FAR / MR bounds on reviewed traffic;
 - ``labels``: reading reviewer label files; ``recert_run``: ``recertify_files``.

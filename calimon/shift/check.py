@@ -15,6 +15,7 @@ from calimon.shift.certify import ShiftCertificate, monotone_plans, shift_certif
 from calimon.shift.detect import DEFAULT_PERMUTATIONS, ShiftReport, two_sample_test
 from calimon.shift.features import build_view
 from calimon.shift.sides import Side, calib_side, new_side
+from calimon.shift.verdict import ShiftVerdict, shift_verdict
 
 
 def check_sides(calib: Side, new: Side, *, permutations: int = DEFAULT_PERMUTATIONS,
@@ -61,19 +62,25 @@ class ShiftThresholds:
     report: ShiftReport
     naive: tuple[Any, ...]
     aware: tuple[ShiftCertificate, ...]
+    verdicts: tuple[ShiftVerdict | None, ...] = ()  # per target; None for MR targets
 
     def to_dict(self) -> dict[str, Any]:
-        """The shift report and, per target, both certificates as a JSON-ready dict."""
+        """The shift report and, per target, both certificates and the verdict as a JSON-ready
+        dict."""
+        verdicts = self.verdicts or (None,) * len(self.naive)
         return {"shift": self.report.to_dict(), "targets": [
-            {"naive": n.to_dict(), "shift_aware": a.to_dict()}
-            for n, a in zip(self.naive, self.aware, strict=True)]}
+            {"naive": n.to_dict(), "shift_aware": a.to_dict(),
+             "verdict": v.to_dict() if v is not None else None}
+            for n, a, v in zip(self.naive, self.aware, verdicts, strict=True)]}
 
 
 def certify_sides(report: ShiftReport, scores: Any, labels: Any, *, far: Sequence[float] = (),
-                  mr: Sequence[float] = (), delta: float = 0.05,
-                  seed: int = 0) -> ShiftThresholds:
+                  mr: Sequence[float] = (), delta: float = 0.05, seed: int = 0,
+                  new_scores: Any = None,
+                  max_prevalence: float | None = None) -> ShiftThresholds:
     """Naive and shift-aware certificates from calibration ``scores`` / ``labels`` (the rows
-    of the report's calibration side, same order)."""
+    of the report's calibration side, same order), and for each FAR target the verdict
+    (:mod:`calimon.shift.verdict`) from them and the new side's ``new_scores``."""
     from calimon.deploy.guarantees import certify_far, certify_mr
 
     s, y = np.asarray(scores, float), np.asarray(labels, int)
@@ -87,20 +94,27 @@ def certify_sides(report: ShiftReport, scores: Any, labels: Any, *, far: Sequenc
             aware.append(shift_certificate(s, y, report.weights, rate=rate, alpha=alpha,
                                            delta=delta, reference=ref,
                                            outside_share=report.outside_share, seed=seed))
-    return ShiftThresholds(report, tuple(naive), tuple(monotone_plans(aware)))
+    aware = monotone_plans(aware)
+    verdicts = tuple(
+        shift_verdict(report, n, a, s, y, new_scores, max_prevalence=max_prevalence)
+        if n.rate == "far" else None for n, a in zip(naive, aware, strict=True))
+    return ShiftThresholds(report, tuple(naive), tuple(aware), verdicts)
 
 
 def shift_thresholds(calib_run: str | Path, new: str | Path, *, far: Sequence[float] = (0.05,),
                      mr: Sequence[float] = (), delta: float = 0.05, score: str = "p_cal",
                      seed: int = 0, permutations: int = DEFAULT_PERMUTATIONS,
                      calib_samples: str | Path | None = None,
-                     new_samples: str | Path | None = None) -> ShiftThresholds:
-    """Shift check, then naive and shift-aware certificates for each target on ``new``."""
+                     new_samples: str | Path | None = None,
+                     max_prevalence: float | None = None) -> ShiftThresholds:
+    """Shift check, then naive and shift-aware certificates for each target on ``new``, and
+    the harmful-or-harmless verdict per FAR target (``max_prevalence``: the most of the new
+    traffic assumed to misbehave; default the calibration rows' share)."""
     cal, scored = calib_side(calib_run, samples=calib_samples, score=score, seed=seed)
-    rep = check_sides(cal, new_side(new, samples=new_samples, score=score),
-                      permutations=permutations, seed=seed)
+    new_s = new_side(new, samples=new_samples, score=score)
+    rep = check_sides(cal, new_s, permutations=permutations, seed=seed)
     return certify_sides(rep, scored.scores, scored.labels, far=far, mr=mr, delta=delta,
-                         seed=seed)
+                         seed=seed, new_scores=new_s.scores, max_prevalence=max_prevalence)
 
 
 def policy_check_line(policy_path: str | Path, scored: str | Path,

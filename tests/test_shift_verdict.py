@@ -1,0 +1,97 @@
+"""The harmful-or-harmless shift verdict (calimon.shift.verdict): a shift the certificate does not
+care about is told apart from one that breaks it, without labels of the new traffic."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from calimon.shift.check import certify_sides, check_sides
+from calimon.shift.sides import Side
+from calimon.shift.synthetic import write_synthetic_shift
+from calimon.shift.verdict import BREAKS, HOLDS, NO_SHIFT, far_floor
+
+CHAT = "please explain recipe travel weather story movie friend advice history music".split()
+OTHER = "invoice ledger audit tax payroll budget quarter revenue margin forecast".split()
+
+
+def _side(rng, name, n_pairs, words, benign_mu):
+    """``n_pairs`` benign/misbehaving pairs with texts from ``words`` and logistic scores:
+    benign ``z ~ N(benign_mu, 1)``, misbehaving ``N(1.5, 1)``."""
+    ids, req, resp, scores, labels, groups = [], [], [], [], [], []
+    for i in range(n_pairs):
+        request = " ".join(rng.choice(words, 10))
+        for label in (0, 1):
+            ids.append(f"{name}-{i}-{label}")
+            req.append(request)
+            resp.append(" ".join(rng.choice(words, int(rng.integers(20, 50)))))
+            z = (1.5 if label else benign_mu) + rng.normal()
+            scores.append(1 / (1 + np.exp(-z)))
+            labels.append(label)
+            groups.append(f"{name}-{i}")
+    return Side(name, tuple(ids), tuple(req), tuple(resp), np.array(scores), np.array(labels),
+                tuple(groups))
+
+
+def _verdict(new_words, new_benign_mu, seed=0):
+    rng = np.random.default_rng(seed)
+    cal = _side(rng, "cal", 200, CHAT, -2.0)
+    new = _side(rng, "new", 100, new_words, new_benign_mu)
+    rep = check_sides(cal, new, permutations=20, seed=seed)
+    res = certify_sides(rep, cal.scores, cal.labels, far=(0.1,), new_scores=new.scores)
+    (v,) = res.verdicts
+    t = res.naive[0].threshold  # the new benign FAR at t, exactly (z ~ N(mu, 1))
+    true_far = float(norm.sf(np.log(t / (1 - t)) - new_benign_mu))
+    return v, true_far
+
+
+def test_a_shift_in_text_alone_is_found_and_judged_harmless():
+    v, true_far = _verdict(OTHER, -2.0)
+    assert v.kind == HOLDS and true_far <= 0.1
+    assert "shift, certificate holds" in v.line()
+    assert v.far_floor == 0.0 and v.weighted_far <= 0.1
+
+
+def test_a_shift_that_raises_benign_scores_breaks_the_certificate():
+    v, true_far = _verdict(OTHER, 0.5)
+    assert v.kind == BREAKS and true_far > 0.1
+    assert v.far_floor > 0.1 and "FAR floor" in v.reason
+    assert v.line().startswith("FAR <= 0.1: SHIFT BREAKS THE CERTIFICATE")
+
+
+def test_no_shift_keeps_the_calibration_certificate():
+    v, _ = _verdict(CHAT, -2.0, seed=3)
+    assert v.kind == NO_SHIFT and v.certified
+    assert "the calibration certificate stands" in v.line()
+
+
+def test_the_far_floor_is_the_least_benign_far_under_the_prevalence_cap():
+    s = np.r_[np.ones(80), np.zeros(20)]  # 80% of the traffic at or above the threshold
+    rate, lower, floor = far_floor(s, 0.5, 0.5, 0.05)
+    assert rate == 0.8 and 0.7 < lower < 0.8
+    assert floor == pytest.approx((lower - 0.5) / 0.5)
+    assert far_floor(s, 0.5, 0.9, 0.05)[2] == 0.0  # a high prevalence cap explains every flag
+    assert np.isnan(far_floor([], 0.5, 0.5, 0.05)[0])
+
+
+def test_cli_prints_the_verdict_first_and_in_json(tmp_path):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+
+    paths = write_synthetic_shift(tmp_path, n_calib=400, n_new=200)
+    r = CliRunner().invoke(app, ["shift", str(paths["calib"]), str(paths["new"]), "--far", "0.1",
+                                 "--permutations", "20"])
+    assert r.exit_code == 0, r.output
+    first = r.output.splitlines()[0]
+    # code-heavy traffic raises the benign scores (calimon.shift.synthetic): harmful
+    assert first.startswith("FAR <= 0.1: SHIFT BREAKS THE CERTIFICATE")
+    r = CliRunner().invoke(app, ["shift", str(paths["calib"]), str(paths["new"]), "--far", "0.1",
+                                 "--mr", "0.5", "--permutations", "20", "--json"])
+    far_t, mr_t = json.loads(r.output)["targets"]
+    assert far_t["verdict"]["kind"] == "shift breaks the certificate"
+    assert mr_t["verdict"] is None
+
