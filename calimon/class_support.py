@@ -112,7 +112,7 @@ class RateAt:
 def rate_interval(rate: str, threshold: float, k: int, n: int,
                   level: float = RATE_LEVEL) -> RateAt:
     """``k`` errors in ``n`` samples of one class, with their exact interval."""
-    from calimon.deploy.guarantees import clopper_pearson
+    from calimon.binomial import clopper_pearson
 
     low, high = clopper_pearson(int(k), int(n), level)
     return RateAt(rate, float(threshold), int(k), int(n), k / n, low, high, float(level))

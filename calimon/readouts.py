@@ -102,7 +102,7 @@ def sampled_verdict(answers: Sequence[str], status: str = "ok", **common) -> Ver
     """The verdict of k sampled answers: ``p_raw`` = yes / (yes + no), with the counts and the
     95% Clopper-Pearson interval of the share in ``extra``; a parse failure when no answer
     says Yes or No. Answers that say neither are counted, never read as "No"."""
-    from calimon.deploy.guarantees import clopper_pearson
+    from calimon.binomial import clopper_pearson
 
     got = [sampled_answer(a) for a in answers]
     yes, no = got.count(True), got.count(False)

@@ -38,82 +38,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import beta as beta_dist
 from scipy.stats import binom
 
+# The bounds live in calimon.binomial (numerics); they stay importable from here.
+from calimon.binomial import check_rate, cp_upper
+from calimon.binomial import clopper_pearson as clopper_pearson
+from calimon.binomial import cp_lower as cp_lower
+from calimon.binomial import samples_needed as samples_needed
 from calimon.errors import InputError
 
 METHOD = "ltt-fixed-sequence-clopper-pearson"
-
-
-def _check_rate(x: Any, name: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, int | float | np.floating) or not 0 < x < 1:
-        raise InputError(f"expected a number strictly between 0 and 1, got {x!r}", field=name)
-    return float(x)
-
-
-def _check_counts(k: Any, n: Any) -> tuple[int, int]:
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise InputError(f"expected an integer >= 1, got {n!r}", field="n")
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k <= n:
-        raise InputError(f"expected an integer in [0, n={n}], got {k!r}", field="k")
-    return int(k), int(n)
-
-
-def cp_upper(k: int, n: int, delta: float) -> float:
-    """One-sided exact (Clopper-Pearson) upper ``1 - delta`` bound on a rate: ``k`` events in
-    ``n`` trials. Equals ``1 - delta ** (1 / n)`` when ``k == 0``; 1 when ``k == n``."""
-    k, n = _check_counts(k, n)
-    delta = _check_rate(delta, "delta")
-    if k == n:
-        return 1.0
-    return float(beta_dist.ppf(1.0 - delta, k + 1, n - k))
-
-
-def cp_lower(k: int, n: int, delta: float) -> float:
-    """One-sided exact (Clopper-Pearson) lower ``1 - delta`` bound; 0 when ``k == 0``."""
-    k, n = _check_counts(k, n)
-    delta = _check_rate(delta, "delta")
-    if k == 0:
-        return 0.0
-    return float(beta_dist.ppf(delta, k, n - k + 1))
-
-
-def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Two-sided exact interval at ``level`` (each tail ``(1 - level) / 2``)."""
-    tail = (1.0 - _check_rate(level, "level")) / 2.0
-    return cp_lower(k, n, tail), cp_upper(k, n, tail)
-
-
-def samples_needed(alpha: float, delta: float, k: int = 0) -> int:
-    """Smallest ``n`` such that ``k`` events in ``n`` trials certify ``rate <= alpha`` at
-    ``1 - delta`` (one-sided Clopper-Pearson upper bound ``<= alpha``).
-
-    For ``k == 0`` the closed form ``ceil(ln(delta) / ln(1 - alpha))``: zero false alarms in
-    299 benign samples certify ``FAR < 1%`` at 95%.
-    """
-    alpha, delta = _check_rate(alpha, "alpha"), _check_rate(delta, "delta")
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
-        raise InputError(f"expected an integer >= 0, got {k!r}", field="k")
-    if k == 0:
-        n = math.ceil(math.log(delta) / math.log1p(-alpha))
-        # guard the last bit of floating point in the division
-        while n > 1 and 1.0 - delta ** (1.0 / (n - 1)) <= alpha:
-            n -= 1
-        while 1.0 - delta ** (1.0 / n) > alpha:
-            n += 1
-        return n
-    # binom.cdf(k, n, alpha) is decreasing in n: exponential then binary search
-    lo, hi = k + 1, k + 1
-    while binom.cdf(k, hi, alpha) > delta:
-        lo, hi = hi, hi * 2
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if binom.cdf(k, mid, alpha) <= delta:
-            hi = mid
-        else:
-            lo = mid + 1
-    return int(lo)
 
 
 def cut_values(values: np.ndarray) -> np.ndarray:
@@ -196,7 +130,7 @@ def certify_far(scores_benign: Any, alpha: float, delta: float = 0.05) -> Certif
     score it does not flag; any threshold in that gap or higher is equally certified.
     """
     s = _scores(scores_benign, "scores_benign")
-    alpha, delta = _check_rate(alpha, "alpha"), _check_rate(delta, "delta")
+    alpha, delta = check_rate(alpha, "alpha"), check_rate(delta, "delta")
     v, counts = np.unique(s, return_counts=True)
     cuts = cut_values(v)
     below = np.r_[0, np.cumsum(counts)]  # #(s < cut_i)
@@ -217,7 +151,7 @@ def certify_mr(scores_misbehaving: Any, alpha: float, delta: float = 0.05) -> Ce
     assumption is exchangeability of calibration and deployment *misbehaving* transcripts.
     """
     s = _scores(scores_misbehaving, "scores_misbehaving")
-    alpha, delta = _check_rate(alpha, "alpha"), _check_rate(delta, "delta")
+    alpha, delta = check_rate(alpha, "alpha"), check_rate(delta, "delta")
     v, counts = np.unique(s, return_counts=True)
     cuts = cut_values(v)
     misses = np.r_[0, np.cumsum(counts)]  # #(s < cut_i), strictest first
