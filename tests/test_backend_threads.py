@@ -62,3 +62,48 @@ def test_one_inter_op_thread_in_a_new_process():
                          check=True).stdout.split()
     n, intra, inter = map(int, out)
     assert n == intra >= 1 and inter == 1
+
+
+def _since(gov, others_cores: float, seconds: float = 1.0) -> None:
+    """Pretend the governor's last reading was ``seconds`` ago, with ``others_cores`` busy."""
+    import os
+
+    jiffies, own, now = threads.ThreadGovernor._reading()
+    gov._mark = (jiffies - int(others_cores * os.sysconf("SC_CLK_TCK") * seconds), own,
+                 now - seconds)
+
+
+def test_the_governor_follows_the_load_between_calls():
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        gov = threads.ThreadGovernor(interval=0.5)
+        _since(gov, 64.0)
+        assert gov.update() == torch.get_num_threads() == 1  # others took every core
+        _since(gov, 0.0, seconds=30.0)
+        free = min(threads.physical_cores(), threads.available_cores())
+        assert gov.update() == torch.get_num_threads() == free  # quiet again
+        gov._mark = threads.ThreadGovernor._reading()
+        assert gov.update() == free  # within the interval: no new reading, no change
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_backend_loaded_during_a_spike_takes_the_cores_back(tiny_qwen3, monkeypatch):
+    import torch
+
+    from calimon.backends.transformers_backend import TransformersBackend
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(threads, "busy_cores", lambda window=0.25: 64.0)
+        backend = TransformersBackend(tiny_qwen3, device="cpu")
+        backend.model  # noqa: B018 - loads during the spike
+        assert backend.threads_used == 1
+        _since(backend._governor, 0.0, seconds=30.0)
+        backend.next_token_logprobs([[1, 2, 3]])
+        assert backend.threads_used == torch.get_num_threads() == min(
+            threads.physical_cores(), threads.available_cores())
+    finally:
+        torch.set_num_threads(before)

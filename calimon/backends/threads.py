@@ -92,3 +92,42 @@ def apply_threads(threads: int | None) -> int:
     except RuntimeError:  # set once per process, before any inter-op work: already fixed
         pass
     return n
+
+
+class ThreadGovernor:
+    """Keeps a CPU backend's default thread count on the cores that are free as the machine's
+    load changes: a reading taken once at weight load can catch a passing spike and hold a whole
+    run to one thread. :meth:`update`, called before each scoring call, re-reads the busy cores
+    over the time since its last reading (at most every ``interval`` seconds, so it adds no
+    wait) and resets torch's intra-op threads when the count changes. Never used when the user
+    named ``threads``."""
+
+    def __init__(self, interval: float = 2.0):
+        self.interval = interval
+        self.threads = apply_threads(None)
+        self.changes = 0
+        self._mark = self._reading()
+
+    @staticmethod
+    def _reading() -> tuple[int, float, float] | None:
+        try:
+            return _cpu_jiffies()[0], time.process_time(), time.monotonic()
+        except (OSError, ValueError):
+            return None
+
+    def update(self) -> int:
+        """Re-read the free cores if ``interval`` has passed; set and return the thread count."""
+        now = self._reading()
+        if now is None or self._mark is None or now[2] - self._mark[2] < self.interval:
+            return self.threads
+        wall = now[2] - self._mark[2]
+        others = (now[0] - self._mark[0]) / (os.sysconf("SC_CLK_TCK") * wall) \
+            - (now[1] - self._mark[1]) / wall
+        self._mark = now
+        n = default_threads(busy=max(0.0, others))
+        if n != self.threads:
+            import torch
+
+            torch.set_num_threads(n)
+            self.threads, self.changes = n, self.changes + 1
+        return n

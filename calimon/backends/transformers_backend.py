@@ -26,7 +26,7 @@ from calimon.backends.base import (
     LocalWeights,
 )
 from calimon.backends.loading import LazyTokenizer, stop_token_ids
-from calimon.backends.threads import apply_threads
+from calimon.backends.threads import ThreadGovernor, apply_threads
 from calimon.errors import BackendError
 from calimon.models import ResolvedModel
 
@@ -48,7 +48,8 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         self.batch_tokens = batch_tokens
         self._max_batch_size = max_batch_size
         self.threads = threads
-        self.threads_used: int | None = None  # torch threads set at load (CPU only)
+        self.threads_used: int | None = None  # torch threads now (CPU only)
+        self._governor = None  # re-reads the free cores between calls when threads is None
         self.forward_calls = 0  # batches run through the model; the resumability test reads it
         self._model = None
         self._tokenizer = None
@@ -75,8 +76,11 @@ class TransformersBackend(LazyTokenizer, BackendBase):
             from transformers import AutoModelForCausalLM
 
             dev = self._resolved_device()
-            if self.threads or dev == "cpu":
-                self.threads_used = apply_threads(self.threads)  # default: the free cores
+            if self.threads:
+                self.threads_used = apply_threads(self.threads)
+            elif dev == "cpu":  # default: the free cores, re-read as the load changes
+                self._governor = ThreadGovernor()
+                self.threads_used = self._governor.threads
             dtype = self.model_ref.config.dtype
             if dtype == "auto":
                 dtype = "bfloat16" if dev.startswith("cuda") else "float32"
@@ -120,6 +124,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         """Log-probabilities of the next token after each prompt, shape (n, vocab), float32.
         `prefix_len` > 0 promises that every prompt starts with the same `prefix_len` tokens."""
         out = np.empty((len(prompts), self.vocab_size), dtype=np.float32)
+        self._govern()
         for idx in self._batches(prompts):
             out[idx] = self._forward_last(
                 [prompts[i] for i in idx], prefix_len)
@@ -148,6 +153,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         from calimon.backends.capture import Captured, check_capture_args
 
         check_capture_args(prompts, prefix_len, spec, spans, self.num_layers)
+        self._govern()
         n, hidden = len(prompts), self.hidden_size
         logprobs = np.empty((n, self.vocab_size), dtype=np.float32)
         pooled = np.empty((n, len(spec.pooling), len(spec.layers), hidden), dtype=np.float32)
@@ -163,6 +169,10 @@ class TransformersBackend(LazyTokenizer, BackendBase):
                 for row, i in enumerate(idx):
                     tokens[i] = got["tokens"][row]
         return Captured(logprobs=logprobs, pooled=pooled, tokens=tokens, spec=spec)
+
+    def _govern(self) -> None:
+        if self._governor is not None:
+            self.threads_used = self._governor.update()
 
     @property
     def num_layers(self) -> int:
