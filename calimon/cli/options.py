@@ -34,9 +34,10 @@ SeedOpt = Annotated[int, typer.Option(help="Seed of every random choice (selecti
 SplitOpt = Annotated[str, typer.Option(help="Split to evaluate: train, calib, test, or all (every labelled sample).")]
 StoreOpt = Annotated[Path, typer.Option(help="SQLite run store (readings are reused across runs).")]
 OutOpt = Annotated[Path | None, typer.Option(help="Output folder (default: a new folder under runs/).")]
-QuietOpt = Annotated[bool, typer.Option(help="No progress bars.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress bars.")]
 DefenseOpt = Annotated[list[str] | None, typer.Option(help="Prompt defense of a prompted judge, repeatable or comma-separated: spotlight (datamark the transcript), reminder (restate the task after it), strip (neutralise imitated markers and verdicts, recorded); docs/reliability.md.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
+MaxInputTokensOpt = Annotated[int | None, typer.Option(help="Read at most this many prompt tokens per transcript (longer ones are cut and flagged truncated); default: the model's own limit. Recorded in curve.json.")]
 
 # the backend and the engine (-> calimon.engines.BackendSettings, whose defaults they take:
 # ``backend: BackendOpt = BACKEND.backend``)
