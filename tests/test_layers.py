@@ -1,33 +1,51 @@
-"""The package's import graph: no cycle (imports inside functions count too) and no upward
-import between the layers of docs/architecture (data and types -> numerics -> backends ->
-scoring -> studies -> cli). Read from the source with `ast`; nothing is imported."""
+"""The package's import graph against the layer map in tests/layers.toml: every module is
+assigned a layer, no module imports a later layer (imports inside functions count too) unless
+the map names that import as an exception, and there is no cycle. Read from the source with
+`ast`; nothing is imported."""
 
 from __future__ import annotations
 
 import ast
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1] / "calimon"
+MAP = Path(__file__).with_name("layers.toml")
 
-# Modules that may not import any module under the prefixes on the right.
-STUDIES_AND_UP = ("calimon.pipeline", "calimon.curve_outputs", "calimon.spans",
-                  "calimon.robustness", "calimon.heads.workflow", "calimon.report",
-                  "calimon.deploy", "calimon.cli", "calimon.model_check")
-SCORING_AND_UP = ("calimon.monitor", "calimon.engines", "calimon.heads") + STUDIES_AND_UP
-MODEL_SIDE = ("calimon.backends",) + SCORING_AND_UP
-GROUND = ("calimon.defaults", "calimon.errors", "calimon.samples", "calimon.verdict", "calimon.validation",
-          "calimon.jsonio", "calimon.progress", "calimon.selection", "calimon.readings",
-          "calimon.store", "calimon.prompts", "calimon.tiny_qwen3")
-NUMERICS = ("calimon.calibration", "calimon.curves", "calimon.metrics", "calimon.bootstrap")
-RULES = [
-    (GROUND, MODEL_SIDE + NUMERICS),
-    (NUMERICS, MODEL_SIDE),
-    (("calimon.backends",), SCORING_AND_UP),
-    (("calimon.monitor", "calimon.engines"), STUDIES_AND_UP + ("calimon.heads.workflow",)),
-    (("calimon.monitor",), ("calimon.heads", "calimon.engines")),
-]
+
+@dataclass(frozen=True)
+class LayerMap:
+    """The layers (lowest first) with their entries, and the allowed upward imports."""
+
+    layers: tuple[tuple[str, tuple[str, ...]], ...]
+    exceptions: dict[str, str]  # "importer -> imported": why
+
+    @classmethod
+    def read(cls, path: Path = MAP) -> LayerMap:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        layers = tuple((d["name"], tuple(d["modules"])) for d in data["layer"])
+        exceptions = {e["import"]: e["why"] for e in data.get("exception", [])}
+        return cls(layers, exceptions)
+
+    def entries(self) -> list[tuple[str, int]]:
+        return [(e, i) for i, (_, mods) in enumerate(self.layers) for e in mods]
+
+    def rank(self, module: str) -> int | None:
+        """The index of ``module``'s layer: that of its most specific entry; None if none."""
+        best: tuple[int, int] | None = None
+        for entry, i in self.entries():
+            if matches(entry, module) and (best is None or len(entry) > best[0]):
+                best = (len(entry), i)
+        return None if best is None else best[1]
+
+
+def matches(entry: str, module: str) -> bool:
+    """``calimon.x`` names one module; ``calimon.x.*`` the package and everything under it."""
+    if entry.endswith(".*"):
+        pkg = entry[:-2]
+        return module == pkg or module.startswith(pkg + ".")
+    return module == entry
 
 
 def module_name(path: Path) -> str:
@@ -61,11 +79,13 @@ def is_face(path: Path) -> bool:
                    for n in tree.body)
 
 
-def graph() -> dict[str, set[str]]:
+def graph(faces: bool = False) -> dict[str, set[str]]:
+    """Each module's imports. Without ``faces``, imports of a face are dropped (a module that
+    imports its own package's face is no cycle); the layer order counts them."""
     files = {module_name(p): p for p in ROOT.rglob("*.py")}
     known = set(files)
-    faces = {m for m, p in files.items() if is_face(p)}
-    return {m: imports(p, m, known) - faces for m, p in files.items()}
+    dropped = set() if faces else {m for m, p in files.items() if is_face(p)}
+    return {m: imports(p, m, known) - dropped for m, p in files.items()}
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
@@ -113,8 +133,11 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def under(module: str, prefixes: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
+def upward(g: dict[str, set[str]], layers: LayerMap) -> list[str]:
+    """Every import of a module in a later layer than the importer's, as "a -> b"."""
+    return sorted(f"{m} -> {t}" for m, targets in g.items() for t in targets
+                  if layers.rank(t) is not None and layers.rank(m) is not None
+                  and layers.rank(t) > layers.rank(m))
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -123,17 +146,50 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_the_layer_check_finds_unassigned_modules_and_upward_imports():
+    layers = LayerMap((("low", ("p.a", "p.b.*")), ("high", ("p.c", "p.b.top"))), {})
+    assert [layers.rank(m) for m in ("p.a", "p.b", "p.b.x", "p.b.top", "p.c", "p.d")] == \
+        [0, 0, 0, 1, 1, None]
+    g = {"p.a": {"p.b.x"}, "p.b.x": {"p.b.top"}, "p.b.top": {"p.a"}, "p.c": {"p.b"}}
+    assert upward(g, layers) == ["p.b.x -> p.b.top"]
+
+
+def test_the_map_file_is_read_with_its_exceptions(tmp_path):
+    (tmp_path / "m.toml").write_text(
+        '[[layer]]\nname = "low"\nmodules = ["p.a"]\n'
+        '[[layer]]\nname = "high"\nmodules = ["p.b.*"]\n'
+        '[[exception]]\nimport = "p.a -> p.b"\nwhy = "a reason"\n')
+    layers = LayerMap.read(tmp_path / "m.toml")
+    assert layers.layers == (("low", ("p.a",)), ("high", ("p.b.*",)))
+    assert layers.exceptions == {"p.a -> p.b": "a reason"}
+    assert upward({"p.a": {"p.b"}}, layers) == ["p.a -> p.b"]
+
+
 def test_no_import_cycles():
     assert cycles(graph()) == []
 
 
-@pytest.mark.parametrize("lower, upper", RULES,
-                         ids=["ground", "numerics", "backends", "scoring", "monitor"])
-def test_no_upward_imports(lower, upper):
-    g = graph()
-    wrong = sorted(f"{m} -> {t}" for m, targets in g.items() if under(m, lower)
-                   for t in targets if under(t, upper) and not under(t, lower))
-    assert wrong == []
+def test_every_module_is_in_the_layer_map():
+    layers = LayerMap.read()
+    assert sorted(m for m in graph() if layers.rank(m) is None) == []
+
+
+def test_every_entry_of_the_layer_map_names_a_module():
+    layers, modules = LayerMap.read(), set(graph())
+    entries = [e for e, _ in layers.entries()]
+    assert sorted(e for e in entries if not any(matches(e, m) for m in modules)) == []
+    assert sorted(e for e in set(entries) if entries.count(e) > 1) == []
+
+
+def test_no_import_against_the_layer_order():
+    layers = LayerMap.read()
+    assert [i for i in upward(graph(faces=True), layers) if i not in layers.exceptions] == []
+
+
+def test_every_exception_in_the_layer_map_is_still_needed():
+    layers = LayerMap.read()
+    found = set(upward(graph(faces=True), layers))
+    assert sorted(i for i in layers.exceptions if i not in found) == []
 
 
 def test_backends_are_built_in_one_place():
