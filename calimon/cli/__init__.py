@@ -9,7 +9,8 @@ One registration convention: every command group is a module of this package wit
     [project.entry-points."calimon.commands"]
     mytool = "mypackage.cli:register"
 
-Shared flags and their defaults are declared once, in `calimon.cli.options`.
+Shared flags and their defaults are declared once, in `calimon.cli.options`; how help is rendered
+(flags, arguments, wrapping), once, in `calimon.cli.conventions`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import importlib
 from importlib.metadata import entry_points
 
 import typer
+
+from calimon.cli.conventions import conform
 
 BUILTIN = ("curve", "score", "models", "data", "deploy", "shift", "report", "compare", "spans",
            "heads", "robustness")
@@ -44,7 +47,8 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
 def register_all(target: typer.Typer) -> list[str]:
     """Mount the built-in command groups, then every ``calimon.commands`` entry point, on
     ``target``; returns the plugin names mounted. A plugin that fails to load is reported
-    on its name rather than breaking the built-in commands."""
+    on its name rather than breaking the built-in commands. Every command is then rendered by
+    `calimon.cli.conventions`."""
     for name in BUILTIN:
         importlib.import_module(f"calimon.cli.{name}").register(target)
     mounted = []
@@ -56,6 +60,7 @@ def register_all(target: typer.Typer) -> list[str]:
                        f"loaded: {exc}", err=True)
             continue
         mounted.append(ep.name)
+    conform(target)
     return mounted
 
 

@@ -1,0 +1,102 @@
+"""How every command's ``--help`` looks, in one place (typer's defaults differ per case):
+
+- a flag (``--json``, ``--force``, ``--help`` itself) shows no value type: it takes none
+  (typer's rich help prints ``<bool>`` for it);
+- an argument is its name in capitals everywhere: ``RUN_DIR`` when required, ``[MODEL]`` when
+  optional, ``RUNS...`` when repeated, in the usage line, the Arguments panel and the errors
+  (typer mixes ``{run_dir}`` and ``[model]``);
+- help text is one line per paragraph, wrapped by the terminal, not where the docstring's
+  source line happened to end (typer keeps those breaks in the command list and in a
+  command's later paragraphs). A paragraph starting with ``\\b`` keeps its lines.
+
+`conform` applies them to an app and everything mounted on it (plugins included), by giving
+each command and group the classes below unless it chose its own.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+from typer.models import DefaultPlaceholder
+
+
+def unwrap(text: str | None) -> str | None:
+    """``text`` with each paragraph's single line breaks joined into spaces (paragraphs are
+    separated by blank lines; one starting with ``\\b`` and anything after ``\\f`` are kept)."""
+    if not text:
+        return text
+    body, sep, tail = inspect.cleandoc(text).partition("\f")
+    paragraphs = [p if p.startswith("\b") else " ".join(ln.strip() for ln in p.splitlines())
+                  for p in body.split("\n\n")]
+    return "\n\n".join(paragraphs) + sep + tail
+
+
+def argument_name(param: TyperArgument) -> str:
+    """An argument as shown everywhere: its name in capitals, ``...`` when repeated."""
+    return (param.name or "").upper() + ("..." if param.nargs != 1 else "")
+
+
+def _conform_param(param) -> None:
+    if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+        param.metavar = ""  # rich help prints the metavar, when set, in place of <bool>
+    elif isinstance(param, TyperArgument) and param.metavar is None:
+        param.metavar = argument_name(param)
+
+
+class _Conventions:
+    """What `CalimonCommand` and `CalimonGroup` add to typer's classes."""
+
+    def _conform(self) -> None:
+        self.help = unwrap(self.help)
+        self.short_help = unwrap(self.short_help)
+
+    def get_params(self, ctx):
+        """The parameters, ``--help`` and any added after construction (typer's completion
+        flags) included, each conformed."""
+        params = super().get_params(ctx)
+        for param in params:
+            _conform_param(param)
+        return params
+
+
+class CalimonCommand(_Conventions, TyperCommand):
+    """A command rendered by the conventions of this module."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._conform()
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        """``[OPTIONS]``, then each argument: ``NAME`` when required, ``[NAME]`` when not."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                pieces.append(param.metavar if param.required else f"[{param.metavar}]")
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+
+class CalimonGroup(_Conventions, TyperGroup):
+    """A command group rendered by the conventions of this module."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._conform()
+
+
+def conform(app: typer.Typer) -> None:
+    """Render ``app``'s commands and groups, recursively, with `CalimonCommand` and
+    `CalimonGroup` (where a command or group names a class of its own, it is kept)."""
+    if isinstance(app.info.cls, DefaultPlaceholder) or app.info.cls in (None, TyperGroup):
+        app.info.cls = CalimonGroup
+    for info in app.registered_commands:
+        if info.cls in (None, TyperCommand):
+            info.cls = CalimonCommand
+    for group in app.registered_groups:
+        if isinstance(group.cls, DefaultPlaceholder) or group.cls in (None, TyperGroup):
+            group.cls = CalimonGroup
+        if group.typer_instance is not None:
+            conform(group.typer_instance)
