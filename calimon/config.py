@@ -26,11 +26,23 @@ def configs_root() -> Path:
     return Path(__file__).resolve().parents[1] / "configs"
 
 
-def config_names(kind: str) -> list[str]:
+def config_names(kind: str, *, hidden: bool = True) -> list[str]:
     """Names (file stems) of the YAML configs in ``configs/<kind>/``, sorted; [] if no such
-    folder."""
+    folder. ``hidden=False`` leaves out the configs marked ``hidden: true`` (test-only ones,
+    such as the tiny-qwen3 model: usable by name, never listed or suggested to a user)."""
     folder = configs_root() / kind
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    paths = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+    return [p.stem for p in paths if hidden or not _marked_hidden(p)]
+
+
+def _marked_hidden(path: Path) -> bool:
+    """Whether the config at ``path`` says ``hidden: true`` (one that cannot be read is not:
+    loading it by name reports what is wrong)."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(doc, dict) and doc.get("hidden") is True
 
 
 def named_config_path(kind: str, name: str) -> Path:
@@ -44,7 +56,7 @@ def named_config_path(kind: str, name: str) -> Path:
     if not path.is_file():
         import difflib
 
-        known = config_names(kind)
+        known = config_names(kind, hidden=False)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
         raise ConfigError(f"unknown {kind.removesuffix('s')} {name!r}{hint}; known: {known}",

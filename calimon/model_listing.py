@@ -10,11 +10,12 @@ from calimon.errors import CalimonError
 from calimon.models import _candidates, load_model_config
 
 
-def list_models() -> list[dict[str, str]]:
+def list_models(*, hidden: bool = False) -> list[dict[str, str]]:
     """One row per configured model (``name``, ``status``: ready / available / missing / api /
-    bad-config, ``detail``), found without loading any weights."""
+    bad-config, ``detail``), found without loading any weights; test-only models (``hidden:
+    true``, e.g. tiny-qwen3) only with ``hidden=True``."""
     rows = []
-    for name in config_names("models"):
+    for name in config_names("models", hidden=hidden):
         try:
             cfg = load_model_config(name)
         except CalimonError as exc:

@@ -79,6 +79,7 @@ class ModelConfig(BaseModel):
     # chat: the tokenizer's chat template; plain: plain text for a model without a usable one
     prompt_format: Literal["chat", "plain"] = "chat"
     terms: str = ""  # the licence or terms of use that apply to the weights
+    hidden: bool = False  # test-only: left out of `models list` and suggestions; usable by name
     api: ApiConfig | None = None  # source kind "api": reached through --backend chat
 
 
@@ -109,8 +110,9 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
                           prompt_format=_marker(local).get("prompt_format", "chat"))
         return ResolvedModel(local.name, local.resolve(), _folder_revision(local), cfg)
     if "/" in name_or_path and name_or_path not in config_names("models"):
+        shown = ", ".join(config_names("models", hidden=False))
         raise ModelNotAvailableError(f"--model {name_or_path}: no such folder, and not a "
-                                     f"configured model ({', '.join(config_names('models'))})")
+                                     f"configured model ({shown})")
     cfg = load_model_config(name_or_path)
     if cfg.source.kind == "api":
         raise ModelNotAvailableError(f"model {cfg.name} is served behind an API and has no "

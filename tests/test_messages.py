@@ -97,3 +97,22 @@ def test_a_run_answered_from_the_store_says_so_first(smol, tmp_path, monkeypatch
     part = CliRunner().invoke(app, [*args[:6], str(more), *args[7:], "--out",
                                     str(tmp_path / "c")])
     assert part.output.splitlines()[0].startswith("8 of 12 readings reused from the store; ")
+
+
+def test_the_test_only_model_is_neither_listed_nor_suggested(tmp_path):
+    from calimon.config import config_names
+    from calimon.model_listing import list_models
+    from calimon.models import load_model_config
+
+    assert "tiny-qwen3" in config_names("models")  # still a config, usable by name
+    assert load_model_config("tiny-qwen3").hidden
+    assert "tiny-qwen3" not in config_names("models", hidden=False)
+    assert "tiny-qwen3" not in {r["name"] for r in list_models()}
+    r = CliRunner().invoke(app, ["models", "list"])
+    assert r.exit_code == 0 and "smollm2-135m" in r.output and "tiny-qwen3" not in r.output
+    for typo in ("tiny-qwen", "qwen3"):  # close to tiny-qwen3: suggested only what users run
+        r = CliRunner().invoke(app, ["curve", "--model", typo, "--out", str(tmp_path / "r")])
+        (line,) = [ln for ln in r.output.splitlines() if ln.startswith("calimon: error:")]
+        assert f"unknown model {typo!r}" in line and "tiny-qwen3" not in line, line
+    r = CliRunner().invoke(app, ["curve", "--model", "no/such/dir", "--out", str(tmp_path / "r")])
+    assert "smollm2-135m" in r.output and "tiny-qwen3" not in r.output

@@ -249,7 +249,7 @@ def test_the_folder_and_the_config_name_share_a_revision(tiny_qwen3):
 
     by_path = resolve_model(str(tiny_qwen3.path))
     assert by_path.revision == tiny_qwen3.revision  # one store key, whichever way it is named
-    row = next(r for r in list_models() if r["name"] == "tiny-qwen3")
+    row = next(r for r in list_models(hidden=True) if r["name"] == "tiny-qwen3")
     assert (row["status"], row["detail"]) == ("ready", "built cache")
 
 
