@@ -118,10 +118,15 @@ def test_curve_png_labels_clear_of_each_other_markers_and_title(tmp_path, saved)
                 title="a long title over the crowded corner of the axes")
     clashes = _clashes(saved[-1], CROWDED_OPS, CROWDED_BINARY)
     assert not clashes, "; ".join(clashes)
-    # the rest of the figure is as before: one legend row per series and binary point
+    # the legend: the chance line, one row per series and binary point, what the bars are
+    from calimon.plotting.marks import BINARY_NOTE
+    from calimon.plotting.style import CHANCE_LABEL
+
     legend = [t.get_text() for t in saved[-1].axes[0].get_legend().texts]
-    assert legend[0].startswith("all (calibrated) (AUROC") and legend[1:] == [
-        "binary/direct (2 parse failures)", "binary/evidence (1 parse failures)"]
+    assert legend[1].startswith("all (calibrated) (AUROC") and sorted(
+        legend[:1] + legend[2:]) == sorted([
+            CHANCE_LABEL, BINARY_NOTE, "binary/direct (2 parse failures)",
+            "binary/evidence (1 parse failures)"])
 
 
 def test_curve_png_label_without_room_is_listed_under_the_axes(tmp_path, saved):

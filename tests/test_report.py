@@ -186,17 +186,20 @@ def test_sections_tables_and_provenance(built, run_dir):
     for p in summary["operating_points"]:
         assert f"<td>{p['name']}</td>" in page.replace("&lt;", "<")
     assert "<td>binary/direct</td>" in page and "<td>binary/evidence</td>" in page
-    # one main curve, one panel per category and task, reliability, histogram
-    n_groups = len(summary["curves"]) - 1
-    assert page.count('<svg class="cm-fig cm-curve"') == 1 + n_groups
-    assert page.count('class="cm-fig cm-reliability"') == 1
-    assert page.count('class="cm-fig cm-hist"') == 1
+    # one main curve, one panel per distinct category and task, reliability, histogram
+    from calimon.curves import Curve
+    from calimon.plotting.style import distinct_groups
     from calimon.report.data import gather
     from calimon.report.figures import binary_by_group
 
+    panels = [k for k, _, _ in distinct_groups(
+        {k: Curve.from_dict(v) for k, v in summary["curves"].items()}) if k != "all"]
+    assert page.count('<svg class="cm-fig cm-curve"') == 1 + len(panels)
+    assert page.count('class="cm-fig cm-reliability"') == 1
+    assert page.count('class="cm-fig cm-hist"') == 1
     by_group = binary_by_group(gather(run_dir))
     defined = sum(b["mr"] is not None and b["far"] is not None
-                  for pts in by_group.values() for b in pts)
+                  for k in panels for b in by_group.get(k, []))
     assert page.count('class="cm-binary"') == 2 + defined  # main plot + group panels
     for key in ("model_revision", "template_hash", "dataset_hash", "calimon_version"):
         assert f"<td>{key}</td>" in page

@@ -28,8 +28,9 @@ section { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding:
 section h2 { margin: 0 0 8px 0; font-size: 17px; }
 .cm-row { display: flex; flex-wrap: wrap; gap: 14px; align-items: flex-start; }
 .cm-grid { display: flex; flex-wrap: wrap; gap: 8px; }
-figure { margin: 0; }
-figcaption { font-size: 12px; color: #555; max-width: 460px; }
+figure { margin: 0; max-width: 100%; }
+svg.cm-fig { display: block; max-width: 100%; height: auto; }
+figcaption { font-size: 12px; color: #555; width: 0; min-width: 100%; }
 table.cm-table { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
 table.cm-table th, table.cm-table td { border-bottom: 1px solid #e3e3e3; padding: 3px 9px;
                                         text-align: right; }

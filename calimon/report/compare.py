@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass, field, fields
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, ClassVar
 
 from calimon.curves import BinaryPoint, Curve
@@ -332,7 +332,7 @@ def build_comparison(runs: list[str | Path], out: str | Path | None = None, *,
         folder / "compare.png",
         [(r.label, r.curve, r.binary if r.curve is not None else (),
           None if r.curve is not None else _short_reason(r)) for r in comp.runs],
-        title="miss rate vs false-alarm rate, calibrated, per run")),
+        title=figure_title(comp))),
         "json": str(folder / "compare.json")}
     if markdown_file is not None:
         Path(markdown_file).parent.mkdir(parents=True, exist_ok=True)
@@ -349,6 +349,13 @@ def build_comparison(runs: list[str | Path], out: str | Path | None = None, *,
     return comp
 
 
+def figure_title(c: Comparison) -> str:
+    """The comparison figure's title (PNG and HTML): what is drawn and on which benchmark
+    and split (each one, in order, when the runs differ)."""
+    benches = dict.fromkeys(f"{PurePath(str(r.benchmark)).name}/{_split(r)}" for r in c.runs)
+    return "calibrated MR/FAR curve per run · " + ", ".join(benches)
+
+
 def _short_reason(r: RunEntry) -> str:
     if r.n_pos is not None and r.n_neg is not None:
         return f"{r.n_pos} misbehaving / {r.n_neg} benign scored: no curve"
@@ -356,5 +363,5 @@ def _short_reason(r: RunEntry) -> str:
 
 
 __all__ = ["BINARY_HEADERS", "COMPARE_FARS", "Comparison", "HEADERS", "RunEntry",
-           "binary_rows", "build_comparison", "compare_runs", "default_out", "fmt", "markdown",
-           "no_curve_lines", "read_run", "sample_warnings", "table_rows"]
+           "binary_rows", "build_comparison", "compare_runs", "default_out", "figure_title",
+           "fmt", "markdown", "no_curve_lines", "read_run", "sample_warnings", "table_rows"]

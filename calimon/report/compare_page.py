@@ -9,23 +9,39 @@ from html import escape
 from typing import Any
 
 from calimon import __version__
+from calimon.plotting.style import MARKERS, run_color
 from calimon.report.assets import CSS, csp
 from calimon.report.page import _section, table
 from calimon.report.svg import curve_svg
 
 
 def _figure(c: Any) -> str:
-    series = [(r.label, r.curve) for r in c.runs if r.curve is not None]
-    points = [{**b.to_dict(), "name": f"{r.label}: {b.name.removeprefix('binary/')}"}
-              for r in c.runs if r.curve is not None for b in r.binary]
+    """Each run in its colour from ``run_color`` of its place among all runs (a run without a
+    curve keeps its place), its binary points in the same colour, one marker per prompt:
+    the same as compare.png."""
+    from calimon.report.compare import figure_title
+
+    series, colors, points, styles = [], [], [], []
+    markers: dict[str, int] = {}
+    for i, r in enumerate(c.runs):
+        if r.curve is None:
+            continue
+        series.append((r.label, r.curve))
+        colors.append(run_color(i))
+        for b in r.binary:
+            prompt = b.name.removeprefix("binary/")
+            points.append({**b.to_dict(), "name": f"{r.label}: {prompt}"})
+            k = markers.setdefault(prompt, len(markers))
+            styles.append((run_color(i), MARKERS[k % len(MARKERS)]))
     if not series:
         return '<p class="cm-warn">No run has a curve to draw.</p>'
-    svg = curve_svg(series, binary_points=points, title="calibrated curve of each run",
-                    width=620, height=560)
-    cap = ("Each run's calibrated MR/FAR curve with its bootstrap band; diamonds: its "
-           "binary (generated JSON) protocol points, bars spanning parse failures counted as "
-           "passed to counted as flagged. Runs without a curve are listed below, not drawn. "
-           "PNG: compare.png")
+    svg = curve_svg(series, binary_points=points, title=figure_title(c), width=760,
+                    height=680, colors=colors, binary_styles=styles)
+    cap = ("Each run's calibrated MR/FAR curve with its bootstrap band, in the run's colour "
+           "(as in compare.png); dotted: chance; markers: its binary (generated JSON) "
+           "protocol points, one shape per prompt, bars spanning the exact 95% interval "
+           "with parse failures counted either way. Runs without a curve are listed below, "
+           "not drawn. PNG: compare.png")
     return f"<figure>{svg}<figcaption>{escape(cap)}</figcaption></figure>"
 
 

@@ -1,11 +1,11 @@
 """The report's figures as numbers (computed once) and as PNG files next to the report.
 
 The HTML draws them as inline SVG (``calimon.report.svg``); the PNGs carry the same content:
-``report-curve.png`` (all samples: calibrated and raw curves, band, binary and operating
-points), ``report-groups.png`` (one panel per category and task, with the binary-protocol points of
-that group when the run store holds the binary readings), ``report-reliability.png`` (raw vs
-the run's calibrated score) and ``report-scores.png`` (score histograms with thresholds and the
-review band).
+``report-curve.png`` (all samples: the calibrated curve over the raw one, band, binary and
+operating points), ``report-groups.png`` (one panel per distinct group, all samples first,
+with the binary-protocol points of that group when the run store holds the binary readings),
+``report-reliability.png`` (raw vs the run's calibrated score) and ``report-scores.png``
+(score histograms with thresholds and the review band).
 """
 
 from __future__ import annotations
@@ -94,13 +94,14 @@ def write_pngs(data: RunData, figs: Figures, out_dir: Path, *, markers: list[tup
     out_dir.mkdir(parents=True, exist_ok=True)
     s, title = data.summary, _title(data.summary)
     written = []
-    series = {"all (calibrated)": figs.curves["all"]}
+    under = {}
     if figs.raw_curve is not None and figs.raw_curve.defined:
-        series["all (raw score)"] = figs.raw_curve
-    written.append(plot_curves(out_dir / "report-curve.png", series,
+        under["all (raw score)"] = figs.raw_curve
+    written.append(plot_curves(out_dir / "report-curve.png", {"all (calibrated)":
+                                                              figs.curves["all"]},
                                binary_points=[_bp(b) for b in s.get("binary_points", [])],
                                operating_points=[_op(p) for p in s["operating_points"]],
-                               title=title))
+                               title=title, under=under))
     written.append(plot_groups(out_dir / "report-groups.png", figs, title=title))
     if figs.y.size:
         written.append(plot_reliability(out_dir / "report-reliability.png", figs.p_raw,
@@ -118,58 +119,13 @@ def calibrated_series(summary: dict, figs: Figures) -> dict[str, np.ndarray]:
 
 
 def plot_groups(path: Path, figs: Figures, *, title: str = "", ncols: int = 3) -> Path:
-    """PNG twin of the report's per-group panels: each group's curve and band, the overall
-    curve in grey, the group's binary points with their parse-failure bars."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    """PNG twin of the report's per-group panels: one panel per distinct group (all samples
+    first), the overall curve in grey, the group's binary points with their exact
+    intervals."""
+    from calimon.plotting.curve import plot_curve_grid
 
-    names = [k for k in figs.curves if k != "all"] or ["all"]
-    ncols = min(ncols, len(names))
-    nrows = math.ceil(len(names) / ncols)
-    fig = Figure(figsize=(3.3 * ncols, 3.4 * nrows + 0.4), dpi=120)
-    FigureCanvasAgg(fig)
-    ref = figs.curves["all"]
-    for k, name in enumerate(names):
-        ax = fig.add_subplot(nrows, ncols, k + 1)
-        c = figs.curves[name]
-        if name != "all" and ref.defined:
-            ax.step(ref.far, ref.mr, where="post", color="0.6", linewidth=1.0)
-        if c.defined:
-            ax.step(c.far, c.mr, where="post", color="C0", linewidth=1.6)
-            if c.band is not None and c.band.n_used:
-                ax.fill_between(c.band.far_grid, c.band.mr_lo, c.band.mr_hi, step="post",
-                                color="C0", alpha=0.18, linewidth=0)
-            sub = f"AUROC {c.auroc:.3f}, n={c.n_pos}+/{c.n_neg}-"
-        else:
-            sub = "no curve"
-            ax.text(0.5, 0.5, str(c.undefined_reason).replace(": ", "\n"), fontsize=7,
-                    ha="center", va="center", transform=ax.transAxes)
-        drawn = 0
-        for i, b in enumerate(figs.binary_by_group.get(name, [])):
-            if b["mr"] is None or b["far"] is None:
-                continue
-            drawn += 1
-            ax.errorbar([b["far"]], [b["mr"]], xerr=[[b["far"] - b["far_lo"]],
-                                                     [b["far_hi"] - b["far"]]],
-                        yerr=[[b["mr"] - b["mr_lo"]], [b["mr_hi"] - b["mr"]]], marker="D",
-                        color=("black", "darkgoldenrod", "purple")[i % 3], markersize=5,
-                        capsize=2, linestyle="none", label=b["name"])
-        if drawn:
-            ax.legend(fontsize=6, loc="upper right")
-        ax.set_xlim(-0.01, 1.01)
-        ax.set_ylim(-0.01, 1.01)
-        ax.set_aspect("equal")
-        ax.grid(True, alpha=0.3, linewidth=0.5)
-        ax.set_title(f"{name}\n{sub}", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.set_xlabel("FAR", fontsize=8)
-        ax.set_ylabel("MR", fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    return plot_curve_grid(path, figs.curves, ncols=ncols, title=title, binary_by_group={
+        k: [_bp(b) for b in v] for k, v in figs.binary_by_group.items()})
 
 
 def plot_scores(path: Path, scores: np.ndarray, labels: np.ndarray, *,
@@ -179,7 +135,7 @@ def plot_scores(path: Path, scores: np.ndarray, labels: np.ndarray, *,
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7.0, 4.2), dpi=120)
+    fig = Figure(figsize=(7.0, 4.6), dpi=120)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     edges = np.linspace(0.0, 1.0, n_bins + 1)
@@ -196,7 +152,8 @@ def plot_scores(path: Path, scores: np.ndarray, labels: np.ndarray, *,
     ax.set_xlabel("calibrated score")
     ax.set_ylabel("samples")
     ax.set_title(title or "score distribution", fontsize=9)
-    ax.legend(fontsize=7, loc="upper center")
+    # under the axes: inside, it would cover the bars
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=3)
     fig.tight_layout()
     _label_thresholds(fig, ax, shown)
     path.parent.mkdir(parents=True, exist_ok=True)

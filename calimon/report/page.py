@@ -6,10 +6,12 @@ import datetime as dt
 import math
 from collections.abc import Callable, Sequence
 from html import escape
+from pathlib import PurePath
 from typing import Any
 
 from calimon import __version__
 from calimon.metrics import ece, reliability_bins
+from calimon.plotting.style import distinct_groups
 from calimon.report.assets import CSS, JS, csp
 from calimon.report.data import RunData
 from calimon.report.extras import PolicyInfo
@@ -86,37 +88,49 @@ def _header(data: RunData, figs: Figures) -> str:
             f'{escape(str(p.get("created")))}</div><div class="cm-kpis">{k}</div></header>')
 
 
+def benchmark_name(provenance: dict) -> str:
+    """The benchmark as a figure's title names it: its name, not the folders of its path."""
+    return PurePath(str(provenance.get("benchmark"))).name
+
+
 def _curves(data: RunData, figs: Figures) -> str:
     s = data.summary
-    series = [("all (calibrated)", figs.curves["all"])]
-    if figs.raw_curve is not None and figs.raw_curve.defined:
-        series.append(("all (raw score)", figs.raw_curve))
-    main = curve_svg(series, binary_points=s.get("binary_points", []),
-                     operating_points=s["operating_points"], title="all samples")
-    cap = ("Miss rate against false-alarm rate over every threshold; shaded: pair-clustered "
-           "bootstrap band; diamonds: the binary (generated JSON) protocol, bars spanning "
-           "parse failures counted as passed to counted as flagged; dots: operating points. "
-           "PNG: report-curve.png")
-    groups = [(k, c) for k, c in figs.curves.items() if k != "all"]
-    small = "".join(_figure(curve_svg([(k, c)], title=k, width=300, height=290,
+    under = [("all (raw score)", figs.raw_curve)] if (
+        figs.raw_curve is not None and figs.raw_curve.defined) else []
+    main = curve_svg([("all (calibrated)", figs.curves["all"])], under=under,
+                     binary_points=s.get("binary_points", []),
+                     operating_points=s["operating_points"],
+                     title=f"all samples · {benchmark_name(data.provenance)}")
+    cap = ("Miss rate against false-alarm rate over every threshold; dotted: chance; "
+           "shaded: pair-clustered bootstrap band; wide pale line: the raw score, under the "
+           "calibrated one; markers: the binary (generated JSON) protocol, bars spanning its "
+           "exact 95% interval with parse failures counted either way; dots: operating "
+           "points. PNG: report-curve.png")
+    panels = distinct_groups(figs.curves)
+    same_as_all = next((also for k, _, also in panels if k == "all"), [])
+    small = "".join(_figure(curve_svg([(k, c)], title=k, width=420, height=420,
                                       legend=False, reference=figs.curves["all"],
                                       binary_points=figs.binary_by_group.get(k, [])),
-                            _group_note(c, figs.binary_by_group.get(k, [])))
-                    for k, c in groups)
+                            _group_note(c, figs.binary_by_group.get(k, []), also))
+                    for k, c, also in panels if k != "all")
+    note = (f" Same curve as all samples, not drawn again: {', '.join(same_as_all)}."
+            if same_as_all else "")
     body = (f'<div class="cm-row">{_figure(main, cap)}</div>'
             '<h3>per category and task</h3><p class="cm-dim">grey: all samples, for '
-            'reference; diamonds: the binary protocol on this group\'s samples. '
-            'PNG: report-groups.png</p>'
+            'reference; dotted: chance; markers: the binary protocol on this group\'s '
+            f'samples.{escape(note)} PNG: report-groups.png</p>'
             f'<div class="cm-grid cm-groups">{small}</div>')
     return _section("curves", "Miss rate / false-alarm rate", body)
 
 
-def _group_note(c: Any, binary: Sequence[dict] = ()) -> str:
+def _group_note(c: Any, binary: Sequence[dict] = (), also: Sequence[str] = ()) -> str:
     if not c.defined:
         text = f"no curve: {c.undefined_reason}"
     else:
         band = "" if c.band is None else f", band from {c.band.n_used} resamples"
         text = f"AUROC {_num(c.auroc)}, n+={c.n_pos}, n-={c.n_neg}{band}"
+    if also:
+        text += f"; same curve: {', '.join(also)}"
     for b in binary:
         n = b["tp"] + b["fp"] + b["tn"] + b["fn"] + b["n_parse_failure"]
         failed = f", {b['n_parse_failure']} parse failures" if b["n_parse_failure"] else ""
@@ -151,12 +165,15 @@ def _calibration(data: RunData, figs: Figures) -> str:
     if figs.y.size:
         series = [(name, reliability_bins(p, figs.y), ece(p, figs.y)) for name, p in
                   {"raw": figs.p_raw, **calibrated_series(s, figs)}.items()]
-        svg = reliability_svg(series, title="reliability, before and after calibration")
-        body += _figure(svg, "15 equal-width bins; marker area follows the bin count. "
-                             "PNG: report-reliability.png (all methods: reliability.png)")
+        svg = reliability_svg(series, title="reliability, before and after calibration · "
+                                            + benchmark_name(data.provenance))
+        body += _figure(svg, "15 equal-width bins; marker area follows the bin count; the "
+                             "raw score and the run's map (every map's figures: the table). "
+                             "PNG: report-reliability.png")
     rows = [("raw", *_metrics(cal.get("metrics_before", {})))]
     rows += [(m, *_metrics(v)) for m, v in cal.get("metrics_after", {}).items()]
-    body += table(["scores", "ECE", "MCE", "Brier", "NLL", "AUROC", "AUPRC"], rows)
+    body = '<div class="cm-row">' + body + table(
+        ["scores", "ECE", "MCE", "Brier", "NLL", "AUROC", "AUPRC"], rows) + "</div>"
     method = s.get("calibration_method")
     uses = f"the curve uses {method}" if method else "no map: the curve uses the raw score"
     body += f'<p class="cm-dim">{escape(str(cal.get("mode", "")))}; {escape(uses)}.</p>'
@@ -177,7 +194,7 @@ def _scores(data: RunData, figs: Figures) -> str:
     markers = [(p["name"], p["threshold"]) for p in data.summary["operating_points"]]
     band = _band(data.policies)
     svg = histogram_svg(figs.p_cal, figs.y, markers=markers, band=band,
-                        title="calibrated scores by label")
+                        title="calibrated scores by label · " + benchmark_name(data.provenance))
     cap = ("dashed: operating-point thresholds" + ("; shaded: the policy's human-review band"
                                                    if band else "") + ". PNG: report-scores.png")
     return _section("scores", "Score distribution", _figure(svg, cap))
@@ -312,4 +329,4 @@ def render_page(data: RunData, figs: Figures, rows: tuple, point: dict | None,
             f"\n</main>\n<script>{JS}</script>\n</body></html>\n")
 
 
-__all__ = ["default_point", "render_page", "table"]
+__all__ = ["benchmark_name", "default_point", "render_page", "table"]
