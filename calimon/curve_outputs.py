@@ -98,7 +98,7 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
                    if calibrated else {})
     _write_csv(out / "curve.csv", [*evaluate, *fit], readings, p_cal_by_id)
     write_token_scores(out / "token_scores.jsonl", evaluate, readings)
-    _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method)
+    _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method, method)
     return summary
 
 
@@ -294,7 +294,7 @@ def _write_csv(path: Path, samples: list[Sample], readings: dict[str, Verdict],
     write_curve_csv(path, (row(x) for x in samples))
 
 
-def _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method):
+def _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method, method):
     from calimon.plotting.curve import plot_curve_grid, plot_curves
     from calimon.plotting.reliability import plot_reliability
 
@@ -302,4 +302,5 @@ def _plots(out, curves, bpoints, points, p_raw, y, s, after_by_method):
     plot_curves(out / "curve.png", {"all (calibrated)": curves["all"]}, binary_points=bpoints,
                 operating_points=points, title=title)
     plot_curve_grid(out / "curves_by_group.png", curves, title=title)
-    plot_reliability(out / "reliability.png", p_raw, after_by_method, y, title=title)
+    plot_reliability(out / "reliability.png", p_raw, after_by_method, y, title=title,
+                     chosen=method)
