@@ -128,16 +128,23 @@ class Monitor:
 
 
 def score_with_store(monitor: Monitor, samples: Sequence[Sample], store: RunStore, *,
-                     chunk_size: int = 32, progress: Callable[[int], None] | None = None
-                     ) -> dict[str, Verdict]:
+                     chunk_size: int = 32, progress: Callable[[int], None] | None = None,
+                     paced: bool = False) -> dict[str, Verdict]:
     """Score the samples the store does not have yet, committing after each chunk, and return
     the readings of all of them by transcript hash. A chunk that fails is retried one sample at a
-    time; a sample that still fails is stored with status "error" (and retried on the next run)."""
+    time; a sample that still fails is stored with status "error" (and retried on the next run).
+
+    Chunks hold ``chunk_size`` samples; ``paced``: at most ``chunk_size``, the first one sample
+    and each next sized to take about `calimon.progress.PACE_SECONDS` (`calimon.progress.paced`),
+    so ``progress`` moves every few seconds and an interrupt loses only the chunk in flight."""
+    from calimon.progress import paced as paced_chunks
+
     key = monitor.key
     by_hash = {s.transcript_hash: s for s in samples}
     todo = [by_hash[h] for h in store.missing(key, list(by_hash))]
-    for i in range(0, len(todo), chunk_size):
-        chunk = todo[i:i + chunk_size]
+    chunks = (paced_chunks(todo, chunk_size) if paced else
+              (todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)))
+    for chunk in chunks:
         store.put(key, score_chunk(monitor, chunk))
         if progress:
             progress(len(chunk))

@@ -223,7 +223,7 @@ def test_curve_records_its_scoring_time_and_compare_reads_it(smol, tmp_path, mon
     run = run_curve(settings)
     timing = _doc(run.out)["timing"]
     # 8 transcripts for the verdict, the same 8 (whole pairs) for the binary prompt
-    assert timing["scored"] == 16 and timing["model_calls"] == run.model_calls == 2
+    assert timing["scored"] == 16 and timing["model_calls"] == run.model_calls >= 2
     assert timing["scoring_seconds"] > 0
     again = run_curve(CurveSettings(**{**vars(settings), "out": tmp_path / "run2"}))
     assert _doc(again.out)["timing"]["scored"] == again.model_calls == 0

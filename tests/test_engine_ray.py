@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import types
 
 import numpy as np
@@ -18,6 +19,7 @@ from calimon.backends.base import BackendBase
 from calimon.cli.score import register
 from calimon.engines import MonitorSpec, export_jsonl, score_samples
 from calimon.errors import InputError, MissingExtraError
+from calimon.progress import paced
 from calimon.samples import write_samples
 from calimon.store import RunStore
 
@@ -113,12 +115,24 @@ def test_spec_round_trips_through_json():
     assert MonitorSpec.from_json(spec.to_json()) == spec
 
 
-def test_local_engine_scores_once_then_reuses_the_store(smol, stand_in, tmp_path):
+def chunk_count(n: int, largest: int) -> int:
+    """Model calls of a local run over ``n`` samples with unbounded pace (`no_pace`): the
+    paced chunks double from one sample, up to ``largest``."""
+    return len(list(paced(range(n), largest)))
+
+
+@pytest.fixture
+def no_pace(monkeypatch):
+    """Paced chunks that never shrink for time (a loaded machine cannot change the count)."""
+    monkeypatch.setattr("calimon.progress.PACE_SECONDS", math.inf)
+
+
+def test_local_engine_scores_once_then_reuses_the_store(smol, stand_in, no_pace, tmp_path):
     spec = MonitorSpec(model="smollm2-135m", backend="stand-in", options={"scale": 1.0})
     samples = toy_samples(3)
     with RunStore(tmp_path / "s.sqlite") as st:
         first = score_samples(spec, samples, st, chunk_size=4)
-        assert (first.scored, first.reused, first.model_calls) == (6, 0, 2)
+        assert (first.scored, first.reused, first.model_calls) == (6, 0, chunk_count(6, 4))
         again = score_samples(spec, samples, st)
         assert (again.scored, again.reused, again.model_calls) == (0, 6, 0)
         assert again.readings == first.readings and first.status_counts() == {"ok": 6}
@@ -151,7 +165,7 @@ def cli():
     return app
 
 
-def test_score_command_writes_store_and_export(smol, stand_in, tmp_path):
+def test_score_command_writes_store_and_export(smol, stand_in, no_pace, tmp_path):
     bench = write_samples(toy_samples(2), tmp_path / "b.jsonl")
     args = ["score", "--backend", "stand-in", "--benchmark", str(bench), "--readout", "binary",
             "--store", str(tmp_path / "s.sqlite"), "--export", str(tmp_path / "out.jsonl"),
@@ -160,7 +174,7 @@ def test_score_command_writes_store_and_export(smol, stand_in, tmp_path):
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output)
     assert summary["scored"] == 4 and summary["statuses"] == {"ok": 4}
-    assert summary["model_calls"] == 1 and summary["engine"] == "local"
+    assert summary["model_calls"] == chunk_count(4, 32) and summary["engine"] == "local"
     exported = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [x["decision"] for x in exported] == [True] * 4
     again = json.loads(CliRunner().invoke(cli(), args).output)

@@ -95,7 +95,8 @@ def test_curve_builds_a_named_backend_through_the_factory(smol, recording, tmp_p
     run = run_curve(settings)
     (backend,) = recording
     assert backend.options == {}  # a plugin backend gets no transformers options
-    assert run.model_calls == backend.forward_calls == 2  # one verdict chunk, one binary chunk
+    # one call per chunk: the verdict's and the binary protocol's (paced chunks: at least one)
+    assert run.model_calls == backend.forward_calls >= 2
     doc = json.loads((run.out / "curve.json").read_text())
     assert doc["run"]["backend"] == doc["provenance"]["backend"] == "stand-in"
     assert doc["counts"]["scored"] == 8 and doc["binary_points"][0]["name"] == "binary/direct"

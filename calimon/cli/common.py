@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,23 +28,15 @@ def cli_errors(fn):
 
 
 def progress_factory(quiet: bool):
-    """A bar factory ``(label, total) -> tick(n)`` drawing on stderr (rate and ETA); None with
-    --quiet."""
+    """The command line's progress (`calimon.progress.Bars`): one bar at a time on stderr
+    (rate and ETA), lines above it; None with --quiet. Library bars (transformers' "Loading
+    weights") are silenced either way."""
+    from calimon.progress import Bars, silence_library_bars
+
     if quiet:
+        silence_library_bars()
         return None
-    from tqdm import tqdm
-
-    def make(label: str, total: int):
-        bar = tqdm(total=total, desc=label, unit="sample", file=sys.stderr, dynamic_ncols=True)
-
-        def tick(n: int) -> None:
-            bar.update(n)
-            if bar.n >= bar.total:
-                bar.close()
-
-        return tick
-
-    return make
+    return Bars()
 
 
 def json_ready(x: Any) -> Any:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 
 from calimon.data.paths import benchmark_dir
 from calimon.errors import InputError
+from calimon.progress import Progress, note
 from calimon.samples import Sample, load_samples
 
 BUILDERS: dict[str, str] = {
@@ -111,10 +113,21 @@ def _check_built_version(name: str) -> None:
             field="benchmark")
 
 
-def load_benchmark(name_or_path: str, *, build_if_missing: bool = True) -> list[Sample]:
-    """Samples of a named benchmark (building the auto-build ones on first use), a samples
-    JSONL path, or an Inspect eval log (``.eval`` / ``.json``, with options: see
-    `calimon.data.inspect_log`)."""
+def _build_on_first_use(name: str, progress: Progress | None) -> None:
+    """Build an auto-build benchmark, saying so before and after (it takes a while once)."""
+    fn, out = builder(name), benchmark_dir(name)
+    note(progress, f"building benchmark {name} into {out} (first use only)")
+    started = time.perf_counter()
+    takes_progress = "progress" in inspect.signature(fn).parameters
+    fn(out_dir=out, **({"progress": progress} if takes_progress and progress else {}))
+    note(progress, f"built benchmark {name} in {time.perf_counter() - started:.0f} s")
+
+
+def load_benchmark(name_or_path: str, *, build_if_missing: bool = True,
+                   progress: Progress | None = None) -> list[Sample]:
+    """Samples of a named benchmark (building the auto-build ones on first use, with a line
+    before and after and the builder's bars on ``progress``), a samples JSONL path, or an
+    Inspect eval log (``.eval`` / ``.json``, with options: see `calimon.data.inspect_log`)."""
     from calimon.data.inspect_log import is_inspect_spec, load_inspect_log
 
     if is_inspect_spec(name_or_path):
@@ -125,7 +138,7 @@ def load_benchmark(name_or_path: str, *, build_if_missing: bool = True) -> list[
     target = samples_path(name_or_path)
     if not target.is_file():
         if name_or_path in AUTO_BUILD and build_if_missing:
-            builder(name_or_path)(out_dir=benchmark_dir(name_or_path))
+            _build_on_first_use(name_or_path, progress)
         else:
             base, version = split_name(name_or_path)
             flag = f" --version {version}" if version is not None else ""

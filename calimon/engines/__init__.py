@@ -1,6 +1,7 @@
 """Scoring engines: where a monitor's forward passes run.
 
-- `local`: this process (`calimon.monitor.score_with_store`);
+- `local`: this process (`calimon.monitor.score_with_store`, in paced chunks: the first of one
+  sample, then about `calimon.progress.PACE_SECONDS` each);
 - `ray`: chunks sharded over the actors of a Ray cluster (`calimon.engines.ray_engine`).
 
 Both write the same rows into the same run store. `Scorer` (`calimon.engines.service`) is the

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from calimon.engines.spec import MonitorSpec
 from calimon.errors import InputError
-from calimon.progress import Progress, Tick, ticker
+from calimon.progress import Progress, Tick, note, ticker
 from calimon.samples import Sample
 from calimon.store import RunStore
 from calimon.verdict import Verdict
@@ -30,8 +30,8 @@ ENGINES = ("local", "ray")
 @dataclass(frozen=True)
 class Engine:
     """Where forward passes run: ``local`` (this process) or ``ray`` (actors of a cluster at
-    ``address``; None starts a local one). ``chunk_size``: samples per store commit and per
-    Ray task."""
+    ``address``; None starts a local one). ``chunk_size``: samples per Ray task, and the most
+    per store commit of a local run (whose chunks are paced: `Scorer.score`)."""
 
     name: str = "local"
     address: str | None = None
@@ -63,6 +63,7 @@ class Scorer:
         self._owns_backend = backend is None
         self._calls0 = backend.forward_calls if backend is not None else 0
         self.remote_calls = 0  # model calls made by Ray actors
+        self._kept: dict[str, tuple[int, int]] = {}  # label -> (readings stored, needed)
 
     @property
     def backend(self):
@@ -95,11 +96,42 @@ class Scorer:
     def score(self, samples: Sequence[Sample], monitor=None, *, label: str | None = None,
               tick: Tick | None = None, chunk_size: int | None = None) -> dict[str, Verdict]:
         """Readings of ``samples`` by transcript hash, scoring what the store lacks with
-        ``monitor`` (default: the spec's). ``label`` opens a progress bar for this call;
-        ``tick`` reports to one the caller opened."""
+        ``monitor`` (default: the spec's). ``label`` opens a progress bar for this call (and
+        says first how many readings the store already had); ``tick`` reports to one the
+        caller opened. Locally, chunks are paced (`calimon.progress.paced`: the first of one
+        sample, then about `PACE_SECONDS` each, at most the engine's ``chunk_size``) unless
+        ``chunk_size`` fixes them. Interrupted (Ctrl-C), it says how many readings the store
+        kept, then re-raises."""
         monitor = monitor if monitor is not None else self.monitor()
+        hashes = list(dict.fromkeys(s.transcript_hash for s in samples))
         if label is not None and tick is None:
-            tick = ticker(self.progress, label, self.todo(samples, monitor))
+            todo = len(self.store.missing(monitor.key, hashes))
+            if todo < len(hashes):
+                note(self.progress, f"{label}: {len(hashes) - todo} of {len(hashes)} readings "
+                                    f"reused from the store; {todo} to score")
+            tick = ticker(self.progress, label, todo)
+        name = label or getattr(monitor, "readout", "scoring")
+        try:
+            readings = self._score(samples, monitor, tick, chunk_size)
+        except KeyboardInterrupt:
+            self._kept[name] = (len(hashes) - len(self.store.missing(monitor.key, hashes)),
+                                len(hashes))
+            close_bar = getattr(self.progress, "close", None)
+            if close_bar is not None:
+                close_bar()  # the line comes after the bar it stopped
+            note(self.progress, self.interrupt_line(), always=True)
+            raise
+        self._kept[name] = (len(hashes), len(hashes))
+        return readings
+
+    def interrupt_line(self) -> str:
+        """What an interrupt leaves: the readings of this service's calls in the store."""
+        kept = sum(k for k, _ in self._kept.values())
+        parts = ", ".join(f"{name} {k} of {n}" for name, (k, n) in self._kept.items())
+        return (f"interrupted: {kept} readings kept in the store ({parts}); the same command "
+                "resumes from them")
+
+    def _score(self, samples, monitor, tick, chunk_size) -> dict[str, Verdict]:
         size = chunk_size or self.engine.chunk_size
         if self.engine.name == "ray":
             from calimon.engines.ray_engine import score_with_ray
@@ -113,7 +145,8 @@ class Scorer:
             return readings
         from calimon.monitor import score_with_store
 
-        return score_with_store(monitor, samples, self.store, chunk_size=size, progress=tick)
+        return score_with_store(monitor, samples, self.store, chunk_size=size, progress=tick,
+                                paced=chunk_size is None)
 
     def remote_spec(self, monitor) -> MonitorSpec:
         """The spec a Ray actor rebuilds ``monitor`` from (its prompt, readout, decoding and
