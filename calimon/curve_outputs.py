@@ -41,9 +41,11 @@ def _none_scored(evaluate: list[Sample], readings: dict[str, Verdict]) -> InputE
 def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sample],
                         readings: dict[str, Verdict], binary_set: list[Sample],
                         binary_readings: dict[str, dict[str, Verdict]], provenance: dict,
-                        timing: dict | None = None) -> dict:
+                        timing: dict | None = None, binary_checks: list | None = None) -> dict:
     """Write a curve run's files into ``out`` (curve.json, with ``timing`` when given, curve.csv,
-    plots, calibration maps, token scores); returns the summary. InputError: none scored."""
+    plots, calibration maps, token scores); returns the summary. InputError: none scored.
+    ``binary_checks``: the free-format checks of binary points not drawn (curve.json's
+    ``binary_checks``)."""
     from calimon.jsonio import dump_json
     from calimon.readings import usable
 
@@ -52,6 +54,7 @@ def write_curve_outputs(out: Path, s, *, evaluate: list[Sample], fit: list[Sampl
         raise _none_scored(evaluate, readings)
     base, bpoints = _base_summary(s, evaluate, readings, kept, y, binary_set,
                                   binary_readings, provenance, timing)
+    base["binary_checks"] = list(binary_checks or [])
     fkept, fp, fy = usable(fit, readings)
     fit_p = {x.id: float(v) for x, v in zip(fkept, fp, strict=True)}
     support = class_support(int(y.sum()), int((~y).sum()))

@@ -10,15 +10,17 @@ from pathlib import Path
 
 from calimon import __version__
 from calimon.backends import check_backend_model, model_for, release
+from calimon.class_support import MIN_PER_CLASS_CALIBRATION, MIN_PER_CLASS_CURVE
 from calimon.data.registry import load_benchmark
 from calimon.engines import MonitorSpec, RunSettings, Scorer, api_usage
 from calimon.errors import InputError
 from calimon.jsonio import dump_json, json_default
-from calimon.progress import Progress
+from calimon.progress import Progress, note
 from calimon.readings import status_counts, usable
 from calimon.samples import Sample
 from calimon.selection import dataset_hash, select, select_pairs
 from calimon.store import RunStore
+from calimon.verdict import Verdict
 
 ALL_METHODS = ("temperature", "platt", "isotonic", "histogram", "beta")
 
@@ -29,12 +31,14 @@ class CurveSettings(RunSettings):
     `RunSettings`, plus which split is judged (``split``; None: every sample, cross-fitted),
     where the maps are fitted (``fit_on``), the binary-protocol points (each prompt under each
     of ``binary_decodings``: ``free``, the paper's protocol, and/or ``json``, the schema
-    enforced), the calibration maps, the bootstrap, the operating points and the output
-    folder."""
+    enforced; ``check_free_format``: the free protocol tried on `FREE_CHECK` samples first,
+    see `score_binary`), the calibration maps, the bootstrap, the operating points and the
+    output folder."""
 
     binary_prompts: tuple[str, ...] = ("direct", "evidence")
     binary_decodings: tuple[str, ...] = ("free",)
     binary_limit: int | None = None
+    check_free_format: bool = True  # try the free protocol on FREE_CHECK samples first
     split: str | None = None
     fit_on: str = "calib"  # with a split: fit maps on "calib", or "crossfit" within the split
     calibration: str = "platt"
@@ -75,22 +79,30 @@ def _no_labels(s: CurveSettings) -> InputError:
 
 
 def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, list]:
+    """The evaluated samples and the ``calib`` samples maps are fitted on (none when maps are
+    cross-fitted or a saved map is applied: a map-only run scores only the rows it applies the
+    map to). Under ``--limit``, the set a map is fitted on holds 20 of each class when the
+    limit allows it, the evaluated set 10 (`select_pairs`, ``min_per_class``)."""
     if not samples:
         raise InputError(f"benchmark {s.benchmark!r} holds no samples (an empty file?)",
                          field="benchmark")
+    fitted_here = s.calibration_map is None  # cross-fitted within the evaluated set
     if s.split is None:
-        evaluate = select(samples, limit=s.limit, seed=s.seed)
+        evaluate = select(samples, limit=s.limit, seed=s.seed,
+                          min_per_class=_needs(fitted_here))
         if not evaluate:
             raise _no_labels(s)
         return evaluate, []
     if s.fit_on not in ("calib", "crossfit"):
         raise InputError(f"expected 'calib' or 'crossfit', got {s.fit_on!r}", field="fit_on")
-    use_calib = s.fit_on == "calib" and s.split != "calib"
+    use_calib = s.fit_on == "calib" and s.split != "calib" and s.calibration_map is None
     # --limit counts every scored sample: with calib maps, half of it is drawn from 'calib'
     fit_limit = s.limit // 2 if (s.limit is not None and use_calib) else s.limit
     eval_limit = s.limit - fit_limit if (s.limit is not None and use_calib) else s.limit
-    evaluate = select(samples, s.split, limit=eval_limit, seed=s.seed)
-    fit = select(samples, "calib", limit=fit_limit, seed=s.seed) if use_calib else []
+    evaluate = select(samples, s.split, limit=eval_limit, seed=s.seed,
+                      min_per_class=_needs(fitted_here and not use_calib))
+    fit = (select(samples, "calib", limit=fit_limit, seed=s.seed, min_per_class=_needs(True))
+           if use_calib else [])
     if not evaluate:
         raise InputError(f"benchmark {s.benchmark!r} has no labelled samples in split "
                          f"{s.split!r}", field="split")
@@ -98,6 +110,11 @@ def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, l
         raise InputError(f"benchmark {s.benchmark!r} has no 'calib' split to fit calibration "
                          "maps on; use --fit-on crossfit", field="split")
     return evaluate, fit
+
+
+def _needs(fits_a_map: bool) -> int:
+    """Samples of each class a selected set should hold: a map's rule, or a curve's."""
+    return MIN_PER_CLASS_CALIBRATION if fits_a_map else MIN_PER_CLASS_CURVE
 
 
 def monitor_spec(s: CurveSettings) -> MonitorSpec:
@@ -136,6 +153,69 @@ def binary_monitors(s: CurveSettings) -> list[tuple[str, str]]:
     return [(name, d) for name in s.binary_prompts for d in dict.fromkeys(s.binary_decodings)]
 
 
+FREE_CHECK = 4  # samples (whole pairs) the free binary protocol is tried on first by default
+
+
+@dataclass
+class BinaryScores:
+    """The binary protocol of a curve run: the samples it reads, the readings of each point
+    drawn (by label), their template hashes, the free-format checks that drew no point, and
+    how many readings were needed and scored now."""
+
+    samples: list[Sample]
+    readings: dict[str, dict[str, Verdict]] = field(default_factory=dict)
+    template_hashes: dict[str, str] = field(default_factory=dict)
+    checks: list[dict] = field(default_factory=list)
+    needed: int = 0
+    scored: int = 0
+
+
+def score_binary(scorer: Scorer, s: CurveSettings, evaluate: list[Sample]) -> BinaryScores:
+    """Score each binary point of ``s`` on whole pairs of ``evaluate`` (at most
+    ``binary_limit``). With ``check_free_format``, the free protocol is first tried on
+    `FREE_CHECK` of them: when none of those replies parses (a model that does not follow the
+    free format), it stops there and draws no point, and a line says so."""
+    out = BinaryScores(select_pairs(evaluate, s.binary_limit, s.seed)
+                       if s.binary_prompts else [])
+    for name, decoding in binary_monitors(s):
+        monitor = scorer.monitor(name, "binary", decoding)
+        label = binary_label(name, decoding)
+        wanted = out.samples
+        if decoding == "free" and s.check_free_format and len(wanted) > FREE_CHECK:
+            trial = select_pairs(wanted, FREE_CHECK, s.seed)
+            got = _scored(out, scorer, trial, monitor, f"{label}/binary (format check)")
+            failed = sum(got[x.transcript_hash].status == "parse_failure" for x in trial)
+            if failed == len(trial):
+                out.needed += _distinct(trial)
+                out.checks.append({"name": f"binary/{label}", "tried": len(trial),
+                                   "parsed": 0, "drawn": False})
+                note(scorer.progress, f"binary/{label}: none of {len(trial)} free-form "
+                                      "replies parsed; no point drawn, the rest not scored")
+                continue
+        out.readings[label] = _scored(out, scorer, wanted, monitor, f"{label}/binary")
+        out.needed += _distinct(wanted)
+        out.template_hashes[label] = monitor.key.template_hash
+    return out
+
+
+def _scored(out: BinaryScores, scorer: Scorer, samples: list[Sample], monitor, label: str
+            ) -> dict[str, Verdict]:
+    out.scored += scorer.todo(samples, monitor)
+    return scorer.score(samples, monitor, label=label)
+
+
+def binary_check_line(summary: dict) -> str | None:
+    """The line of a run whose free binary protocol drew no point (None when every point was
+    drawn): which, on how many replies, and the flags that choose otherwise."""
+    skipped = [c for c in summary.get("binary_checks") or [] if not c.get("drawn")]
+    if not skipped:
+        return None
+    names = ", ".join(c["name"] for c in skipped)
+    return (f"{names}: none of {skipped[0]['tried']} free-form replies parsed on this model, "
+            "so no point is drawn; --binary-decoding json holds the answer to the prompt's "
+            "JSON schema (--binary-decoding free scores every sample anyway)")
+
+
 def run_curve(s: CurveSettings, progress: Progress | None = None,
               log: Callable[[str], None] = lambda m: None, *, backend=None) -> CurveRun:
     """`calimon curve`: score the evaluated (and fit) samples through the scoring service
@@ -155,7 +235,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     engine = s.engine_settings()
     usage0 = api_usage(backend)
     try:
-        samples = load_benchmark(s.benchmark)
+        samples = load_benchmark(s.benchmark, progress=progress)
         evaluate, fit = _eval_and_fit_sets(samples, s)
         out = Path(s.out) if s.out else default_out(s)
         out.mkdir(parents=True, exist_ok=True)
@@ -165,20 +245,10 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
             main = scorer.monitor()
             todo, needed = scorer.todo(evaluate + fit, main), _distinct(evaluate + fit)
             readings = scorer.score(evaluate + fit, main, label=f"{s.prompt}/{s.readout}")
-            binary_set = (select_pairs(evaluate, s.binary_limit, s.seed)
-                          if s.binary_prompts else [])
-            binary_readings, binary_hashes = {}, {}
-            for name, decoding in binary_monitors(s):
-                monitor = scorer.monitor(name, "binary", decoding)
-                label = binary_label(name, decoding)
-                todo += scorer.todo(binary_set, monitor)
-                needed += _distinct(binary_set)
-                binary_hashes[label] = monitor.key.template_hash
-                binary_readings[label] = scorer.score(binary_set, monitor,
-                                                      label=f"{label}/binary")
+            binary = score_binary(scorer, s, evaluate)
             model_calls = scorer.model_calls
-            timing = {"scoring_seconds": time.perf_counter() - started, "scored": todo,
-                      "readings": needed,
+            timing = {"scoring_seconds": time.perf_counter() - started,
+                      "scored": todo + binary.scored, "readings": needed + binary.needed,
                       "model_calls": model_calls, **api_usage(backend, since=usage0)}
     finally:
         if owned:
@@ -186,15 +256,15 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     from calimon.curve_outputs import write_curve_outputs
 
     summary = write_curve_outputs(
-        out, s, evaluate=evaluate, fit=fit, readings=readings, binary_set=binary_set,
-        binary_readings=binary_readings, timing=timing,
+        out, s, evaluate=evaluate, fit=fit, readings=readings, binary_set=binary.samples,
+        binary_readings=binary.readings, binary_checks=binary.checks, timing=timing,
         provenance={"model": resolved.name, "model_revision": resolved.revision,
                     "model_path": str(resolved.path), "backend": s.backend,
                     "prompt": s.prompt, "defenses": list(s.defense),
                     "template_hash": main.key.template_hash,
                     "max_input_tokens": (getattr(main, "max_input_tokens", None) or getattr(
                         getattr(resolved, "config", None), "max_input_tokens", None)),
-                    "readout": s.readout, "binary_template_hashes": binary_hashes,
+                    "readout": s.readout, "binary_template_hashes": binary.template_hashes,
                     "benchmark": s.benchmark,
                     "dataset_hash": dataset_hash(evaluate + fit),
                     "calimon_version": __version__, "store": str(s.store),
@@ -202,6 +272,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     return CurveRun(out=out, summary=summary, model_calls=model_calls)
 
 
-__all__ = ["ALL_METHODS", "CurveRun", "CurveSettings", "Progress", "binary_label", "store_line",
+__all__ = ["ALL_METHODS", "FREE_CHECK", "BinaryScores", "CurveRun", "CurveSettings", "Progress",
+           "binary_check_line", "binary_label", "score_binary", "store_line",
            "binary_monitors", "default_out", "dump_json",
            "json_default", "monitor_spec", "run_curve", "status_counts", "usable"]

@@ -57,9 +57,9 @@ def curve_cmd(
     defense: DefenseOpt = None,
     binary_prompt: Annotated[list[str] | None, typer.Option(help="Prompts whose binary (generated JSON) protocol is drawn as points; repeatable.")] = None,
     no_binary: Annotated[bool, typer.Option("--no-binary", help="Skip the binary-protocol points.")] = False,
-    binary_decoding: Annotated[list[str] | None, typer.Option(help="How the binary answer is decoded: free (the paper's protocol, default) or json (the prompt's JSON schema enforced by constrained decoding, so it always parses; drawn as binary/NAME (json)); repeat to draw both.")] = None,
+    binary_decoding: Annotated[list[str] | None, typer.Option(help="How the binary answer is decoded: free (the paper's protocol, default: tried on 4 samples first, and no point drawn when none of those parses) or json (the prompt's JSON schema enforced by constrained decoding, so it always parses; drawn as binary/NAME (json)); repeat to draw both.")] = None,
     binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
-    limit: Annotated[int | None, typer.Option(help="At most this many samples in all (whole pairs, balanced over cells); with --split and maps fitted on 'calib', half from each split.")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many samples in all (whole pairs, balanced over cells, with 20 of each class in the set a map is fitted on when the limit allows); with --split and maps fitted on 'calib', half from each split (with --calibration-map, all from --split).")] = None,
     max_input_tokens: MaxInputTokensOpt = None,
     split: Annotated[str | None, typer.Option(help="Evaluate on this split with maps fitted on 'calib' (curve.csv then holds both, as `calimon thresholds` and `escalate` need); default: all samples, cross-fitted.")] = None,
     fit_on: Annotated[str, typer.Option(help="With --split: fit the maps on the 'calib' split, or 'crossfit' (pair-grouped, out-of-fold) within the evaluated split.")] = "calib",
@@ -101,6 +101,7 @@ def curve_cmd(
         CurveSettings, ctx.params,
         binary_prompts=() if no_binary else tuple(binary_prompt or ("direct", "evidence")),
         binary_decodings=tuple(binary_decoding or ("free",)),
+        check_free_format=not binary_decoding,  # the default is checked; a choice is kept
         fars=tuple(far or (0.01, 0.05, 0.10)), rate_thresholds=tuple(threshold or (0.5,)))
     run = run_curve(settings, progress=progress_factory(quiet or as_json))
     _print_run(run, markdown, as_json)
@@ -109,7 +110,7 @@ def curve_cmd(
 def _print_run(run, markdown: Path | None, as_json: bool) -> None:
     """Write groups.md (and ``markdown``), then print the summary: JSON or the table."""
     from calimon.calibration.direction import inversion_note
-    from calimon.pipeline import store_line
+    from calimon.pipeline import binary_check_line, store_line
     from calimon.tables import groups_markdown, operating_table
 
     (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")
@@ -122,7 +123,8 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
     forced = (run.summary.get("calibration") or {}).get("forced")
     warn = ("WARNING: calibration map applied with --force to another monitor's run: "
             + "; ".join(forced)) if forced else None
-    for line in (inversion_note(run.summary), warn, store_line(run.summary.get("timing", {}))):
+    for line in (inversion_note(run.summary), warn, store_line(run.summary.get("timing", {})),
+                 binary_check_line(run.summary)):
         if line:
             typer.echo(line)
     typer.echo(operating_table(run.summary))
