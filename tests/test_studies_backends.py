@@ -24,6 +24,7 @@ from calimon.backends import (
     Constrained,
     HiddenStates,
     LocalWeights,
+    Remote,
     backend_class,
     build_backend,
     requires,
@@ -118,7 +119,7 @@ def test_built_in_backends_declare_their_capabilities(smol):
     assert names["transformers"].capabilities == {HiddenStates, LocalWeights, Constrained,
                                                   AllowedTokens}
     assert names["vllm"].capabilities == {Constrained, AllowedTokens}
-    assert names["http"].capabilities == {Constrained}  # top-K log-probs only
+    assert names["http"].capabilities == {Constrained, Remote}  # top-K log-probs only
     for name in ("transformers", "vllm"):
         assert callable(getattr(names[name], "greedy_among", None))
     for cls in names.values():

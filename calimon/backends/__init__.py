@@ -23,6 +23,7 @@ from calimon.backends.base import (
     HiddenStates,
     LocalWeights,
     Messages,
+    Remote,
     Sampling,
     requires,
     supports,
@@ -60,17 +61,26 @@ def build_backend(spec: BackendSpec, *, shared: bool = True) -> Backend:
     here: every backend loads on first use.
 
     ``shared`` (default): the backend already built in this process for an equal spec, if any
-    (callers must not close it; `drop_backends` does); False: a new one the caller owns."""
+    (callers must not close it; `drop_backends` does); False: a new one the caller owns.
+
+    A spec with ``offline`` set gets it wrapped (`calimon.backends.offline`: model calls
+    refused). Nothing is contacted here: a study checks a remote server when it starts
+    (`MonitorSpec.build_backend`)."""
+    from calimon.backends.offline import offline_backend
 
     cls = backend_class(spec.backend)
     options = check_options(spec.backend, spec.options)
     if not shared:
-        return cls(model_for(spec), **options)
-    key = backend_key(spec, options)
-    with _LOADED_LOCK:
-        if key not in _LOADED:
-            _LOADED[key] = cls(model_for(spec), **options)
-        return _LOADED[key]
+        backend = cls(model_for(spec), **options)
+    else:
+        key = backend_key(spec, options)
+        with _LOADED_LOCK:
+            if key not in _LOADED:
+                _LOADED[key] = cls(model_for(spec), **options)
+            backend = _LOADED[key]
+    if getattr(spec, "offline", False):
+        return offline_backend(backend, owns=not shared)
+    return backend
 
 
 def is_shared(backend: Backend) -> bool:
@@ -128,6 +138,6 @@ def supports_class(cls: type, capability: type) -> bool:
 
 __all__ = ["AllowedTokens", "BACKENDS", "OPTIONS", "Backend", "BackendSpec", "CapabilityError", "Constrained",
            "HiddenStates",
-           "LocalWeights", "Messages", "Sampling", "backend_class", "backend_key", "check_backend_model", "backend_options",
+           "LocalWeights", "Messages", "Remote", "Sampling", "backend_class", "backend_key", "check_backend_model", "backend_options",
            "backends_with", "build_backend", "check_options", "drop_backends", "is_shared",
            "model_for", "release", "requires", "supports"]

@@ -127,10 +127,25 @@ class AllowedTokens(Protocol):
         ...
 
 
+class Remote(Protocol):
+    """Capability: the model is served elsewhere and reached over the network (http, chat).
+    A run checks the server answers before it starts (`calimon.backends.offline`)."""
+
+    def server_url(self) -> str:
+        """The server's base URL, as the user named it."""
+        ...
+
+    def reach(self) -> str | None:
+        """None when the server answers (any HTTP status), else what went wrong, in a few
+        words (connection refused, timed out)."""
+        ...
+
+
 CAPABILITY_NAMES: dict[type, str] = {HiddenStates: "hidden states", LocalWeights: "local weights",
                                      Messages: "chat messages", Sampling: "sampled answers",
                                      Constrained: "constrained decoding",
-                                     AllowedTokens: "a greedy choice among given tokens"}
+                                     AllowedTokens: "a greedy choice among given tokens",
+                                     Remote: "a remote server"}
 
 
 class CapabilityError(InputError):

@@ -27,8 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from calimon.backends.base import BackendBase, CapabilityError, Constrained, Messages, Sampling
-from calimon.backends.http_client import DEFAULT_KEY_ENVS, JsonClient, RequestFailed
+from calimon.backends.base import (
+    BackendBase,
+    CapabilityError,
+    Constrained,
+    Messages,
+    Remote,
+    Sampling,
+)
+from calimon.backends.http_client import DEFAULT_KEY_ENVS, JsonClient, RequestFailed, reach
 from calimon.backends.journal import Journal, request_key
 from calimon.errors import BackendError, InputError
 from calimon.models import ResolvedModel
@@ -57,7 +64,7 @@ class ChatBackend(BackendBase):
     from the model config's ``api:`` block (`calimon.models.ApiConfig`)."""
 
     name = "chat"
-    capabilities = frozenset({Messages, Sampling, Constrained})
+    capabilities = frozenset({Messages, Sampling, Constrained, Remote})
 
     def __init__(self, model: ResolvedModel, base_url: str | None = None, *,
                  served_model: str | None = None, api_key_env: str | None = None,
@@ -109,6 +116,15 @@ class ChatBackend(BackendBase):
     def served(self) -> str:
         """The model name sent with each request."""
         return self.served_model or self._api.served_model or self.model_ref.name
+
+    def server_url(self) -> str:
+        """The API's base URL (`Remote`)."""
+        return self.url
+
+    def reach(self) -> str | None:
+        """None when the API answers (any status: a 401 is an API that is there), else the
+        connection error (`Remote`)."""
+        return reach(self._client())
 
     def _client(self) -> JsonClient:
         env = self.api_key_env or self._api.api_key_env

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from calimon.backends.base import BackendBase, Constrained
-from calimon.backends.http_client import JsonClient
+from calimon.backends.base import BackendBase, Constrained, Remote
+from calimon.backends.http_client import JsonClient, reach
 from calimon.backends.loading import TokenIdVocab, stop_token_ids
 from calimon.errors import BackendError, InputError
 from calimon.models import ResolvedModel
@@ -62,7 +62,7 @@ class HTTPBackend(TokenIdVocab, BackendBase):
     field; a server that ignores the field decodes freely (docs/backends.md)."""
 
     name = "http"
-    capabilities = frozenset({Constrained})
+    capabilities = frozenset({Constrained, Remote})
 
     def __init__(self, model: ResolvedModel, base_url: str = "http://127.0.0.1:8000/v1", *,
                  served_model: str | None = None, api_key: str | None = None,
@@ -99,6 +99,14 @@ class HTTPBackend(TokenIdVocab, BackendBase):
                 raise BackendError(f"{self._url('models')} lists no model; pass served_model")
             self.served_model = str(data[0]["id"])
         return self.served_model
+
+    def server_url(self) -> str:
+        """The server's base URL (`Remote`)."""
+        return self.base_url
+
+    def reach(self) -> str | None:
+        """None when the server answers, else the connection error (`Remote`)."""
+        return reach(JsonClient(self.base_url, timeout_s=self.timeout_s, api_key=self.api_key))
 
     # -- transport ---------------------------------------------------------------------------
     def _request(self, method: str, endpoint: str, payload: dict | None) -> dict:

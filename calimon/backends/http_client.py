@@ -100,6 +100,22 @@ class JsonClient:
                             status=status, retryable=True)
 
 
+def reach(client: JsonClient, endpoint: str = "models", timeout_s: float = 10.0) -> str | None:
+    """Whether the server at ``client.base_url`` answers: None when it does (any HTTP status:
+    a 401 or 404 is a server that is there), else the connection error in a few words. One
+    GET of ``endpoint``, retried once, within ``timeout_s`` per attempt."""
+    probe = JsonClient(client.base_url, timeout_s=min(timeout_s, client.timeout_s), retries=1,
+                       backoff_s=0.2, max_backoff_s=1.0, api_key_env=client.api_key_env,
+                       api_key=client.api_key, sleep=client.sleep)
+    try:
+        probe.request("GET", endpoint, None)
+    except RequestFailed as exc:
+        if exc.status is not None:
+            return None
+        return str(exc).rsplit("last error: ", 1)[-1]
+    return None
+
+
 def _retry_after(exc: urllib.error.HTTPError, default: float, cap: float) -> float:
     """The wait a ``Retry-After`` header asks for (seconds form), capped; else ``default``."""
     after = exc.headers.get("Retry-After") if exc.headers else None

@@ -29,6 +29,7 @@ from calimon.cli.options import (
     KvCacheGibOpt,
     MaxInputTokensOpt,
     ModelOpt,
+    OfflineOpt,
     OutOpt,
     PrefillOpt,
     PromptOpt,
@@ -86,6 +87,7 @@ def curve_cmd(
     device: DeviceOpt = BACKEND.device,
     batch_tokens: BatchTokensOpt = BACKEND.batch_tokens,
     threads: ThreadsOpt = BACKEND.threads,
+    offline: OfflineOpt = BACKEND.offline,
     store: StoreOpt = DEFAULT_STORE,
     out: OutOpt = None,
     markdown: Annotated[Path | None, typer.Option(help="Also write the per-group results table (category, task, cell) as markdown to this file.")] = None,
@@ -110,7 +112,7 @@ def curve_cmd(
 def _print_run(run, markdown: Path | None, as_json: bool) -> None:
     """Write groups.md (and ``markdown``), then print the summary: JSON or the table."""
     from calimon.calibration.direction import inversion_note
-    from calimon.pipeline import binary_check_line, store_line
+    from calimon.pipeline import binary_check_line
     from calimon.tables import groups_markdown, operating_table
 
     (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")
@@ -123,7 +125,7 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
     forced = (run.summary.get("calibration") or {}).get("forced")
     warn = ("WARNING: calibration map applied with --force to another monitor's run: "
             + "; ".join(forced)) if forced else None
-    for line in (inversion_note(run.summary), warn, store_line(run.summary.get("timing", {})),
+    for line in (inversion_note(run.summary), warn, _store_note(run.summary),
                  binary_check_line(run.summary)):
         if line:
             typer.echo(line)
@@ -137,6 +139,19 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
     typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, curve.png, curves_by_group.png, "
                "reliability.png, groups.md"
                + (", calibration/" if (run.out / "calibration").is_dir() else ""))
+
+
+def _store_note(summary: dict) -> str | None:
+    """What the store answered: with --offline, that it answered everything (the model and
+    any server left alone), else `store_line`'s count of the readings reused."""
+    from calimon.pipeline import store_line
+
+    settings, timing = summary.get("settings") or {}, summary.get("timing") or {}
+    if settings.get("offline"):
+        from calimon.backends.offline import offline_line
+
+        return offline_line(settings["backend"], settings.get("base_url"), timing.get("readings"))
+    return store_line(timing)
 
 
 def register(app: typer.Typer) -> None:

@@ -30,6 +30,7 @@ from calimon.cli.options import (
     KvCacheGibOpt,
     MaxInputTokensOpt,
     ModelOpt,
+    OfflineOpt,
     PromptOpt,
     QuietOpt,
     RayAddressOpt,
@@ -74,6 +75,7 @@ def robustness_cmd(
     device: DeviceOpt = BACKEND.device,
     batch_tokens: BatchTokensOpt = BACKEND.batch_tokens,
     threads: ThreadsOpt = BACKEND.threads,
+    offline: OfflineOpt = BACKEND.offline,
     store: StoreOpt = DEFAULT_STORE,
     out: Annotated[Path | None, typer.Option(help="Output folder (default: a new folder under runs/).")] = None,
     report: Annotated[Path | None, typer.Option(help="Also write the table into this markdown file (its section for this readout and benchmark is replaced).")] = None,
@@ -101,6 +103,7 @@ def robustness_cmd(
                              fit_split=split_arg(fit_split), attacks=tuple(attack or ATTACKS),
                              sides=tuple(x.strip() for x in sides.split(",") if x.strip()))
     run = run_robustness(settings, progress=progress_factory(quiet or as_json))
+    _offline_note(settings, as_json)
     command = settings.command() + (f" --report {report}" if report is not None else "")
     text = to_markdown(run.summary, command=command)
     if report is not None:
@@ -122,6 +125,7 @@ def _adaptive(ctx: typer.Context, split: str, fit_split: str, report: Path | Non
     settings = settings_from(AdaptiveSettings, ctx.params, split=split_arg(split),
                              fit_split=split_arg(fit_split))
     run = run_adaptive(settings, progress=progress_factory(quiet))
+    _offline_note(settings, as_json)
     command = settings.command() + (f" --report {report}" if report is not None else "")
     text = to_markdown(run.summary, command=command)
     if report is not None:
@@ -131,6 +135,14 @@ def _adaptive(ctx: typer.Context, split: str, fit_split: str, report: Path | Non
         return
     typer.echo(text)
     typer.echo(f"wrote {run.out}/adaptive.json, adaptive.md, adaptive.csv")
+
+
+def _offline_note(settings, as_json: bool) -> None:
+    """With --offline (and no --json), the first line says the store answered everything."""
+    if settings.offline and not as_json:
+        from calimon.backends.offline import offline_line
+
+        typer.echo(offline_line(settings.backend, settings.base_url))
 
 
 def register(app: typer.Typer) -> None:

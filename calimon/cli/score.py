@@ -30,6 +30,7 @@ from calimon.cli.options import (
     KvCacheGibOpt,
     LimitOpt,
     ModelOpt,
+    OfflineOpt,
     PrefillOpt,
     PromptOpt,
     QuietOpt,
@@ -64,6 +65,7 @@ def score_cmd(
     device: DeviceOpt = BACKEND.device,
     batch_tokens: BatchTokensOpt = BACKEND.batch_tokens,
     threads: ThreadsOpt = BACKEND.threads,
+    offline: OfflineOpt = BACKEND.offline,
     limit: LimitOpt = None,
     seed: Annotated[int, typer.Option(help="Seed for --limit's pair selection.")] = DEFAULT_SEED,
     chunk_size: Annotated[int, typer.Option(help="Samples per store commit (and per Ray task).")] = 32,
@@ -75,11 +77,16 @@ def score_cmd(
     """Score a benchmark with one monitor into the run store (any backend, local or Ray)."""
     from calimon.engines import RunSettings, score_benchmark
 
-    summary = score_benchmark(settings_from(RunSettings, ctx.params), chunk_size=chunk_size,
-                              export=export, progress=progress_factory(quiet or as_json))
+    settings = settings_from(RunSettings, ctx.params)
+    summary = score_benchmark(settings, chunk_size=chunk_size, export=export,
+                              progress=progress_factory(quiet or as_json))
     if as_json:
         typer.echo(json.dumps(summary, indent=1))
         return
+    if offline:
+        from calimon.backends.offline import offline_line
+
+        typer.echo(offline_line(backend, base_url, summary["reused"]))
     typer.echo(f"{summary['samples']} samples: {summary['scored']} scored, {summary['reused']} "
                f"from the store; model calls {summary['model_calls']}; statuses "
                f"{summary['statuses']}")

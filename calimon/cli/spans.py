@@ -31,6 +31,7 @@ from calimon.cli.options import (
     JsonOpt,
     KvCacheGibOpt,
     ModelOpt,
+    OfflineOpt,
     QuietOpt,
     RayAddressOpt,
     ServedModelOpt,
@@ -77,6 +78,7 @@ def spans_cmd(
     device: DeviceOpt = BACKEND.device,
     batch_tokens: BatchTokensOpt = BACKEND.batch_tokens,
     threads: ThreadsOpt = BACKEND.threads,
+    offline: OfflineOpt = BACKEND.offline,
     no_share_prefix: Annotated[bool, typer.Option("--no-share-prefix", help="Run masked variants plainly (no per-sample prefix reuse).")] = False,
     store: StoreOpt = DEFAULT_STORE,
     out: Annotated[Path | None, typer.Option(help="Output folder (default runs/spans-<benchmark>-<split>).")] = None,
@@ -105,6 +107,10 @@ def spans_cmd(
     if as_json:
         typer.echo(json.dumps(json_ready(study.summary), indent=1, allow_nan=False))
         return
+    if settings.offline:
+        from calimon.backends.offline import offline_line
+
+        typer.echo(offline_line(settings.backend, settings.base_url))
     typer.echo(markdown)
     typer.echo(f"wrote {out}/spans.jsonl, summary.json, spans.md")
 

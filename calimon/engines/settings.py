@@ -40,6 +40,7 @@ class BackendSettings:
     engine: str = "local"  # local, or ray
     ray_address: str | None = None  # ray engine: an existing cluster (None: a local one)
     workers: int | None = None  # ray engine: actors
+    offline: bool = False  # readings from the run store only; the backend is never called
 
     def monitor_spec(self, model: str, prompt: str, readout: str) -> MonitorSpec:
         """The spec of a monitor of ``model`` on this backend, options checked."""
@@ -49,7 +50,7 @@ class BackendSettings:
                                kv_cache_gib=self.kv_cache_gib, threads=self.threads,
                                prefill=self.prefill)
         return MonitorSpec(model=model, backend=self.backend, prompt=prompt, readout=readout,
-                           options=opts)
+                           options=opts, offline=self.offline)
 
     def engine_settings(self, chunk_size: int = 32) -> Engine:
         """The engine these flags name, committing ``chunk_size`` samples at a time."""

@@ -16,7 +16,9 @@ class MonitorSpec:
     """Everything needed to rebuild a monitor anywhere: `options` are the backend's options
     (JSON values only, checked by the backend's options model, e.g. {"device": "cpu"} or
     {"base_url": "http://..."}); `decoding` is the binary readout's (`calimon.decoding`);
-    `defenses` the prompt's (`calimon.defenses`, canonical order; part of the template hash)."""
+    `defenses` the prompt's (`calimon.defenses`, canonical order; part of the template hash).
+    ``offline``: answer from the run store only (`calimon.backends.offline`: the backend is
+    never called, a server never contacted); not part of the backend's identity."""
 
     model: str = "smollm2-135m"
     backend: str = "transformers"
@@ -26,6 +28,7 @@ class MonitorSpec:
     max_input_tokens: int | None = None
     decoding: str = "free"
     defenses: tuple[str, ...] = ()
+    offline: bool = False
 
     def to_json(self) -> str:
         """The spec as a JSON string (sorted keys), for `from_json`."""
@@ -41,12 +44,19 @@ class MonitorSpec:
         """The same backend with another prompt, readout and decoding."""
         return replace(self, prompt=prompt, readout=readout, decoding=decoding)
 
-    def build_backend(self, *, shared: bool = True):
-        """The backend (`calimon.backends.build_backend`: the one place backends are made;
-        ``shared``: the process's one backend for this spec)."""
+    def build_backend(self, *, shared: bool = True, reach: bool = True):
+        """The backend a study scores with (`calimon.backends.build_backend`: the one place
+        backends are made; ``shared``: the process's one backend for this spec). Unless
+        ``offline`` (or ``reach=False``, for a caller that checks other things first), a
+        remote backend's server must answer (`calimon.backends.offline.check_reachable`: an
+        error naming its URL)."""
         from calimon.backends import build_backend
+        from calimon.backends.offline import check_reachable
 
-        return build_backend(self, shared=shared)
+        backend = build_backend(self, shared=shared)
+        if reach and not self.offline:
+            check_reachable(backend)
+        return backend
 
     def build(self, backend=None):
         """The monitor (the backend is created lazily: no weights load until it scores)."""

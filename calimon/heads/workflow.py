@@ -17,6 +17,7 @@ import numpy as np
 
 from calimon import __version__
 from calimon.backends import HiddenStates, check_backend_model, model_for, requires
+from calimon.backends.offline import check_reachable
 from calimon.data.registry import load_benchmark
 from calimon.engines import RunSettings
 from calimon.errors import InputError
@@ -126,10 +127,11 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
     _check(s)
     spec = s.monitor_spec(s.model, s.prompt, "verdict")
     if backend is None:
-        backend = spec.build_backend()
+        backend = spec.build_backend(reach=False)  # what it cannot do first, then its server
     else:
         check_backend_model(backend, model_for(spec))
     backend = requires(backend, HiddenStates, needed_for="head training")
+    check_reachable(backend)
     prompt = load_prompt(s.prompt)
     samples = load_benchmark(s.benchmark)
     train = split_samples(samples, "train", s)

@@ -68,6 +68,8 @@ class RobustnessSettings(RunSettings):
             flag = "--" + f.name.replace("_", "-")
             if f.name == "attacks":
                 parts += [f"--attack {a}" for a in v]
+            elif isinstance(v, bool):  # offline
+                parts.append(flag if v else f"--no-{f.name.replace('_', '-')}")
             elif isinstance(v, tuple):  # sides, defense
                 parts.append(f"{flag} {','.join(v) or 'none'}")
             elif v is None:
