@@ -112,7 +112,7 @@ def reach(client: JsonClient, endpoint: str = "models", timeout_s: float = 10.0)
     except RequestFailed as exc:
         if exc.status is not None:
             return None
-        return str(exc).rsplit("last error: ", 1)[-1]
+        return str(exc).rsplit("last error: ", 1)[-1].split(" (timeout ", 1)[0]
     return None
 
 
