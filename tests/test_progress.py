@@ -59,14 +59,16 @@ class Recorder:
     """A progress that keeps every bar opened, every tick (with the fake time) and every note."""
 
     def __init__(self, clock: FakeClock):
-        self.clock, self.bars, self.ticks, self.notes = clock, [], [], []
+        self.clock, self.bars, self.ticks, self.notes, self.events = clock, [], [], [], []
 
     def __call__(self, label: str, total: int):
         self.bars.append((label, total))
+        self.events.append(("bar", label, self.clock.now))
         return lambda n: self.ticks.append((self.clock.now, n))
 
     def note(self, message: str) -> None:
         self.notes.append(message)
+        self.events.append(("note", message, self.clock.now))
 
 
 def _score(smol, store, backend, progress, samples):
@@ -107,6 +109,39 @@ def test_the_bar_moves_within_the_pace_or_after_every_sample(smol, clock, tmp_pa
     assert max(gaps) <= max(PACE_SECONDS, per_sample)
     if per_sample > PACE_SECONDS:
         assert {n for _, n in rec.ticks} == {1}
+
+
+class LazyBackend(TimedBackend):
+    """The timed stand-in with weights that take ``load_seconds`` to load on first use."""
+
+    load_seconds = 10.0
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.loaded = False
+
+    @property
+    def model(self):
+        if not self.loaded:
+            self.clock.now += self.load_seconds
+            self.loaded = True
+        return object()
+
+
+def test_the_weights_load_before_the_bar_opens_with_a_line_saying_so(smol, clock, tmp_path):
+    rec = Recorder(clock)
+    with RunStore(tmp_path / "s.sqlite") as st:
+        _score(smol, st, LazyBackend(smol), rec, toy_samples(2))
+    assert rec.events[:2] == [("note", "loading the weights of smollm2-135m", 0.0),
+                              ("bar", "direct/verdict", LazyBackend.load_seconds)]
+    # the bar's first update: one sample after it opened (its rate counts scoring only)
+    assert rec.ticks[0] == (LazyBackend.load_seconds + TimedBackend.per_sample, 1)
+    again = Recorder(clock)
+    with RunStore(tmp_path / "s2.sqlite") as st:
+        backend = LazyBackend(smol)
+        backend.loaded = True
+        _score(smol, st, backend, again, toy_samples(2))
+    assert again.notes == []  # loaded already: nothing to say
 
 
 def test_an_interrupt_keeps_the_chunks_done_and_the_rerun_says_what_it_reused(smol, clock,

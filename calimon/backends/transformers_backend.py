@@ -90,6 +90,11 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         return self._model
 
     @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (the next call loads none)."""
+        return self._model is not None
+
+    @property
     def max_batch_size(self) -> int:
         """Prompts per forward pass; default 1 on CPU, 32 elsewhere. On CPU one prefill of a
         few hundred tokens already keeps the cores busy, and batching only adds padding and an

@@ -104,14 +104,10 @@ class Scorer:
         kept, then re-raises."""
         monitor = monitor if monitor is not None else self.monitor()
         hashes = list(dict.fromkeys(s.transcript_hash for s in samples))
-        if label is not None and tick is None:
-            todo = len(self.store.missing(monitor.key, hashes))
-            if todo < len(hashes):
-                note(self.progress, f"{label}: {len(hashes) - todo} of {len(hashes)} readings "
-                                    f"reused from the store; {todo} to score")
-            tick = ticker(self.progress, label, todo)
         name = label or getattr(monitor, "readout", "scoring")
         try:
+            if label is not None and tick is None:
+                tick = self._open_bar(label, monitor, hashes)
             readings = self._score(samples, monitor, tick, chunk_size)
         except KeyboardInterrupt:
             self._kept[name] = (len(hashes) - len(self.store.missing(monitor.key, hashes)),
@@ -123,6 +119,25 @@ class Scorer:
             raise
         self._kept[name] = (len(hashes), len(hashes))
         return readings
+
+    def _open_bar(self, label: str, monitor, hashes: list[str]) -> Tick | None:
+        """The bar of one call: first a line on what the store already had, and the weights
+        loaded (`_load_weights`) when there is anything to score."""
+        todo = len(self.store.missing(monitor.key, hashes))
+        if todo < len(hashes):
+            note(self.progress, f"{label}: {len(hashes) - todo} of {len(hashes)} readings "
+                                f"reused from the store; {todo} to score")
+        if todo and self.engine.name == "local":
+            self._load_weights(monitor.backend)
+        return ticker(self.progress, label, todo)
+
+    def _load_weights(self, backend) -> None:
+        """Load a local model's weights before a bar opens, saying so: the bar's first update,
+        rate and ETA then count scoring only."""
+        if getattr(backend, "loaded", True):  # loaded, or a backend that loads nothing
+            return
+        note(self.progress, f"loading the weights of {backend.model_ref.name}")
+        backend.model  # noqa: B018 - the property loads them
 
     def interrupt_line(self) -> str:
         """What an interrupt leaves: the readings of this service's calls in the store."""
