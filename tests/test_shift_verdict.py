@@ -95,3 +95,37 @@ def test_cli_prints_the_verdict_first_and_in_json(tmp_path):
     assert far_t["verdict"]["kind"] == "shift breaks the certificate"
     assert mr_t["verdict"] is None
 
+
+
+def _aware(estimate, ess):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(estimate=estimate, ess=ess, labels_needed=100, abstained=True,
+                           reason="too few rows kept", threshold=float("inf"),
+                           bound=float("nan"))
+
+
+def test_a_weighted_estimate_on_a_few_heavy_weights_is_not_an_alarm():
+    from types import SimpleNamespace
+
+    from calimon.deploy.guarantees import certify_far
+    from calimon.shift.verdict import shift_verdict
+
+    rng = np.random.default_rng(0)
+    s = np.r_[rng.random(200) * 0.5, 0.5 + rng.random(200) * 0.5]
+    y = np.r_[np.zeros(200, int), np.ones(200, int)]
+    naive = certify_far(s[y == 0], 0.1, 0.05)
+    shifted = SimpleNamespace(shifted=True)
+    few = shift_verdict(shifted, naive, _aware(0.5, 3.6), s, y)
+    assert few.kind == HOLDS and "weighted FAR not read (n_eff 3.6 < 29)" in few.line()
+    many = shift_verdict(shifted, naive, _aware(0.15, 80.0), s, y)
+    assert many.kind == BREAKS and "weighted FAR 0.150 > 0.1" in many.reason
+
+
+def test_the_detection_cap_tightens_the_floor():
+    s = np.r_[np.ones(80), np.zeros(20)]
+    loose = far_floor(s, 0.5, 0.5, 0.05, tpr_cap=1.0)[2]
+    tight = far_floor(s, 0.5, 0.5, 0.05, tpr_cap=0.2)[2]
+    assert tight == pytest.approx(loose + 0.8) and tight > 0.5
+    with pytest.raises(Exception, match="max_detection"):
+        far_floor(s, 0.5, 0.5, 0.05, tpr_cap=1.5)

@@ -22,9 +22,10 @@ SOURCES = ("hh-rlhf", "xstest", "cyberseceval", "sven", "truthfulqa", "humaneval
            "gsm8k")
 PER_SOURCE = 80  # samples per source, whole pairs, from all of its splits
 MAX_INPUT_TOKENS = 384
+BENCHMARK = "amb-open"  # version 2; the study before the verdict read amb-open@1
 
 
-def study_samples(benchmark: str = "amb-open@1", per_source: int = PER_SOURCE, seed: int = 0):
+def study_samples(benchmark: str = BENCHMARK, per_source: int = PER_SOURCE, seed: int = 0):
     """The study's subsample: per source at most ``per_source`` labelled samples made of whole
     pairs (``select_pairs``, seeded, round-robin over cells), from all of its splits."""
     samples = [s for s in load_benchmark(benchmark) if s.label is not None]
@@ -47,12 +48,13 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt", default="direct")
     ap.add_argument("--max-input-tokens", type=int, default=MAX_INPUT_TOKENS)
     ap.add_argument("--per-source", type=int, default=PER_SOURCE)
+    ap.add_argument("--benchmark", default=BENCHMARK)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/shift/out/extract.json"),
                     help="where to record how many samples this run captured and its time")
     args = ap.parse_args(argv)
     from calimon.prompts import load_prompt
 
-    samples = study_samples(per_source=args.per_source)
+    samples = study_samples(args.benchmark, per_source=args.per_source)
     backend = load_backend(args.model)
     t0 = time.perf_counter()
     done = [0]
@@ -70,7 +72,8 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps({"n_samples": len(samples), "n_captured_this_run": done[0],
                                     "seconds_this_run": round(seconds, 1),
                                     "max_input_tokens": args.max_input_tokens,
-                                    "per_source": args.per_source}, indent=1) + "\n")
+                                    "per_source": args.per_source,
+                                    "benchmark": args.benchmark}, indent=1) + "\n")
     return 0
 
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verdict_table import verdict_section  # noqa: E402
 
 HEADER = """# Guarantees under a change of data: leave-one-source-out on amb-open
 
@@ -61,7 +65,7 @@ def setup(res: dict) -> list[str]:
         "## Setup", "",
         f"- model `smollm2-135m`, prompt `direct`, transcripts cut to {st['max_input_tokens']} "
         f"tokens (head_tail); calimon {res['calimon_version']}.",
-        f"- subsample of amb-open: at most {st['per_source']} labelled samples per source, whole "
+        f"- subsample of `{st.get('benchmark', 'amb-open@1')}`: at most {st['per_source']} labelled samples per source, whole "
         f"pairs (`select_pairs`, seed 0) from all of its splits; {n_all} in all: {per}.",
         "- fold = one held-out source S: all of S's subsample is the new traffic (its labels are "
         "used only to score the outcome and for the recertified row); the other sources are split "
@@ -194,7 +198,7 @@ def main(argv=None) -> int:
     res = json.loads(args.results.read_text())
     rows = res["rows"]
     lines = [HEADER, *setup(res)[:-1], capture_line(args.results.parent / "extract.json"), "",
-             *targets(rows), *reading(rows), "## Per fold", "",
+             *targets(rows), *verdict_section(rows), *reading(rows), "## Per fold", "",
              "`(over)`: realized FAR on S above the certificate's bound. `abstain (label N)`: the "
              "shift-aware method printed no certificate and asked for N labelled transcripts. "
              "Recert: labels the helper asks for / the least audit size (same seeded order) "

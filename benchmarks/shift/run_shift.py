@@ -16,6 +16,11 @@ For alpha in {0.05, 0.10} at delta = 0.05:
   rejection-sampling certificate (or the abstention and the labels it asks for);
 - a control fold with no shift (new traffic = a random quarter of the pairs of every source),
   where the check should not fire and certificates can be tested;
+- verdict (``calimon.shift.verdict``, no labels of S): no shift / shift, certificate holds /
+  shift breaks the certificate, from the score tail (FAR floor; prevalence cap = the calibration
+  rows' misbehaving share, detection cap = the upper bound of the calibration detection rate)
+  and the weighted FAR (read when n_eff allows); right when it says "breaks" exactly where the
+  naive threshold's realized FAR on S is above alpha;
 - recertified: the naive threshold as a pass/block policy on S with an audit slice; the helper
   (``audit_labels_needed``, planned with the weighted estimates, no labels of S) says how many
   labels; the audit of that many (seeded) gives the FAR bound on S's traffic; the labels that
@@ -37,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from extract import MAX_INPUT_TOKENS, PER_SOURCE, SOURCES, study_samples  # noqa: E402
+from extract import BENCHMARK, MAX_INPUT_TOKENS, PER_SOURCE, SOURCES, study_samples  # noqa: E402
 
 from calimon import __version__  # noqa: E402
 from calimon.deploy.guarantees import certify_far  # noqa: E402
@@ -46,6 +51,7 @@ from calimon.shift.certify import shift_certificate, weighted_rates  # noqa: E40
 from calimon.shift.check import check_sides  # noqa: E402
 from calimon.shift.recertify import Stratum, audit_labels_needed, stratified_bounds  # noqa: E402
 from calimon.shift.sides import Side  # noqa: E402
+from calimon.shift.verdict import BREAKS, NOT_CERTIFIED, shift_verdict  # noqa: E402
 
 ALPHAS = (0.05, 0.10)
 DELTA = 0.05
@@ -65,12 +71,12 @@ def pair_half(pair_id: str, seed: int, salt: str = "train", below: int = 128) ->
 
 
 def load_features(per_source: int, max_tokens: int, model: str = "smollm2-135m",
-                  prompt: str = "direct"):
+                  prompt: str = "direct", benchmark: str = BENCHMARK):
     from calimon.heads.features import FeatureCache
     from calimon.models import resolve_model
     from calimon.prompts import load_prompt
 
-    samples = study_samples(per_source=per_source)
+    samples = study_samples(benchmark, per_source=per_source)
     cache = FeatureCache(resolve_model(model), load_prompt(prompt), max_tokens)
     return cache.load(samples)
 
@@ -161,6 +167,8 @@ def fold(fs, held: str, readout: str, permutations: int, seed: int) -> list[dict
         aware = shift_certificate(s_cal, y_cal, rep.weights, rate="far", alpha=alpha,
                                   delta=DELTA, reference=t, outside_share=rep.outside_share,
                                   seed=seed)
+        v = shift_verdict(rep, naive, aware, s_cal, y_cal, s_new)
+        far_v = rates(s_new, y_new, v.certified_threshold)[0] if v.certified else math.nan
         far_a, mr_a = rates(s_new, y_new, aware.threshold) if not aware.abstained else \
             (math.nan, math.nan)
         recert = recertify_row(s_new, y_new, t, planned_shares(s_cal, y_cal, rep.weights, t),
@@ -182,13 +190,21 @@ def fold(fs, held: str, readout: str, permutations: int, seed: int) -> list[dict
             "aware_bound": aware.bound, "aware_n_kept": aware.n_kept,
             "aware_far_new": far_a, "aware_mr_new": mr_a,
             "aware_violated": bool(not aware.abstained and far_a > aware.bound),
-            **{f"recert_{k}": v for k, v in recert.items()}})
+            "verdict": v.kind, "verdict_far_floor": v.far_floor,
+            "verdict_flag_rate": v.new_flag_rate, "verdict_max_prevalence": v.max_prevalence,
+            "verdict_tpr_cap": v.tpr_cap, "verdict_weighted_read": v.ess >= v.ess_needed,
+            "verdict_certified": v.certified, "verdict_bound": v.bound,
+            "verdict_far_new": far_v,
+            "verdict_right": None if v.kind == NOT_CERTIFIED else
+            bool((v.kind == BREAKS) == (far_n > alpha)),
+            **{f"recert_{k}": x for k, x in recert.items()}})
     return rows
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--per-source", type=int, default=PER_SOURCE)
+    ap.add_argument("--benchmark", default=BENCHMARK)
     ap.add_argument("--max-input-tokens", type=int, default=MAX_INPUT_TOKENS)
     ap.add_argument("--permutations", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
@@ -201,7 +217,7 @@ def main(argv=None) -> int:
     from threadpoolctl import threadpool_limits
 
     start = time.perf_counter()
-    fs = load_features(args.per_source, args.max_input_tokens)
+    fs = load_features(args.per_source, args.max_input_tokens, benchmark=args.benchmark)
     log(f"{len(fs.samples)} samples loaded from the feature cache")
     rows = []
     with threadpool_limits(1):

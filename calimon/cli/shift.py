@@ -42,6 +42,10 @@ def shift_cmd(
     max_prevalence: Annotated[float | None, typer.Option(
         help="The most of the new traffic assumed to misbehave, for the verdict's FAR floor "
              "(default: the calibration rows' misbehaving share).")] = None,
+    max_detection: Annotated[float | None, typer.Option(
+        help="The largest share of the new misbehaving transcripts the monitor is assumed to "
+             "flag, for the verdict's FAR floor (default: the upper bound of its detection rate "
+             "on the calibration rows; 1: no assumption).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Does NEW_SET look like the calibration data, and does the difference move the
@@ -54,7 +58,7 @@ def shift_cmd(
     res = shift_thresholds(calib_run, new_set, far=fars, mr=list(mr or []), delta=delta,
                            score=score, seed=seed, permutations=permutations,
                            calib_samples=calib_samples, new_samples=new_samples,
-                           max_prevalence=max_prevalence)
+                           max_prevalence=max_prevalence, max_detection=max_detection)
     if json_out:
         typer.echo(json.dumps(json_ready(res.to_dict()), indent=2))
         return

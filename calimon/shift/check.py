@@ -76,8 +76,8 @@ class ShiftThresholds:
 
 def certify_sides(report: ShiftReport, scores: Any, labels: Any, *, far: Sequence[float] = (),
                   mr: Sequence[float] = (), delta: float = 0.05, seed: int = 0,
-                  new_scores: Any = None,
-                  max_prevalence: float | None = None) -> ShiftThresholds:
+                  new_scores: Any = None, max_prevalence: float | None = None,
+                  max_detection: float | None = None) -> ShiftThresholds:
     """Naive and shift-aware certificates from calibration ``scores`` / ``labels`` (the rows
     of the report's calibration side, same order), and for each FAR target the verdict
     (:mod:`calimon.shift.verdict`) from them and the new side's ``new_scores``."""
@@ -96,7 +96,8 @@ def certify_sides(report: ShiftReport, scores: Any, labels: Any, *, far: Sequenc
                                            outside_share=report.outside_share, seed=seed))
     aware = monotone_plans(aware)
     verdicts = tuple(
-        shift_verdict(report, n, a, s, y, new_scores, max_prevalence=max_prevalence)
+        shift_verdict(report, n, a, s, y, new_scores, max_prevalence=max_prevalence,
+                      max_detection=max_detection)
         if n.rate == "far" else None for n, a in zip(naive, aware, strict=True))
     return ShiftThresholds(report, tuple(naive), tuple(aware), verdicts)
 
@@ -106,15 +107,17 @@ def shift_thresholds(calib_run: str | Path, new: str | Path, *, far: Sequence[fl
                      seed: int = 0, permutations: int = DEFAULT_PERMUTATIONS,
                      calib_samples: str | Path | None = None,
                      new_samples: str | Path | None = None,
-                     max_prevalence: float | None = None) -> ShiftThresholds:
+                     max_prevalence: float | None = None,
+                     max_detection: float | None = None) -> ShiftThresholds:
     """Shift check, then naive and shift-aware certificates for each target on ``new``, and
-    the harmful-or-harmless verdict per FAR target (``max_prevalence``: the most of the new
-    traffic assumed to misbehave; default the calibration rows' share)."""
+    the harmful-or-harmless verdict per FAR target (``max_prevalence`` / ``max_detection``: the
+    FAR floor's assumptions, :mod:`calimon.shift.verdict`; default from the calibration rows)."""
     cal, scored = calib_side(calib_run, samples=calib_samples, score=score, seed=seed)
     new_s = new_side(new, samples=new_samples, score=score)
     rep = check_sides(cal, new_s, permutations=permutations, seed=seed)
     return certify_sides(rep, scored.scores, scored.labels, far=far, mr=mr, delta=delta,
-                         seed=seed, new_scores=new_s.scores, max_prevalence=max_prevalence)
+                         seed=seed, new_scores=new_s.scores, max_prevalence=max_prevalence,
+                         max_detection=max_detection)
 
 
 def policy_check_line(policy_path: str | Path, scored: str | Path,
