@@ -40,8 +40,8 @@ LIMITS = ["--limit", "16", "--binary-limit", "2", "--n-boot", "20"]
 # of each class for a curve, 20 for a map, which the amb-open line reads back). 120, because a
 # selection of whole pairs is not balanced: at 80 the demo's 40 calib rows were 16 and 24
 DEPLOY_LIMITS = ["--limit", "120", "--binary-limit", "2", "--n-boot", "20"]
-# the amb-open traffic applies the demo's map (fits none): a curve's 10 of each class in its test
-# rows is all it needs (48 samples: 24 test rows, 10 and 14)
+# the amb-open traffic applies the demo's map (fits none, so it scores test rows only): a
+# curve's 10 of each class is all it needs (48 samples, all from test)
 TRAFFIC_LIMITS = ["--limit", "48", "--binary-limit", "2", "--n-boot", "20"]
 RUN_LIMITS = {"runs/demo": DEPLOY_LIMITS, "runs/amb-open": TRAFFIC_LIMITS}
 SERVED = "http://127.0.0.1:8000/v1"
