@@ -129,3 +129,20 @@ def test_the_detection_cap_tightens_the_floor():
     assert tight == pytest.approx(loose + 0.8) and tight > 0.5
     with pytest.raises(Exception, match="max_detection"):
         far_floor(s, 0.5, 0.5, 0.05, tpr_cap=1.5)
+
+
+def test_apply_policy_gives_the_verdict_for_the_policys_far_guarantee(tmp_path):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+
+    paths = write_synthetic_shift(tmp_path, n_calib=400, n_new=200)
+    pol = tmp_path / "policy.yaml"
+    r = CliRunner().invoke(app, ["escalate", str(paths["calib"]), "--budget", "0.1",
+                                 "--far-alpha", "0.1", "--out", str(pol)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["apply-policy", str(pol), str(paths["new"] / "curve.csv"),
+                                 "--out", str(tmp_path / "d.csv")])
+    assert r.exit_code == 0, r.output
+    assert "shift check: SHIFT DETECTED" in r.output
+    assert "shift verdict: FAR <= 0.1: " in r.output

@@ -122,15 +122,27 @@ def shift_thresholds(calib_run: str | Path, new: str | Path, *, far: Sequence[fl
 
 def policy_check_line(policy_path: str | Path, scored: str | Path,
                       samples: str | Path | None = None) -> str:
-    """The shift line of ``apply-policy``: the policy's calibration source (its provenance)
-    against the scored transcripts."""
+    """The shift lines of ``apply-policy``: the policy's calibration source (its provenance)
+    against the scored transcripts, and for each FAR guarantee of the policy the verdict
+    (:mod:`calimon.shift.verdict`): does the shift move that certificate?"""
     from calimon.deploy.policy_file import load_policy
+    from calimon.errors import CalimonError
 
-    source = load_policy(policy_path).provenance.get("source")
+    policy = load_policy(policy_path)
+    source = policy.provenance.get("source")
     if not isinstance(source, str) or not Path(source).is_file():
         return ("shift check: not run (the policy's provenance names no calibration CSV that "
                 "exists here)")
-    return check_line(source, scored, new_samples=samples)
+    fars = [g for g in policy.guarantees if g.rate == "far" and g.certified]
+    if not fars:
+        return check_line(source, scored, new_samples=samples)
+    try:
+        res = shift_thresholds(source, scored, far=[g.alpha for g in fars],
+                               delta=fars[0].delta, new_samples=samples)
+    except CalimonError as exc:
+        return f"shift check: not run ({exc})"
+    return "\n".join([res.report.line(), *(f"shift verdict: {v.line()}"
+                                           for v in res.verdicts if v is not None)])
 
 
 def run_check_line(run: str | Path, *, permutations: int = DEFAULT_PERMUTATIONS,
