@@ -130,7 +130,7 @@ def _swatch(kind: str, color: str, x: float, y: float) -> str:
     """The legend key of one row, ``x`` its left edge, ``y`` its vertical middle."""
     if kind in ("line", "dash", "wide"):
         style = {"line": 'stroke-width="2"', "dash": 'stroke-width="1.2" '
-                 'stroke-dasharray="2,3"', "wide": 'stroke-width="5" stroke-opacity="0.4"'}
+                 'stroke-dasharray="2,3"', "wide": 'stroke-width="6" stroke-opacity="0.45"'}
         return (f'<line x1="{px(x)}" y1="{px(y)}" x2="{px(x + 14)}" y2="{px(y)}" '
                 f'stroke="{color}" {style[kind]}/>')
     if kind in ("band", "bar"):

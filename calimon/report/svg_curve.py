@@ -81,7 +81,7 @@ def _series_marks(f: Frame, series: Sequence[tuple[str, Curve]], colors: Sequenc
             continue
         bands.append(_band(f, c, color))
         tip = f"{name}: AUROC {num(c.auroc)}, n+={c.n_pos}, n-={c.n_neg}"
-        lines.append(_curve_path(f, c, color, 1.8, tip=tip))
+        lines.append(_curve_path(f, c, color, 2.0, tip=tip))
         rows.append((color, f"{name} (AUROC {num(c.auroc)})", "line"))
     drawn = [(c, color) for (_, c), color in zip(series, colors, strict=True)
              if c.defined and c.band is not None and c.band.n_used]
@@ -94,7 +94,7 @@ def _series_marks(f: Frame, series: Sequence[tuple[str, Curve]], colors: Sequenc
     for j, (name, c) in enumerate(under):
         if c.defined:
             color = run_color(len(series) + j)
-            wide.append(_curve_path(f, c, color, 5, 0.4, cls="cm-curve-under",
+            wide.append(_curve_path(f, c, color, 6, 0.45, cls="cm-curve-under",
                                     tip=f"{name}: AUROC {num(c.auroc)} (drawn under)"))
             rows.append((color, f"{name} (AUROC {num(c.auroc)}, under)", "wide"))
     return bands + wide + lines, rows
