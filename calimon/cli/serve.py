@@ -1,0 +1,76 @@
+"""`calimon serve POLICY.yaml`: the policy's monitor as an HTTP service (docs/serve.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from calimon.cli.common import cli_errors
+from calimon.cli.options import (
+    BACKEND,
+    BackendOpt,
+    BaseUrlOpt,
+    BatchTokensOpt,
+    ConcurrencyOpt,
+    DeviceOpt,
+    KvCacheGibOpt,
+    MaxInputTokensOpt,
+    PrefillOpt,
+    ServedModelOpt,
+    ThreadsOpt,
+    TopLogprobsOpt,
+    settings_from,
+)
+
+
+@cli_errors
+def serve_cmd(
+    ctx: typer.Context,
+    policy: Annotated[Path, typer.Argument(help="Policy YAML (from `calimon escalate`): its model, readout, map and thresholds.")],
+    host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs $CALIMON_API_KEY.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    log: Annotated[str, typer.Option(help="Decision log: a SQLite file (WAL), created if absent.")] = "runs/serve/decisions.sqlite",
+    calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map (default: the design run's calibration/<method>.json).")] = None,
+    prompt: Annotated[str | None, typer.Option(help="Prompt template (default: the one the map or the design run recorded).")] = None,
+    max_input_tokens: MaxInputTokensOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Serve a policy or map made for another monitor anyway (recorded in /v1/info).")] = False,
+    backend: BackendOpt = BACKEND.backend,
+    device: DeviceOpt = BACKEND.device,
+    threads: ThreadsOpt = BACKEND.threads,
+    batch_tokens: BatchTokensOpt = BACKEND.batch_tokens,
+    base_url: BaseUrlOpt = BACKEND.base_url,
+    served_model: ServedModelOpt = BACKEND.served_model,
+    top_logprobs: TopLogprobsOpt = BACKEND.top_logprobs,
+    concurrency: ConcurrencyOpt = BACKEND.concurrency,
+    prefill: PrefillOpt = BACKEND.prefill,
+    kv_cache_gib: KvCacheGibOpt = BACKEND.kv_cache_gib,
+    max_batch: Annotated[int, typer.Option(help="Transcripts per shared forward pass (transformers), or in flight at once (other backends).")] = 32,
+    batch_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for more requests after its first (transformers backend).")] = 5.0,
+    max_queue: Annotated[int, typer.Option(help="Requests waiting or running; past it, 429 with Retry-After.")] = 256,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body (413 over it).")] = 1 << 20,
+    max_chars: Annotated[int, typer.Option(help="Largest transcript, in characters (a session's whole trajectory).")] = 200_000,
+    max_messages: Annotated[int, typer.Option(help="Most chat messages in one transcript.")] = 1000,
+    max_sessions: Annotated[int, typer.Option(help="Sessions kept at once (the least recently used is forgotten past it).")] = 1000,
+    session_memory_mib: Annotated[float, typer.Option(help="Memory for session caches; past it, the least recently used lose theirs.")] = 512.0,
+):
+    """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz, /metrics."""
+    from calimon.engines.settings import BackendSettings
+    from calimon.serve import Batching, Limits, ServeSettings
+    from calimon.serve.runner import serve
+
+    settings = ServeSettings(
+        policy=policy, calibration_map=calibration_map, prompt=prompt,
+        max_input_tokens=max_input_tokens, force=force,
+        backend=settings_from(BackendSettings, ctx.params), log=log, host=host, port=port,
+        batching=Batching(max_batch=max_batch, wait_ms=batch_wait_ms, max_queue=max_queue),
+        limits=Limits(max_body_bytes=max_body_bytes, max_chars=max_chars,
+                      max_messages=max_messages, max_sessions=max_sessions),
+        session_memory_mib=session_memory_mib)
+    serve(settings, echo=lambda line: typer.echo(line, err=True))
+
+
+def register(app: typer.Typer) -> None:
+    """Mount ``serve`` on the main CLI."""
+    app.command("serve")(serve_cmd)

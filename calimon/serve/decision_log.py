@@ -1,0 +1,178 @@
+"""The durable decision log of `calimon serve`: every answered request and its decision, keyed by
+request id, written before the answer is sent.
+
+`DecisionLog` is the interface a server uses; `SQLiteDecisionLog` implements it on a SQLite file
+in WAL mode with ``synchronous=FULL`` (a commit survives a killed process and a power cut). The
+table (`TABLE_SQL`) uses only types and statements PostgreSQL also has (``TEXT``, ``INTEGER``,
+``DOUBLE PRECISION``, ``INSERT ... ON CONFLICT (request_id) DO NOTHING``), so a PostgreSQL
+implementation holds the same rows: it implements the four methods of `DecisionLog` on that
+schema (with ``%s`` placeholders) and `open_log` dispatches ``postgresql://`` URLs to it.
+
+Idempotency: the first answer logged under a request id wins. `DecisionLog.record` never
+overwrites; it returns what the log holds under the id afterwards, so two racing writers (two
+replicas, or a retry racing the original) answer the client with the same logged decision.
+A retried request is answered from `DecisionLog.lookup` without being scored again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from calimon.errors import InputError
+from calimon.migrations import Schema, migrate
+
+TABLE_SQL = """
+CREATE TABLE IF NOT EXISTS decisions (
+    request_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    session_id TEXT,
+    step INTEGER,
+    received_at DOUBLE PRECISION NOT NULL,
+    request_sha256 TEXT NOT NULL,
+    status TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    action TEXT NOT NULL,
+    audit INTEGER NOT NULL,
+    p_raw DOUBLE PRECISION,
+    p_cal DOUBLE PRECISION,
+    policy_hash TEXT NOT NULL,
+    model_revision TEXT NOT NULL,
+    response TEXT NOT NULL
+)"""
+INDEX_SQL = "CREATE INDEX IF NOT EXISTS decisions_session ON decisions (session_id, step)"
+COLUMNS = ("request_id", "kind", "session_id", "step", "received_at", "request_sha256",
+           "status", "decision", "action", "audit", "p_raw", "p_cal", "policy_hash",
+           "model_revision", "response")
+
+
+def m001_decisions(db: sqlite3.Connection) -> None:
+    """The decisions table and its session index."""
+    db.execute(TABLE_SQL)
+    db.execute(INDEX_SQL)
+
+
+SCHEMA = Schema("decision log", (m001_decisions,))  # append only (calimon.migrations)
+
+
+@dataclass(frozen=True)
+class LoggedDecision:
+    """One logged request: its id, kind (``score`` or ``step``), session and step (steps
+    only), when it arrived (unix seconds), the sha256 of its body (a reused id with another
+    body is refused) and the response answered, as JSON (the other columns are read from it)."""
+
+    request_id: str
+    kind: str
+    request_sha256: str
+    response: dict[str, Any]
+    session_id: str | None = None
+    step: int | None = None
+    received_at: float = 0.0
+
+    def row(self) -> tuple:
+        """The row's values, in `COLUMNS` order."""
+        r = self.response
+        return (self.request_id, self.kind, self.session_id, self.step,
+                self.received_at or time.time(), self.request_sha256, r["status"],
+                r["decision"], r["action"], int(bool(r["audit"])), r.get("p_raw"),
+                r.get("p_cal"), r["policy_hash"], r["model_revision"],
+                json.dumps(r, sort_keys=True, allow_nan=False))
+
+    @classmethod
+    def from_row(cls, row: tuple) -> LoggedDecision:
+        """The entry a row in `COLUMNS` order holds."""
+        d = dict(zip(COLUMNS, row, strict=True))
+        return cls(request_id=d["request_id"], kind=d["kind"],
+                   request_sha256=d["request_sha256"], response=json.loads(d["response"]),
+                   session_id=d["session_id"], step=d["step"], received_at=d["received_at"])
+
+
+class DecisionLog(Protocol):
+    """What a server needs of a decision log (module docstring). Methods may block; the server
+    calls them from a worker thread."""
+
+    def lookup(self, request_id: str) -> LoggedDecision | None:
+        """The entry logged under ``request_id``; None when there is none."""
+        ...
+
+    def record(self, entry: LoggedDecision) -> LoggedDecision:
+        """Log ``entry`` durably unless its id is logged already; return the entry the log
+        holds under the id afterwards (``entry``, or the earlier one)."""
+        ...
+
+    def count(self) -> int:
+        """Entries in the log."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection; safe to call twice."""
+        ...
+
+
+class SQLiteDecisionLog:
+    """The decision log in a SQLite file (created with its folder if absent)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
+                                   check_same_thread=False)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            migrate(self._db, SCHEMA, self.path)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def lookup(self, request_id: str) -> LoggedDecision | None:
+        """The entry logged under ``request_id``; None when there is none."""
+        with self._lock:
+            row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM decisions WHERE "
+                                   "request_id = ?", (request_id,)).fetchone()
+        return None if row is None else LoggedDecision.from_row(row)
+
+    def record(self, entry: LoggedDecision) -> LoggedDecision:
+        """Log ``entry`` (committed before this returns) unless its id is logged already;
+        returns what the log holds under the id."""
+        marks = ", ".join("?" * len(COLUMNS))
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES "
+                                 f"({marks}) ON CONFLICT (request_id) DO NOTHING", entry.row())
+                row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM decisions WHERE "
+                                       "request_id = ?", (entry.request_id,)).fetchone()
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return LoggedDecision.from_row(row)
+
+    def count(self) -> int:
+        """Entries in the log."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM decisions").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the connection; safe to call twice."""
+        with self._lock:
+            self._db.close()
+
+
+def open_log(target: str) -> DecisionLog:
+    """The decision log ``target`` names: a file path or ``sqlite:///PATH`` (SQLite, WAL).
+    A ``postgresql://`` URL is the PostgreSQL log, not in this version."""
+    if target.startswith(("postgresql://", "postgres://")):
+        raise InputError("a PostgreSQL decision log is not available in this version of "
+                         "calimon serve; give a SQLite file path", field="log")
+    if "://" in target and not target.startswith("sqlite:///"):
+        raise InputError(f"expected a file path or sqlite:///PATH, got {target!r}", field="log")
+    return SQLiteDecisionLog(target.removeprefix("sqlite:///") if target.startswith(
+        "sqlite:///") else target)

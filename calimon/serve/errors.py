@@ -1,0 +1,108 @@
+"""One error body for every 4xx and 5xx answer (`calimon.serve.schemas.ErrorResponse`)::
+
+    {"error": {"status": 422, "code": "invalid_request", "message": "...",
+               "field": "messages.0.role", "errors": [{"field": ..., "message": ..., "type": ...}]}}
+
+``field`` is a dotted path into the request body (``body`` for the body as a whole). Malformed
+JSON is 400, a valid body with wrong or missing fields 422, a body over the size limit 413. A
+server fault is 500 naming only the exception's type: no transcript text goes into an error.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("calimon.serve")
+
+
+class ApiError(Exception):
+    """An answer other than 200, raised by a route: status, short code, message, field."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.field, self.headers = field, headers or {}
+
+
+def error_body(status: int, code: str, message: str, field: str | None = None,
+               errors: list[dict] | None = None) -> dict:
+    """The JSON of an error answer."""
+    return {"error": {"status": status, "code": code, "message": message, "field": field,
+                      "errors": errors or []}}
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error answer (module docstring); one naming a field says so first in its message
+    and lists it under ``errors``, as a validation error does."""
+    errors = [{"field": field, "message": message, "type": code}] if field else []
+    shown = f"{field}: {message}" if field else message
+    return JSONResponse(error_body(status, code, shown, field, errors), status_code=status,
+                        headers=headers)
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none", "bytes"}
+
+
+def _is_type_tag(part: str) -> bool:
+    """Whether a location part names a member of a union (``str``, ``list[ContentPart]``,
+    ``FunctionCall``) rather than a field: the request models' fields are snake_case."""
+    return part in _TYPE_TAGS or "[" in part or part[:1].isupper()
+
+
+def field_path(loc) -> str:
+    """A pydantic error location as a dotted field path (``body`` itself for the whole body;
+    a union's member tags left out)."""
+    parts = [str(p) for p in loc if not (isinstance(p, str) and _is_type_tag(p))]
+    if parts and parts[0] in ("body", "path", "query", "header"):
+        kept = parts[1:] if parts[0] == "body" else parts
+        parts = kept or ["body"]
+    return ".".join(parts) or "body"
+
+
+def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    problems = []
+    for err in exc.errors():
+        kind = str(err.get("type", "invalid"))
+        loc = err.get("loc", ())
+        if kind == "json_invalid":
+            where = loc[1] if len(loc) > 1 else "?"
+            reason = (err.get("ctx") or {}).get("error", "invalid JSON")
+            return error_response(400, "bad_json", f"the body is not valid JSON: {reason} "
+                                  f"(at character {where})", "body")
+        # pydantic's message; its "input" (the transcript text, possibly) is never echoed
+        problems.append({"field": field_path(loc), "message": str(err.get("msg", "invalid")),
+                         "type": kind})
+    first = problems[0] if problems else {"field": "body", "message": "invalid request"}
+    body = error_body(422, "invalid_request", f"{first['field']}: {first['message']}",
+                      first["field"], problems)
+    return JSONResponse(body, status_code=422)
+
+
+def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+    return error_response(exc.status, exc.code, exc.message, exc.field, exc.headers)
+
+
+def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, code, str(exc.detail), None,
+                          dict(exc.headers or {}))
+
+
+def _internal(request: Request, exc: Exception) -> JSONResponse:
+    log.error("internal error on %s: %s", request.url.path, type(exc).__name__)
+    return error_response(500, "internal", f"internal error ({type(exc).__name__})")
+
+
+def install(app: FastAPI) -> None:
+    """Route every error of ``app`` through the one body."""
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _internal)

@@ -1,0 +1,89 @@
+"""A session's cached keys and values on the transformers backend, extended step by step.
+
+Exact by construction: each step the whole prompt is tokenized anew (so a token that merges
+across the old end of the text is seen as the full scoring sees it), the cache is kept up to the
+longest common token prefix with what it holds, and the rest is computed on top of it in one
+pass, with each token at its absolute position. The readout's question and answer cue after the
+transcript (``ids[keep:]``) is part of that pass, then cropped off again
+(`transformers.DynamicCache.crop`), so the cache only ever holds transcript tokens, which the
+next step's prompt starts with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class KVState:
+    """The tokens whose keys and values ``cache`` holds (a ``DynamicCache``)."""
+
+    ids: list[int]
+    cache: Any
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the cached keys and values."""
+        total = 0
+        for layer in getattr(self.cache, "layers", ()):
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if t is not None:
+                    total += t.numel() * t.element_size()
+        return total
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def supports_kv(model) -> bool:
+    """Whether the model's cache can be cropped back exactly: no sliding-window or other layer
+    that forgets tokens (such a model is scored whole at each step)."""
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    return not any(getattr(layer, "is_sliding", False) for layer in cache.layers)
+
+
+def _crop(cache, keep: int) -> None:
+    held = cache.get_seq_length()
+    if held > keep:
+        cache.crop(keep - held)  # a negative count removes that many tokens from the end
+
+
+def extend(backend, state: KVState | None, ids: list[int], keep: int
+           ) -> tuple[np.ndarray, KVState, int]:
+    """The log-probs of the token after ``ids``, the state that holds ``ids[:keep]``, and how
+    many tokens were reused from ``state``. ``keep < len(ids)``: the tokens after ``keep``
+    (the question) are computed and cropped off."""
+    import torch
+    from transformers.cache_utils import DynamicCache
+
+    if not 0 <= keep < len(ids):
+        raise ValueError(f"keep={keep} must leave at least one of {len(ids)} tokens to compute")
+    model = backend.model
+    device = next(model.parameters()).device
+    reused = 0 if state is None else min(common_prefix(state.ids, ids), keep)
+    with torch.inference_mode():
+        if reused == 0:
+            cache = DynamicCache(config=model.config)
+        else:
+            cache = state.cache
+            _crop(cache, reused)
+        new = torch.tensor([ids[reused:]], dtype=torch.long, device=device)
+        positions = torch.arange(reused, len(ids), device=device).unsqueeze(0)
+        backend.forward_calls += 1
+        hidden = model.model(input_ids=new, position_ids=positions, past_key_values=cache,
+                             use_cache=True).last_hidden_state
+        logits = model.lm_head(hidden[:, -1]).float()
+        logprobs = torch.log_softmax(logits, dim=-1).cpu().numpy()[0]
+        _crop(cache, keep)
+    return logprobs, KVState(list(ids[:keep]), cache), reused

@@ -1,0 +1,62 @@
+"""Starting a server: check where it listens, load the monitor, open the decision log, warm the
+model, then run uvicorn until it is stopped (`serve`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from calimon.serve.settings import ServeSettings
+
+
+def startup_lines(service) -> list[str]:
+    """What the server says when it starts: the policy, the monitor, the log, the key; never a
+    transcript."""
+    served, s = service.served, service.settings
+    key = served.monitor.key
+    lines = [f"policy {served.policy.name!r} (sha256 {served.policy_hash[:12]}), "
+             f"{served.policy.score} through {served.map_path or 'no map'}",
+             f"monitor {key.model} (revision {key.model_revision}), prompt {key.prompt}, "
+             f"readout {key.readout}; "
+             + ("requests gathered into shared forward passes" if served.gathers else
+                "requests passed through to the backend")
+             + ("; sessions extend a cached KV" if service.kv else ""),
+             f"decision log {s.log}",
+             f"API key {'required' if s.key() else 'not set (this machine only)'}"]
+    lines += [f"WARNING: applied with --force: {m}" for m in served.forced]
+    return lines
+
+
+def build_service(settings: ServeSettings):
+    """The loaded, warmed service ``settings`` describe (no socket opened yet)."""
+    from calimon.serve.decision_log import open_log
+    from calimon.serve.loading import ServedMonitor
+    from calimon.serve.service import Service
+
+    settings.check_exposure()
+    served = ServedMonitor.load(settings)
+    log = open_log(settings.log)
+    try:
+        served.warm()
+        return Service(served, log, settings)
+    except BaseException:
+        log.close()
+        raise
+
+
+def serve(settings: ServeSettings, *, echo: Callable[[str], None] = print) -> None:
+    """Run `calimon serve` in the foreground until interrupted."""
+    import uvicorn
+
+    from calimon.serve.app import create_app
+
+    service = build_service(settings)
+    for line in startup_lines(service):
+        echo(f"calimon serve: {line}")
+    echo(f"calimon serve: listening on http://{settings.host}:{settings.port} "
+         "(API: /docs; health: /healthz; metrics: /metrics)")
+    logging.getLogger("calimon.serve").setLevel(logging.INFO)
+    config = uvicorn.Config(create_app(service), host=settings.host, port=settings.port,
+                            log_level="info", access_log=True, lifespan="on",
+                            timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run()

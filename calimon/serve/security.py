@@ -1,0 +1,80 @@
+"""The gate in front of every route (an ASGI middleware, so the OpenAPI page and unknown paths
+are behind it too): the API key, then the body size.
+
+- With a key set, every path but ``/healthz`` needs ``Authorization: Bearer KEY`` (compared in
+  constant time); otherwise 401 with ``WWW-Authenticate: Bearer``.
+- A body over ``max_body_bytes`` is refused with 413 before any of it is parsed (by its
+  ``Content-Length``, or while it streams in).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from calimon.serve.errors import error_body
+
+OPEN_PATHS = ("/healthz",)
+
+
+async def _send_error(send, status: int, code: str, message: str, field: str | None,
+                      headers: list[tuple[bytes, bytes]] = ()) -> None:
+    errors = [{"field": field, "message": message, "type": code}] if field else []
+    shown = f"{field}: {message}" if field else message
+    payload = json.dumps(error_body(status, code, shown, field, errors)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def key_matches(header: bytes, key: str) -> bool:
+    """Whether an ``Authorization`` header carries ``Bearer key``."""
+    scheme, _, token = header.decode("latin-1").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(),
+                                                              key.encode())
+
+
+class Gate:
+    """ASGI middleware (module docstring)."""
+
+    def __init__(self, app, *, key: str | None, max_body_bytes: int):
+        self.app, self.key, self.max_body = app, key, max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        if self.key is not None and scope.get("path", "") not in OPEN_PATHS and not key_matches(
+                headers.get(b"authorization", b""), self.key):
+            return await _send_error(send, 401, "unauthorized", "missing or wrong API key: "
+                                     "send 'Authorization: Bearer KEY'", "authorization",
+                                     [(b"www-authenticate", b"Bearer")])
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            return await self._too_large(send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_body:
+                return await self._too_large(send)
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+    async def _too_large(self, send) -> None:
+        await _send_error(send, 413, "too_large", f"the body is over the limit of "
+                          f"{self.max_body} bytes", "body")

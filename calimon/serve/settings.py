@@ -1,0 +1,97 @@
+"""`ServeSettings`: everything `calimon serve` is started with, in one frozen record (the CLI
+builds it from its flags; tests and the benchmark build it directly)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from calimon.engines.settings import BackendSettings
+from calimon.errors import InputError
+
+API_KEY_ENV = "CALIMON_API_KEY"
+DEFAULT_LOG = Path("runs/serve/decisions.sqlite")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What one request may hold. ``max_body_bytes``: the raw body (413 over it);
+    ``max_chars``: the characters of one transcript (a session's whole trajectory included);
+    ``max_messages``: chat messages per request; ``max_sessions``: sessions kept at once (the
+    least recently used one is forgotten past it)."""
+
+    max_body_bytes: int = 1 << 20
+    max_chars: int = 200_000
+    max_messages: int = 1000
+    max_sessions: int = 1000
+
+    def __post_init__(self):
+        for name in ("max_body_bytes", "max_chars", "max_messages", "max_sessions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"expected a whole number >= 1, got {value!r}", field=name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batching:
+    """How requests are gathered. On the transformers backend, requests arriving within
+    ``wait_ms`` of the first one of a batch (at most ``max_batch``) share one forward pass;
+    other backends get up to ``max_batch`` requests in flight at once. ``max_queue``: requests
+    waiting or running; one more is refused with 429 and Retry-After."""
+
+    max_batch: int = 32
+    wait_ms: float = 5.0
+    max_queue: int = 256
+
+    def __post_init__(self):
+        if isinstance(self.max_batch, bool) or self.max_batch < 1:
+            raise InputError(f"expected >= 1, got {self.max_batch!r}", field="max_batch")
+        if not 0 <= self.wait_ms <= 10_000:
+            raise InputError(f"expected 0 to 10000 ms, got {self.wait_ms!r}", field="wait_ms")
+        if isinstance(self.max_queue, bool) or self.max_queue < 1:
+            raise InputError(f"expected >= 1, got {self.max_queue!r}", field="max_queue")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSettings:
+    """A `calimon serve` process: the policy, where the monitor's map and prompt come from
+    (``None``: as the policy's design run recorded them), the backend, the decision log, the
+    address and the limits. ``api_key``: None reads ``$CALIMON_API_KEY`` (empty: no key)."""
+
+    policy: Path
+    calibration_map: Path | None = None
+    prompt: str | None = None
+    max_input_tokens: int | None = None
+    force: bool = False
+    backend: BackendSettings = field(default_factory=BackendSettings)
+    log: str = str(DEFAULT_LOG)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    batching: Batching = field(default_factory=Batching)
+    limits: Limits = field(default_factory=Limits)
+    session_memory_mib: float = 512.0
+
+    def key(self) -> str | None:
+        """The API key clients must send (None: none required)."""
+        key = self.api_key if self.api_key is not None else os.environ.get(API_KEY_ENV, "")
+        return key or None
+
+    def check_exposure(self) -> None:
+        """Refuse to listen beyond this machine without an API key."""
+        if not is_loopback(self.host) and self.key() is None:
+            raise InputError(f"--host {self.host} is reachable from other machines: set an API "
+                             f"key in ${API_KEY_ENV} (clients send 'Authorization: Bearer "
+                             "KEY'), or listen on 127.0.0.1", field="host")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (localhost, 127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
