@@ -68,7 +68,7 @@ def score_cmd(
     offline: OfflineOpt = BACKEND.offline,
     limit: LimitOpt = None,
     seed: Annotated[int, typer.Option(help="Seed for --limit's pair selection.")] = DEFAULT_SEED,
-    chunk_size: Annotated[int, typer.Option(help="Samples per store commit (and per Ray task).")] = 32,
+    chunk_size: Annotated[int, typer.Option(help="Samples per Ray task, and the most per store commit of a local run (its chunks are paced: the first of one sample, then about 2 s of work each).")] = 32,
     store: StoreOpt = DEFAULT_STORE,
     export: Annotated[Path | None, typer.Option(help="Write every reading as JSONL here.")] = None,
     quiet: QuietOpt = False,
