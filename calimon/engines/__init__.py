@@ -73,7 +73,7 @@ def score_benchmark(settings: RunSettings, *, chunk_size: int = 32,
     prompt, readout, store = settings.prompt, settings.readout, settings.store
     spec = settings.spec()
     monitor = spec.build()  # resolves the model and checks the readout before any work
-    samples = select(load_benchmark(settings.benchmark), limit=settings.limit,
+    samples = select(load_benchmark(settings.benchmark, progress=progress), limit=settings.limit,
                      seed=settings.seed, labelled=False)
     usage0 = api_usage(monitor.backend)
     with RunStore(store) as st:
