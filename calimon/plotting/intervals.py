@@ -64,7 +64,7 @@ def failure_split(point: Any) -> tuple[int, int]:
 
 
 def _exact(k_lo: int, k_hi: int, n: int, level: float) -> tuple[float, float]:
-    from calimon.deploy.guarantees import clopper_pearson
+    from calimon.binomial import clopper_pearson
 
     if n == 0:
         return math.nan, math.nan

@@ -93,6 +93,10 @@ class Comparison:
     headers: ClassVar[tuple[str, ...]] = HEADERS
     binary_headers: ClassVar[tuple[str, ...]] = BINARY_HEADERS
 
+    def title(self) -> str:
+        """The comparison figure's title (see :func:`figure_title`)."""
+        return figure_title(self)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {"runs": [r.to_dict() for r in self.runs], "warnings": list(self.warnings),

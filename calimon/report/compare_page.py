@@ -19,8 +19,6 @@ def _figure(c: Any) -> str:
     """Each run in its colour from ``run_color`` of its place among all runs (a run without a
     curve keeps its place), its binary points in the same colour, one marker per prompt:
     the same as compare.png."""
-    from calimon.report.compare import figure_title
-
     series, colors, points, styles = [], [], [], []
     markers: dict[str, int] = {}
     for i, r in enumerate(c.runs):
@@ -35,7 +33,7 @@ def _figure(c: Any) -> str:
             styles.append((run_color(i), MARKERS[k % len(MARKERS)]))
     if not series:
         return '<p class="cm-warn">No run has a curve to draw.</p>'
-    svg = curve_svg(series, binary_points=points, title=figure_title(c), width=760,
+    svg = curve_svg(series, binary_points=points, title=c.title(), width=760,
                     height=680, colors=colors, binary_styles=styles)
     cap = ("Each run's calibrated MR/FAR curve with its bootstrap band, in the run's colour "
            "(as in compare.png); dotted: chance; markers: its binary (generated JSON) "
