@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -222,15 +223,21 @@ def _resolve_wheel_gguf(cfg: ModelConfig) -> ResolvedModel:
     marker = target / CONVERSION_MARKER
     if marker.is_file():
         return ResolvedModel(cfg.name, target, json.loads(marker.read_text())["revision"], cfg)
-    if cfg.source.assemble:
-        return ResolvedModel(cfg.name, target, _assemble_and_convert(cfg, target, marker), cfg)
     folder = Path(list(spec.submodule_search_locations)[0])
     gguf = folder / (cfg.source.file or "")
-    if not gguf.is_file():
+    if not cfg.source.assemble and not gguf.is_file():
         raise ModelNotAvailableError(f"model {cfg.name}: {gguf} is missing; reinstall with "
                                      f"`{cfg.source.install}`")
-    return ResolvedModel(cfg.name, target,
-                         _convert_gguf(folder, gguf, target, marker, cfg.prompt_format), cfg)
+    from calimon.progress import note
+
+    note(None, f"converting model {cfg.name} from its GGUF into {target} (first use only)",
+         always=True)
+    start = time.perf_counter()
+    revision = (_assemble_and_convert(cfg, target, marker) if cfg.source.assemble else
+                _convert_gguf(folder, gguf, target, marker, cfg.prompt_format))
+    note(None, f"converted model {cfg.name} in {time.perf_counter() - start:.0f} s",
+         always=True)
+    return ResolvedModel(cfg.name, target, revision, cfg)
 
 
 def _assemble_and_convert(cfg: ModelConfig, target: Path, marker: Path) -> str:

@@ -157,6 +157,22 @@ def test_an_assembled_gguf_is_converted_from_a_scratch_folder_then_deleted(
     assert models._resolve_wheel_gguf(_assembled_cfg()).revision == "gguf-test"
 
 
+def test_a_first_use_conversion_says_so_and_a_cached_model_says_nothing(
+        fake_assembler, monkeypatch, capsys):
+    def fake_convert(folder: Path, gguf: Path, target: Path, marker: Path, fmt: str) -> str:
+        target.mkdir(parents=True)
+        marker.write_text(json.dumps({"revision": "gguf-test", "prompt_format": fmt}))
+        return "gguf-test"
+
+    monkeypatch.setattr(models, "_convert_gguf", fake_convert)
+    models._resolve_wheel_gguf(_assembled_cfg())
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("converting model m from its GGUF into ")
+    assert err[0].endswith("(first use only)") and err[1].startswith("converted model m in ")
+    models._resolve_wheel_gguf(_assembled_cfg())
+    assert capsys.readouterr().err == ""
+
+
 def test_a_converted_folder_named_by_its_path_keeps_its_prompt_format(tmp_path):
     folder = tmp_path / "converted"
     folder.mkdir()
