@@ -48,7 +48,6 @@ class CurveSettings(RunSettings):
     rate_thresholds: tuple[float, ...] = (0.5,)  # FAR / MR with exact intervals at these
     calibration_map: Path | None = None  # apply this saved map instead of fitting maps
     allow_inverted: bool = False  # keep a map fitted decreasing (recorded in curve.json)
-    force: bool = False  # apply a map made for another monitor (recorded in curve.json)
     cost_miss: float = 1.0
     cost_false_alarm: float = 1.0
     out: Path | None = None
@@ -268,6 +267,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
                     "benchmark": s.benchmark,
                     "dataset_hash": dataset_hash(evaluate + fit),
                     "calimon_version": __version__, "store": str(s.store),
+                    **({"head_forced": main.forced} if getattr(main, "forced", None) else {}),
                     "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
     return CurveRun(out=out, summary=summary, model_calls=model_calls)
 

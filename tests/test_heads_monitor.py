@@ -8,7 +8,6 @@ from calimon.engines import make_monitor
 from calimon.heads.artifacts import (
     BaseModelRef,
     HeadCard,
-    HeadMismatchError,
     PromptRef,
     TrainingRef,
     save_head,
@@ -18,6 +17,7 @@ from calimon.heads.head import ProbeHead, fit_logistic
 from calimon.heads.train import token_matrix
 from calimon.monitor import Monitor
 from calimon.prompts import load_prompt
+from calimon.provenance import ProvenanceMismatchError
 
 pytestmark = pytest.mark.model
 LAYER = 6
@@ -125,7 +125,7 @@ def test_a_bundle_scores_with_its_sequence_head_and_points_with_its_token_head(
 
 def test_wrong_prompt_or_unknown_head_refused(smol_backend, heads):
     root = heads[0]
-    with pytest.raises(HeadMismatchError, match="use --prompt direct"):
+    with pytest.raises(ProvenanceMismatchError, match="head prompt 'direct' vs run 'evidence'"):
         make_monitor(smol_backend, load_prompt("evidence"), "probe:toy-seq", heads_root=root)
     with pytest.raises(Exception, match="no head 'nope'"):
         make_monitor(smol_backend, load_prompt("direct"), "probe:nope", heads_root=root)

@@ -25,6 +25,7 @@ from calimon.cli.options import (
     DefenseOpt,
     DeviceOpt,
     EngineOpt,
+    ForceOpt,
     JsonOpt,
     KvCacheGibOpt,
     MaxInputTokensOpt,
@@ -70,7 +71,7 @@ def curve_cmd(
     far: Annotated[list[float] | None, typer.Option(help="Operating points at FAR <= these values; repeatable.")] = None,
     threshold: Annotated[list[float] | None, typer.Option(help="FAR and MR with exact (Clopper-Pearson) intervals at these fixed thresholds; repeatable (default 0.5). All a set with fewer than 10 of a class reports (docs/deployment.md, section 6).")] = None,
     calibration_map: Annotated[Path | None, typer.Option(help="Apply this saved map (calibration/METHOD.json of an earlier run) instead of fitting maps: p_cal as in deployment.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Apply a --calibration-map fitted for another model, prompt or readout anyway (what differed is recorded in curve.json).")] = False,
+    force: ForceOpt = False,
     allow_inverted: Annotated[bool, typer.Option("--allow-inverted", help="Keep a calibration map fitted decreasing (or a raw score with AUROC below 0.5 on the map's fit set) instead of stopping; recorded in curve.json, and the deployment commands say so first.")] = False,
     cost_miss: Annotated[float, typer.Option(help="Cost of a miss for the min-cost point.")] = 1.0,
     cost_false_alarm: Annotated[float, typer.Option(help="Cost of a false alarm for the min-cost point.")] = 1.0,
@@ -122,9 +123,7 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
         typer.echo(json.dumps({k: run.summary.get(k) for k in SUMMARY_KEYS}, default=str,
                               indent=1))
         return
-    forced = (run.summary.get("calibration") or {}).get("forced")
-    warn = ("WARNING: calibration map applied with --force to another monitor's run: "
-            + "; ".join(forced)) if forced else None
+    warn = _forced_line(run.summary)
     for line in (inversion_note(run.summary), warn, _store_note(run.summary),
                  binary_check_line(run.summary)):
         if line:
@@ -139,6 +138,16 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
     typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, curve.png, curves_by_group.png, "
                "reliability.png, groups.md"
                + (", calibration/" if (run.out / "calibration").is_dir() else ""))
+
+
+def _forced_line(summary: dict) -> str | None:
+    """The WARNING first line of a run that used --force: what differed, per artifact."""
+    forced = {"calibration map applied with --force to another monitor's run":
+              (summary.get("calibration") or {}).get("forced"),
+              "probe head made for another monitor, used with --force":
+              (summary.get("provenance") or {}).get("head_forced")}
+    parts = [f"{what}: " + "; ".join(found) for what, found in forced.items() if found]
+    return ("WARNING: " + " | ".join(parts)) if parts else None
 
 
 def _store_note(summary: dict) -> str | None:

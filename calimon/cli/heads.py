@@ -127,13 +127,19 @@ def heads_bundle(
     metrics_from: Annotated[Path | None, typer.Option(help="The curve.json of a run of the sequence head whose figures the card records.")] = None,
     model: ModelOpt = DEFAULT_MODEL,
     root: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Bind a --calibration-map or --metrics-from made for another model, revision, prompt, readout or defense than the sequence head anyway (what differed is recorded on the card).")] = False,
 ):
-    """Bind saved heads and a calibration map into one shipped monitor (a bundle card)."""
-    from calimon.heads.bundle import make_bundle
+    """Bind saved heads and a calibration map into one shipped monitor (a bundle card). The map
+    and the metrics must come from a run of the sequence head (or of the bundle)."""
+    from calimon.heads.bundle import load_bundle, make_bundle
 
     path = make_bundle(name, model, sequence_head, recipe=recipe, command=command,
                        token_head=token_head, calibration_map=calibration_map,
-                       curve_json=metrics_from, root=root)
+                       curve_json=metrics_from, root=root, force=force)
+    forced = load_bundle(path).card.forced
+    if forced:
+        typer.echo("WARNING: bound with --force to artifacts of another monitor: "
+                   + "; ".join(forced))
     typer.echo(f"wrote {path} (readout probe:{name})")
 
 

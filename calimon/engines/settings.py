@@ -62,8 +62,9 @@ class RunSettings(BackendSettings):
     """What every scoring run names: the monitor (model, prompt, readout), the benchmark, at
     most ``limit`` samples (whole pairs), the seed of every random choice, and the run store
     its readings go to, and the prompt defenses (`calimon.defenses`; names, a comma-separated
-    string or None, kept in canonical order); the backend and engine flags come from
-    `BackendSettings`."""
+    string or None, kept in canonical order), and ``force`` (an artifact made for another
+    monitor used anyway, recorded: a probe head here, a calibration map in a curve run); the
+    backend and engine flags come from `BackendSettings`."""
 
     model: str = DEFAULT_MODEL
     benchmark: str = DEFAULT_BENCHMARK
@@ -74,6 +75,7 @@ class RunSettings(BackendSettings):
     store: Path = DEFAULT_STORE
     defense: tuple[str, ...] = ()
     max_input_tokens: int | None = None  # None: the model's own limit (its config)
+    force: bool = False  # use an artifact made for another monitor anyway (recorded)
 
     def __post_init__(self):
         from calimon.defenses import parse_defenses
@@ -89,4 +91,6 @@ class RunSettings(BackendSettings):
         spec = self.monitor_spec(self.model, prompt or self.prompt, readout or self.readout)
         if self.max_input_tokens:
             spec = replace(spec, max_input_tokens=self.max_input_tokens)
+        if self.force:
+            spec = replace(spec, force=True)
         return replace(spec, defenses=self.defense) if self.defense else spec

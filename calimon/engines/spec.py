@@ -18,7 +18,9 @@ class MonitorSpec:
     {"base_url": "http://..."}); `decoding` is the binary readout's (`calimon.decoding`);
     `defenses` the prompt's (`calimon.defenses`, canonical order; part of the template hash).
     ``offline``: answer from the run store only (`calimon.backends.offline`: the backend is
-    never called, a server never contacted); not part of the backend's identity."""
+    never called, a server never contacted); not part of the backend's identity. ``force``: a
+    probe head or bundle made for another model revision, prompt or defense scores anyway
+    (`calimon.heads.monitor.ProbeMonitor`, what differed recorded in its readings)."""
 
     model: str = "smollm2-135m"
     backend: str = "transformers"
@@ -29,6 +31,7 @@ class MonitorSpec:
     decoding: str = "free"
     defenses: tuple[str, ...] = ()
     offline: bool = False
+    force: bool = False
 
     def to_json(self) -> str:
         """The spec as a JSON string (sorted keys), for `from_json`."""
@@ -65,6 +68,8 @@ class MonitorSpec:
         kwargs = {"max_input_tokens": self.max_input_tokens} if self.max_input_tokens else {}
         if self.decoding != "free":
             kwargs["decoding"] = self.decoding
+        if self.force and self.readout.startswith("probe:"):
+            kwargs["force"] = True
         return make_monitor(backend if backend is not None else self.build_backend(),
                             load_prompt(self.prompt).with_defenses(self.defenses), self.readout,
                             **kwargs)

@@ -43,14 +43,15 @@ class BaseModelRef(BaseModel):
 
 
 class PromptRef(BaseModel):
-    """The card's prompt: name, template hash of the pass the head reads, readout and input
-    limit."""
+    """The card's prompt: name, template hash of the pass the head reads, readout, input
+    limit and prompt defenses (none: heads are trained on the undefended pass)."""
 
     model_config = ConfigDict(extra="forbid")
     name: str
     template_hash: str
     readout: str = "verdict"
     max_input_tokens: int
+    defenses: list[str] = []
 
 
 class AugmentationRef(BaseModel):
@@ -148,16 +149,28 @@ def save_head(head: ProbeHead, card: HeadCard, root: str | Path | None = None) -
     return card_path
 
 
+def head_provenance(card: HeadCard) -> dict[str, Any]:
+    """What a head was made for, in the terms `calimon.provenance.meet` compares: its base
+    model and revision, and the pass it reads (prompt, template hash, readout, defenses)."""
+    return {"model": card.base_model.name, "model_revision": card.base_model.revision,
+            "prompt": card.prompt.name, "template_hash": card.prompt.template_hash,
+            "readout": card.prompt.readout, "defenses": list(card.prompt.defenses)}
+
+
 def load_head(path_or_name: str | Path, *, model_ref=None, hidden_size: int | None = None,
-              root: str | Path | None = None) -> tuple[ProbeHead, HeadCard]:
+              root: str | Path | None = None, check_model: bool = True
+              ) -> tuple[ProbeHead, HeadCard]:
     """Load a head by card path or by name (under ``heads/<model_ref.name>/``). With
-    ``model_ref`` the base model name and revision must match; with ``hidden_size`` the shapes."""
+    ``model_ref`` (and ``check_model``) the base model name and revision must match; with
+    ``hidden_size`` the shapes. A caller that compares the model itself, with ``--force``
+    (`calimon.heads.monitor.ProbeMonitor`), passes ``check_model=False``."""
     from safetensors.numpy import load_file
 
-    card_path = _card_path(path_or_name, model_ref, root)
+    card_path = find_head_card(path_or_name, model_ref, root)
     card = load_yaml_model(card_path, HeadCard)
     where = f"head {card.name!r} ({card_path})"
-    if model_ref is not None and (card.base_model.name, card.base_model.revision) != \
+    if check_model and model_ref is not None and \
+            (card.base_model.name, card.base_model.revision) != \
             (model_ref.name, model_ref.revision):
         raise HeadMismatchError(
             f"{where} was trained on {card.base_model.name} revision "
@@ -193,7 +206,9 @@ def load_head(path_or_name: str | Path, *, model_ref=None, hidden_size: int | No
     return head, card
 
 
-def _card_path(path_or_name: str | Path, model_ref, root) -> Path:
+def find_head_card(path_or_name: str | Path, model_ref, root) -> Path:
+    """The card a head name (under ``heads/<model_ref.name>/``) or path names; InputError
+    naming the known heads when there is none."""
     p = Path(path_or_name)
     if p.suffix in (".yaml", ".safetensors") or p.is_file():
         card = p if p.name.endswith(".card.yaml") else p.with_name(

@@ -25,6 +25,7 @@ from calimon.heads.artifacts import (
     HeadCard,
     HeadMismatchError,
     check_name,
+    head_provenance,
     heads_dir,
     load_head,
 )
@@ -55,6 +56,7 @@ class BundleCard(BaseModel):
     command: str
     training: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
+    forced: list[str] = []  # provenance mismatches bound with --force (calimon.provenance)
     calimon_version: str
     created: str
 
@@ -103,10 +105,11 @@ def find_bundle(path_or_name: str | Path, model_name: str | None,
     return card if card.is_file() else None
 
 
-def load_bundle(card_path: str | Path, *, model_ref=None, hidden_size: int | None = None
-                ) -> Bundle:
-    """Load a bundle card and everything it names; with ``model_ref`` the base model must
-    match. A part that is missing, altered or reads another pass raises HeadMismatchError."""
+def load_bundle(card_path: str | Path, *, model_ref=None, hidden_size: int | None = None,
+                check_model: bool = True) -> Bundle:
+    """Load a bundle card and everything it names; with ``model_ref`` (and ``check_model``)
+    the base model must match. A part that is missing, altered or reads another pass raises
+    HeadMismatchError."""
     card_path = Path(card_path)
     card = load_yaml_model(card_path, BundleCard)
     where = f"bundle {card.name!r} ({card_path})"
@@ -114,7 +117,7 @@ def load_bundle(card_path: str | Path, *, model_ref=None, hidden_size: int | Non
 
     def head(name: str, kind: str) -> tuple[ProbeHead, HeadCard]:
         h, c = load_head(folder / f"{check_name(name)}.card.yaml", model_ref=model_ref,
-                         hidden_size=hidden_size)
+                         hidden_size=hidden_size, check_model=check_model)
         if c.kind != kind:
             raise HeadMismatchError(f"{where}: {name!r} is a {c.kind} head, expected {kind}")
         if (c.base_model.name, c.base_model.revision) != (card.base_model.name,
@@ -195,26 +198,80 @@ def curve_metrics(curve_json: str | Path) -> dict[str, Any]:
                          path=where) from None
 
 
+def bound_to(name: str, seq_card: HeadCard, readout: str | None) -> dict[str, Any]:
+    """What a map or a curve run bound into bundle ``name`` must have been made for: the
+    sequence head's model, revision, prompt and defenses, read as ``probe:<sequence head>``
+    or ``probe:<name>`` (``readout``, the artifact's, when it is one of those)."""
+    made_for = head_provenance(seq_card)
+    accepted = (f"probe:{seq_card.name}", f"probe:{name}")
+    return {**{k: made_for[k] for k in ("model", "model_revision", "prompt", "defenses")},
+            "readout": readout if readout in accepted else accepted[0]}
+
+
+BOUND_KEYS = ("model", "model_revision", "prompt", "readout", "defenses")
+
+
+def _check_bound(what: str, recorded: dict[str, Any], name: str, seq_card: HeadCard, *,
+                 force: bool, path: str) -> list[str]:
+    from calimon.provenance import meet
+
+    return meet(what, recorded, bound_to(name, seq_card, recorded.get("readout")),
+                force=force, path=path, keys=BOUND_KEYS, against="bundle")
+
+
+def _curve_provenance(curve_json: str | Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(curve_json).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read a curve.json: {exc}", path=str(curve_json)) from None
+    prov = doc.get("provenance") if isinstance(doc, dict) else None
+    return prov if isinstance(prov, dict) else {}
+
+
+def _copy_map(src: str | Path, dest: Path, name: str) -> None:
+    """The map file, its ``extra`` naming the bundle (readout ``probe:<name>``; the sequence
+    head's readout and template hash kept as ``sequence_readout`` / ``sequence_template_hash``),
+    so that the map is applied to runs of the bundle (`calimon curve --calibration-map`)."""
+    doc = json.loads(Path(src).read_text(encoding="utf-8"))
+    extra = dict(doc.get("extra") or {})
+    for key in ("readout", "template_hash"):
+        if key in extra:
+            extra[f"sequence_{key}"] = extra.pop(key)
+    doc["extra"] = {**extra, "readout": f"probe:{name}"}
+    dest.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    load_map(dest)
+
+
 def make_bundle(name: str, model: str, sequence_head: str, *, recipe: str, command: str,
                 token_head: str | None = None, calibration_map: str | Path | None = None,
-                curve_json: str | Path | None = None, root: str | Path | None = None) -> Path:
+                curve_json: str | Path | None = None, root: str | Path | None = None,
+                force: bool = False) -> Path:
     """Assemble and save a bundle of heads already saved under ``heads/<model>/``: the map (a
     file of ``calimon curve``'s ``calibration/``) is copied next to them as
-    ``<name>.calibration.json``, the training data is read from the sequence head's card and
-    the metrics from ``curve_json``. Returns the card path."""
-    import shutil
-
+    ``<name>.calibration.json`` (`_copy_map`), the training data is read from the sequence
+    head's card and the metrics from ``curve_json``. The map and the curve run must have been
+    made for the sequence head (or the bundle): another model, revision, prompt, readout or
+    defense is refused with one line naming both sides unless ``force``, which records it on
+    the card (``forced``). Returns the card path."""
     from calimon import __version__
     from calimon.heads.artifacts import now
 
     folder = Path(root or heads_dir()) / model
     _, seq_card = load_head(folder / f"{check_name(sequence_head)}.card.yaml")
+    forced: list[str] = []
+    stored = None
+    if calibration_map is not None:
+        stored = load_map(calibration_map)  # refuse a file that is not a map before copying it
+        forced += _check_bound("calibration map", stored.extra, name, seq_card, force=force,
+                               path=str(calibration_map))
+    if curve_json:
+        forced += _check_bound("curve run", _curve_provenance(curve_json), name, seq_card,
+                               force=force, path=str(curve_json))
     metrics = curve_metrics(curve_json) if curve_json else {}
     map_name = None
-    if calibration_map is not None:
-        load_map(calibration_map)  # refuse a file that is not a map before copying it
+    if stored is not None:
         map_name = f"{check_name(name)}.calibration.json"
-        shutil.copyfile(calibration_map, folder / map_name)
+        _copy_map(calibration_map, folder / map_name, name)
     card = BundleCard(
         version=1, name=name,
         base_model=BundleModelRef(name=seq_card.base_model.name,
@@ -222,7 +279,7 @@ def make_bundle(name: str, model: str, sequence_head: str, *, recipe: str, comma
         sequence_head=sequence_head, token_head=token_head, calibration_map=map_name,
         recipe=recipe, command=command,
         training=json.loads(seq_card.training.model_dump_json()),
-        metrics=metrics,
+        metrics=metrics, forced=forced,
         calimon_version=__version__, created=now())
     return save_bundle(card, root)
 

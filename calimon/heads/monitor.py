@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from calimon.heads.artifacts import HeadMismatchError, load_head
+from calimon.heads.artifacts import find_head_card, head_provenance, load_head
 from calimon.heads.bundle import find_bundle, load_bundle
 from calimon.heads.capture import CaptureSpec
 from calimon.heads.features import READOUT
@@ -50,37 +50,51 @@ class ProbeMonitor:
     bundle (`calimon.heads.bundle`) scores with its sequence head and takes its spans from its
     token head, both read from the same pass; a token head alone does both. Transcripts are read
     up to the model's own input limit unless ``max_input_tokens`` chooses a smaller one (the
-    limit the head was trained at is ``trained_max_input_tokens``)."""
+    limit the head was trained at is ``trained_max_input_tokens``).
+
+    The head (or bundle) must have been made for this model, revision and pass (prompt,
+    template hash, defenses): a mismatch is refused with one line naming both sides
+    (`calimon.provenance.meet`) unless ``force``; what differed is then ``forced`` (and in
+    every reading's ``extra``). A hidden size that differs is never let through."""
 
     def __init__(self, backend, prompt: PromptTemplate, head: str,
-                 max_input_tokens: int | None = None, heads_root=None):
+                 max_input_tokens: int | None = None, heads_root=None, force: bool = False):
         self.backend = backend
         self.prompt = prompt
         ref = backend.model_ref
         hidden = _model_hidden_size(ref)
         found = find_bundle(head, ref.name, heads_root)
         self.bundle = None if found is None else load_bundle(found, model_ref=ref,
-                                                             hidden_size=hidden)
+                                                             hidden_size=hidden,
+                                                             check_model=False)
         if self.bundle is not None:
             self.head, self.card = self.bundle.sequence, self.bundle.sequence_card
             self.span_head = self.bundle.token
             self.readout = f"probe:{self.bundle.card.name}"
+            what, path = "probe bundle", found
         else:
             self.head, self.card = load_head(head, model_ref=ref, hidden_size=hidden,
-                                             root=heads_root)
+                                             root=heads_root, check_model=False)
             self.span_head = self.head if self.head.kind == "token" else None
             self.readout = f"probe:{self.card.name}"
+            what, path = "probe head", find_head_card(head, ref, heads_root)
+        self.forced = self._meet(what, str(path), force)
         trained = self.card.prompt
-        if prompt.template_hash(READOUT) != trained.template_hash:
-            raise HeadMismatchError(
-                f"head {self.card.name!r} reads the pass of prompt {trained.name!r} (template "
-                f"hash {trained.template_hash}); got prompt {prompt.name!r} (template hash "
-                f"{prompt.template_hash(READOUT)}): use --prompt {trained.name}")
         # the model's own limit unless a smaller one is chosen: a head reads any length of
         # its model's pass, and cutting at the training limit hides the end of long transcripts
         self.max_input_tokens = max_input_tokens or ref.config.max_input_tokens
         self.trained_max_input_tokens = trained.max_input_tokens
         self._encoder: PromptEncoder | None = None
+
+    def _meet(self, what: str, path: str, force: bool) -> list[str]:
+        """`calimon.provenance.meet` of the head's card and this monitor's pass."""
+        from calimon.provenance import meet
+
+        ref = self.backend.model_ref
+        mine = {"model": ref.name, "model_revision": ref.revision, "prompt": self.prompt.name,
+                "template_hash": self.prompt.template_hash(READOUT), "readout": READOUT,
+                "defenses": list(self.prompt.defenses or ())}
+        return meet(what, head_provenance(self.card), mine, force=force, path=path)
 
     @property
     def key(self) -> MonitorKey:
@@ -157,6 +171,8 @@ class ProbeMonitor:
                                  "format_mass": mass}}
             if self.bundle is not None:
                 extra["bundle"] = self.bundle.card.name
+            if self.forced:
+                extra["forced"] = list(self.forced)
             evidence: tuple[str, ...] = ()
             if token_p is not None:
                 spans = self._spans(s, e, token_p[i])
