@@ -203,3 +203,41 @@ def test_a_policy_finds_the_map_of_its_design_run(tmp_path, monkeypatch):
     assert find_map(raw, None, None) is None
     with pytest.raises(InputError, match="p_raw"):
         find_map(raw, tmp_path / "given.json", None)
+
+
+def test_without_fastapi_the_error_gives_the_install_line(monkeypatch):
+    import builtins
+
+    from calimon.errors import MissingExtraError
+    from calimon.serve.runner import require_extra
+
+    real = builtins.__import__
+
+    def no_fastapi(name, *args, **kwargs):
+        if name == "fastapi":
+            raise ImportError("no fastapi", name="fastapi")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_fastapi)
+    with pytest.raises(MissingExtraError, match=r"calimon\[serve\]"):
+        require_extra()
+
+
+def test_the_serve_extra_declares_what_calimon_serve_imports():
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    from test_packaging import imported_roots
+
+    root = Path(__file__).resolve().parents[1]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert {r.split(">")[0] for r in extras["serve"]} == {"fastapi", "uvicorn"}
+    third = set()
+    for path in (root / "calimon" / "serve").glob("*.py"):
+        third |= imported_roots(path) - set(sys.stdlib_module_names) - {"calimon"}
+    # starlette comes with fastapi; numpy, pydantic, torch and transformers are base deps
+    assert third <= {"fastapi", "starlette", "uvicorn", "numpy", "pydantic", "torch",
+                     "transformers"}
+    assert "httpx" not in third

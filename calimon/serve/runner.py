@@ -27,8 +27,21 @@ def startup_lines(service) -> list[str]:
     return lines
 
 
+def require_extra() -> None:
+    """Fail with the install line when FastAPI or uvicorn is missing."""
+    from calimon.errors import MissingExtraError
+
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError(f"calimon serve needs FastAPI and uvicorn ({exc.name} is "
+                                "missing): pip install 'calimon[serve]'") from None
+
+
 def build_service(settings: ServeSettings):
     """The loaded, warmed service ``settings`` describe (no socket opened yet)."""
+    require_extra()
     from calimon.serve.decision_log import open_log
     from calimon.serve.loading import ServedMonitor
     from calimon.serve.service import Service
