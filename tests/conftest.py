@@ -62,10 +62,10 @@ def default_backend(model: str):
     """The process's shared backend for ``model`` with the command line's default options
     (`calimon.backends.build_backend` memoizes it), so a study run with default settings and a
     test that asks for the fixture score with the same loaded model."""
-    from calimon.backends import backend_options, build_backend
-    from calimon.engines import MonitorSpec
+    from calimon.backends import build_backend
+    from calimon.engines import BackendSettings
 
-    backend = build_backend(MonitorSpec(model=model, options=backend_options("transformers")))
+    backend = build_backend(BackendSettings().monitor_spec(model, "direct", "verdict"))
     SESSION_BACKENDS.append(backend)
     return backend
 

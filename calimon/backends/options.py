@@ -97,44 +97,15 @@ def check_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
         raise InputError(f"{backend} backend option: {err['msg']}", field=where) from None
 
 
-def backend_options(backend: str, *, device: str = "auto", batch_tokens: int = 8192,
-                    base_url: str | None = None, served_model: str | None = None,
-                    top_logprobs: int | None = None, concurrency: int = 8,
-                    kv_cache_gib: int | None = None, threads: int | None = None,
-                    prefill: str | None = None) -> dict[str, Any]:
-    """A backend's options (MonitorSpec.options) from the command-line settings that apply to
-    it; every study's `--backend` flags pass through here. A plugin backend gets none."""
-    if backend == "transformers":
-        opts: dict[str, Any] = {"device": device, "batch_tokens": batch_tokens}
-        if threads:
-            opts["threads"] = threads
-        return opts
-    if backend == "http":
-        if not base_url:
-            raise InputError("the http backend needs --base-url (e.g. http://127.0.0.1:8000/v1)",
-                             field="base_url")
-        opts = {"base_url": base_url, "concurrency": concurrency}
-        if served_model:
-            opts["served_model"] = served_model
-        if top_logprobs:
-            opts["top_logprobs"] = top_logprobs
-        return opts
-    if backend == "chat":
-        opts = {"concurrency": concurrency}
-        if base_url:
-            opts["base_url"] = base_url
-        if prefill:
-            opts["prefill"] = prefill
-        if served_model:
-            opts["served_model"] = served_model
-        if top_logprobs:
-            opts["top_logprobs"] = top_logprobs
-        return opts
-    if backend == "vllm":
-        opts = {}
-        if top_logprobs:
-            opts["top_logprobs"] = top_logprobs
-        if kv_cache_gib:
-            opts["kv_cache_gib"] = kv_cache_gib
-        return opts
-    return {}
+def backend_options(backend: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """A backend's options (MonitorSpec.options) from the command-line settings: every setting
+    whose name is a field of the backend's options model and whose value is set (not None),
+    checked against that model (`check_options`). A plugin backend gets none."""
+    model = OPTIONS.get(backend)
+    if model is None:
+        return {}
+    if backend == "http" and not settings.get("base_url"):
+        raise InputError("the http backend needs --base-url (e.g. http://127.0.0.1:8000/v1)",
+                         field="base_url")
+    opts = {k: v for k, v in settings.items() if k in model.model_fields and v is not None}
+    return check_options(backend, opts)

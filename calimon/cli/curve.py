@@ -10,38 +10,24 @@ import typer
 
 from calimon.cli.common import cli_errors, progress_factory, usage_line
 from calimon.cli.options import (
-    BACKEND,
     DEFAULT_BENCHMARK,
     DEFAULT_MODEL,
     DEFAULT_PROMPT,
     DEFAULT_READOUT,
     DEFAULT_SEED,
     DEFAULT_STORE,
-    BackendOpt,
-    BaseUrlOpt,
-    BatchTokensOpt,
     BenchmarkOpt,
-    ConcurrencyOpt,
     DefenseOpt,
-    DeviceOpt,
-    EngineOpt,
     ForceOpt,
     JsonOpt,
-    KvCacheGibOpt,
     MaxInputTokensOpt,
     ModelOpt,
-    OfflineOpt,
     OutOpt,
-    PrefillOpt,
     PromptOpt,
     QuietOpt,
-    RayAddressOpt,
     SeedOpt,
-    ServedModelOpt,
     StoreOpt,
-    ThreadsOpt,
-    TopLogprobsOpt,
-    WorkersOpt,
+    backend_flags,
     settings_from,
 )
 
@@ -50,6 +36,7 @@ SUMMARY_KEYS = ("provenance", "counts", "support", "auroc_raw", "auroc", "operat
 
 
 @cli_errors
+@backend_flags
 def curve_cmd(
     ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
@@ -75,20 +62,6 @@ def curve_cmd(
     allow_inverted: Annotated[bool, typer.Option("--allow-inverted", help="Keep a calibration map fitted decreasing (or a raw score with AUROC below 0.5 on the map's fit set) instead of stopping; recorded in curve.json, and the deployment commands say so first.")] = False,
     cost_miss: Annotated[float, typer.Option(help="Cost of a miss for the min-cost point.")] = 1.0,
     cost_false_alarm: Annotated[float, typer.Option(help="Cost of a false alarm for the min-cost point.")] = 1.0,
-    backend: BackendOpt = BACKEND.backend,
-    engine: EngineOpt = BACKEND.engine,
-    ray_address: RayAddressOpt = BACKEND.ray_address,
-    workers: WorkersOpt = BACKEND.workers,
-    base_url: BaseUrlOpt = BACKEND.base_url,
-    served_model: ServedModelOpt = BACKEND.served_model,
-    top_logprobs: TopLogprobsOpt = BACKEND.top_logprobs,
-    concurrency: ConcurrencyOpt = BACKEND.concurrency,
-    prefill: PrefillOpt = BACKEND.prefill,
-    kv_cache_gib: KvCacheGibOpt = BACKEND.kv_cache_gib,
-    device: DeviceOpt = BACKEND.device,
-    batch_tokens: BatchTokensOpt = BACKEND.batch_tokens,
-    threads: ThreadsOpt = BACKEND.threads,
-    offline: OfflineOpt = BACKEND.offline,
     store: StoreOpt = DEFAULT_STORE,
     out: OutOpt = None,
     markdown: Annotated[Path | None, typer.Option(help="Also write the per-group results table (category, task, cell) as markdown to this file.")] = None,

@@ -10,18 +10,14 @@ import typer
 
 from calimon.cli.common import cli_errors, progress_factory
 from calimon.cli.options import (
-    BACKEND,
     DEFAULT_BENCHMARK,
     DEFAULT_MODEL,
     DEFAULT_PROMPT,
     DEFAULT_SEED,
-    BaseUrlOpt,
-    DeviceOpt,
     JsonOpt,
     ModelOpt,
     QuietOpt,
-    ServedModelOpt,
-    ThreadsOpt,
+    backend_flags,
     settings_from,
 )
 
@@ -31,6 +27,7 @@ heads_app = typer.Typer(no_args_is_help=True,
 
 @heads_app.command("train")
 @cli_errors
+@backend_flags
 def heads_train(
     ctx: typer.Context,
     name: Annotated[str, typer.Option(help="Head name (heads/<model>/<name>.safetensors).")],
@@ -50,12 +47,6 @@ def heads_train(
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the calib/test figures on the card.")] = False,
     augment: Annotated[list[str] | None, typer.Option(help="Add rewritten copies of the train transcripts (both classes) with text of this kind added (end, start, paragraph or top-level code comment): neutral, note, verdict, instruction, role or all; repeatable. Recorded on the card.")] = None,
     augment_copies: Annotated[int, typer.Option(help="Rewritten copies per train transcript with --augment.")] = 1,
-    backend: Annotated[str, typer.Option(help="A backend with hidden states (transformers; vllm and http expose none).")] = BACKEND.backend,
-    engine: Annotated[str, typer.Option(help="local (features are read in this process).")] = BACKEND.engine,
-    base_url: BaseUrlOpt = BACKEND.base_url,
-    served_model: ServedModelOpt = BACKEND.served_model,
-    device: DeviceOpt = BACKEND.device,
-    threads: ThreadsOpt = BACKEND.threads,
     out: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,

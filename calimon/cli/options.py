@@ -5,9 +5,12 @@ flag added to `RunSettings` is one line here and one parameter per command."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 import typer
 
@@ -21,8 +24,8 @@ from calimon.defaults import (
 )
 from calimon.engines.settings import BackendSettings
 
-__all__ = ["BACKEND", "DEFAULT_BENCHMARK", "DEFAULT_MODEL", "DEFAULT_PROMPT", "DEFAULT_READOUT",
-           "DEFAULT_SEED", "DEFAULT_STORE", "settings_from"]
+__all__ = ["DEFAULT_BENCHMARK", "DEFAULT_MODEL", "DEFAULT_PROMPT", "DEFAULT_READOUT",
+           "DEFAULT_SEED", "DEFAULT_STORE", "backend_flags", "settings_from"]
 
 # the monitor and the run
 ModelOpt = Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")]
@@ -39,24 +42,42 @@ DefenseOpt = Annotated[list[str] | None, typer.Option(help="Prompt defense of a 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
 MaxInputTokensOpt = Annotated[int | None, typer.Option(help="Read at most this many prompt tokens per transcript (longer ones are cut and flagged truncated); default: the model's own limit. Recorded in curve.json.")]
 
-# the backend and the engine (-> calimon.engines.BackendSettings, whose defaults they take:
-# ``backend: BackendOpt = BACKEND.backend``)
-BACKEND = BackendSettings()
-BackendOpt = Annotated[str, typer.Option(help="transformers, vllm, http (token ids to a completions server) or chat (messages to a chat-completions API; docs/backends.md), or a plugin name.")]
-EngineOpt = Annotated[str, typer.Option(help="local, or ray (shards chunks over a Ray cluster).")]
-RayAddressOpt = Annotated[str | None, typer.Option(help="Ray cluster address (e.g. auto); default: a local cluster.")]
-WorkersOpt = Annotated[int | None, typer.Option(help="Ray actors (each holds one model copy).")]
-BaseUrlOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (http and chat backends).")]
-ServedModelOpt = Annotated[str | None, typer.Option(help="Model name on the server (http: default the first it lists; chat: default the model's name).")]
-TopLogprobsOpt = Annotated[int | None, typer.Option(help="Top-K logprobs to request (vllm, http; chat: at most 20).")]
-ConcurrencyOpt = Annotated[int, typer.Option(help="Requests in flight (http and chat backends).")]
-PrefillOpt = Annotated[str | None, typer.Option(help="chat backend: continue_final_message if the API continues a prefilled assistant turn (vLLM; the json readout needs it), none if not (default: the model config's api.prefill, else none).")]
-KvCacheGibOpt = Annotated[int | None, typer.Option(help="KV cache size for vllm-cpu (whole GiB; default 2).")]
-DeviceOpt = Annotated[str, typer.Option(help="auto, cpu or cuda (transformers backend).")]
-BatchTokensOpt = Annotated[int, typer.Option(help="Padded tokens per forward batch (transformers backend).")]
+# the backend and the engine: one flag per field of calimon.engines.BackendSettings, generated
+# by `backend_flags` (its default and help text are declared there, once)
 ForceOpt = Annotated[bool, typer.Option("--force", help="Use an artifact made for another monitor anyway: a probe head or bundle (--readout probe:NAME) of another model revision, prompt or defense, and in curve a --calibration-map; what differed is recorded (the readings, curve.json).")]
-OfflineOpt = Annotated[bool, typer.Option("--offline", help="Answer only from readings already in the run store: the model is never called and a server (http, chat) never contacted; a reading the store lacks is an error. Without it, an http or chat server that does not answer is an error, even when every reading is stored.")]
-ThreadsOpt = Annotated[int | None, typer.Option(help="torch CPU threads (transformers backend; on a busy shared CPU, 1 can be much faster).")]
+
+
+def _flag_parameter(f: Any, annotation: Any) -> inspect.Parameter:
+    """The typer parameter of one `BackendSettings` field: ``--name`` with the field's default
+    and help (a bool is a plain ``--name`` switch)."""
+    names = (f"--{f.name.replace('_', '-')}",) if annotation is bool else ()
+    option = typer.Option(*names, help=f.metadata["help"])
+    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                             annotation=Annotated[annotation, option])
+
+
+def backend_flags(command: Callable) -> Callable:
+    """Give a scoring command every backend flag, generated from `BackendSettings` (one
+    declaration per flag): the command reads them from ``ctx.params`` through `settings_from`,
+    so it declares none of them itself (declaring one is refused: every command that scores
+    takes the same set)."""
+    sig = inspect.signature(command, eval_str=True)
+    hints = get_type_hints(BackendSettings)
+    flags = [_flag_parameter(f, hints[f.name]) for f in fields(BackendSettings)]
+    clash = sorted(set(sig.parameters) & {p.name for p in flags})
+    if clash:
+        raise TypeError(f"{command.__name__} declares backend flags itself: {clash}")
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        for p in flags:
+            kwargs.pop(p.name, None)
+        return command(*args, **kwargs)
+
+    params = list(sig.parameters.values())
+    run.__signature__ = sig.replace(parameters=params + flags)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params + flags}
+    return run
 
 
 def settings_from(cls: type, params: dict[str, Any], **values: Any) -> Any:

@@ -11,41 +11,28 @@ import typer
 
 from calimon.cli.common import cli_errors, progress_factory, usage_line
 from calimon.cli.options import (
-    BACKEND,
     DEFAULT_BENCHMARK,
     DEFAULT_MODEL,
     DEFAULT_PROMPT,
     DEFAULT_READOUT,
     DEFAULT_SEED,
     DEFAULT_STORE,
-    BackendOpt,
-    BaseUrlOpt,
-    BatchTokensOpt,
     BenchmarkOpt,
-    ConcurrencyOpt,
     DefenseOpt,
-    DeviceOpt,
-    EngineOpt,
     ForceOpt,
     JsonOpt,
-    KvCacheGibOpt,
     LimitOpt,
     ModelOpt,
-    OfflineOpt,
-    PrefillOpt,
     PromptOpt,
     QuietOpt,
-    RayAddressOpt,
-    ServedModelOpt,
     StoreOpt,
-    ThreadsOpt,
-    TopLogprobsOpt,
-    WorkersOpt,
+    backend_flags,
     settings_from,
 )
 
 
 @cli_errors
+@backend_flags
 def score_cmd(
     ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
@@ -53,20 +40,6 @@ def score_cmd(
     prompt: PromptOpt = DEFAULT_PROMPT,
     readout: Annotated[str, typer.Option(help="verdict, json, binary or probe:<head>.")] = DEFAULT_READOUT,
     defense: DefenseOpt = None,
-    backend: BackendOpt = BACKEND.backend,
-    engine: EngineOpt = BACKEND.engine,
-    ray_address: RayAddressOpt = BACKEND.ray_address,
-    workers: WorkersOpt = BACKEND.workers,
-    base_url: BaseUrlOpt = BACKEND.base_url,
-    served_model: ServedModelOpt = BACKEND.served_model,
-    top_logprobs: TopLogprobsOpt = BACKEND.top_logprobs,
-    concurrency: ConcurrencyOpt = BACKEND.concurrency,
-    prefill: PrefillOpt = BACKEND.prefill,
-    kv_cache_gib: KvCacheGibOpt = BACKEND.kv_cache_gib,
-    device: DeviceOpt = BACKEND.device,
-    batch_tokens: BatchTokensOpt = BACKEND.batch_tokens,
-    threads: ThreadsOpt = BACKEND.threads,
-    offline: OfflineOpt = BACKEND.offline,
     force: ForceOpt = False,
     limit: LimitOpt = None,
     seed: Annotated[int, typer.Option(help="Seed for --limit's pair selection.")] = DEFAULT_SEED,
@@ -85,10 +58,10 @@ def score_cmd(
     if as_json:
         typer.echo(json.dumps(summary, indent=1))
         return
-    if offline:
+    if settings.offline:
         from calimon.backends.offline import offline_line
 
-        typer.echo(offline_line(backend, base_url, summary["reused"]))
+        typer.echo(offline_line(settings.backend, settings.base_url, summary["reused"]))
     typer.echo(f"{summary['samples']} samples: {summary['scored']} scored, {summary['reused']} "
                f"from the store; model calls {summary['model_calls']}; statuses "
                f"{summary['statuses']}")

@@ -9,23 +9,14 @@ import typer
 
 from calimon.cli.common import cli_errors
 from calimon.cli.options import (
-    BACKEND,
-    BackendOpt,
-    BaseUrlOpt,
-    BatchTokensOpt,
-    ConcurrencyOpt,
-    DeviceOpt,
-    KvCacheGibOpt,
     MaxInputTokensOpt,
-    PrefillOpt,
-    ServedModelOpt,
-    ThreadsOpt,
-    TopLogprobsOpt,
+    backend_flags,
     settings_from,
 )
 
 
 @cli_errors
+@backend_flags
 def serve_cmd(
     ctx: typer.Context,
     policy: Annotated[Path, typer.Argument(help="Policy YAML (from `calimon escalate`): its model, readout, map and thresholds.")],
@@ -36,16 +27,6 @@ def serve_cmd(
     prompt: Annotated[str | None, typer.Option(help="Prompt template (default: the one the map or the design run recorded).")] = None,
     max_input_tokens: MaxInputTokensOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Serve a policy or map made for another monitor anyway (recorded in /v1/info).")] = False,
-    backend: BackendOpt = BACKEND.backend,
-    device: DeviceOpt = BACKEND.device,
-    threads: ThreadsOpt = BACKEND.threads,
-    batch_tokens: BatchTokensOpt = BACKEND.batch_tokens,
-    base_url: BaseUrlOpt = BACKEND.base_url,
-    served_model: ServedModelOpt = BACKEND.served_model,
-    top_logprobs: TopLogprobsOpt = BACKEND.top_logprobs,
-    concurrency: ConcurrencyOpt = BACKEND.concurrency,
-    prefill: PrefillOpt = BACKEND.prefill,
-    kv_cache_gib: KvCacheGibOpt = BACKEND.kv_cache_gib,
     max_batch: Annotated[int, typer.Option(help="Transcripts per shared forward pass (transformers), or in flight at once (other backends).")] = 32,
     batch_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for more requests after its first (transformers backend).")] = 5.0,
     max_queue: Annotated[int, typer.Option(help="Requests waiting or running; past it, 429 with Retry-After.")] = 256,

@@ -15,31 +15,18 @@ import typer
 
 from calimon.cli.common import cli_errors, json_ready, progress_factory
 from calimon.cli.options import (
-    BACKEND,
     DEFAULT_BENCHMARK,
     DEFAULT_MODEL,
     DEFAULT_READOUT,
     DEFAULT_SEED,
     DEFAULT_STORE,
-    BackendOpt,
-    BaseUrlOpt,
-    BatchTokensOpt,
     BenchmarkOpt,
-    ConcurrencyOpt,
-    DeviceOpt,
-    EngineOpt,
     ForceOpt,
     JsonOpt,
-    KvCacheGibOpt,
     ModelOpt,
-    OfflineOpt,
     QuietOpt,
-    RayAddressOpt,
-    ServedModelOpt,
     StoreOpt,
-    ThreadsOpt,
-    TopLogprobsOpt,
-    WorkersOpt,
+    backend_flags,
     settings_from,
 )
 from calimon.errors import InputError
@@ -51,6 +38,7 @@ SOURCES = ("all", "occlusion", "quote")
 
 @spans_app.callback(invoke_without_command=True)
 @cli_errors
+@backend_flags
 def spans_cmd(
     ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
@@ -67,19 +55,6 @@ def spans_cmd(
     top_k: Annotated[int, typer.Option(help="Occlusion spans per sample: the top-k units with a positive score.")] = 3,
     max_segments: Annotated[int, typer.Option(help="Cap on occlusion units per sample (adjacent small segments merged).")] = 24,
     seed: Annotated[int, typer.Option(help="Seed for selection and the random baseline.")] = DEFAULT_SEED,
-    backend: BackendOpt = BACKEND.backend,
-    engine: EngineOpt = BACKEND.engine,
-    ray_address: RayAddressOpt = BACKEND.ray_address,
-    workers: WorkersOpt = BACKEND.workers,
-    base_url: BaseUrlOpt = BACKEND.base_url,
-    served_model: ServedModelOpt = BACKEND.served_model,
-    top_logprobs: TopLogprobsOpt = BACKEND.top_logprobs,
-    concurrency: ConcurrencyOpt = BACKEND.concurrency,
-    kv_cache_gib: KvCacheGibOpt = BACKEND.kv_cache_gib,
-    device: DeviceOpt = BACKEND.device,
-    batch_tokens: BatchTokensOpt = BACKEND.batch_tokens,
-    threads: ThreadsOpt = BACKEND.threads,
-    offline: OfflineOpt = BACKEND.offline,
     force: ForceOpt = False,
     no_share_prefix: Annotated[bool, typer.Option("--no-share-prefix", help="Run masked variants plainly (no per-sample prefix reuse).")] = False,
     store: StoreOpt = DEFAULT_STORE,

