@@ -177,11 +177,10 @@ def _approval_transcripts(log, root):
     return path
 
 
-def test_approver_approves_escalates_and_rejects_as_the_policy_decides(world, scored):
-    from inspect_ai.approval import Approval, ApprovalPolicy, approver
-
-    from calimon.integrations.inspect import monitor_approver
-
+@pytest.fixture(scope="module")
+def approval(world, scored):
+    """A policy whose thresholds split the transcripts the approver will see in three, from
+    `calimon score`'s readings of them: (policy, readings by sample id, p_cal, decisions)."""
     log, _ = scored
     root, cmap = world["root"], world["map"]
     ref = calimon_score(str(_approval_transcripts(log, root)), root / "s.sqlite",
@@ -191,18 +190,29 @@ def test_approver_approves_escalates_and_rejects_as_the_policy_decides(world, sc
     policy = write_policy(root / "approval", world["prov"], *cuts(p_cal.values()))
     want = dict(zip(p_cal, decisions(policy, list(p_cal.values())), strict=True))
     assert set(want.values()) == {"pass", "review", "block"}
+    return policy, by_sample, p_cal, want
+
+
+def _run_with_approver(root, name, approver_under_test):
+    """The task with the approver under test first and a stand-in reviewer after it (Inspect's
+    human approver needs a terminal); the log and the calls the reviewer saw."""
+    from inspect_ai.approval import Approval, ApprovalPolicy, approver
+
     reviewed = []
 
     @approver(name="reviewer")
-    def reviewer():  # stands in for Inspect's human approver, which needs a terminal
+    def reviewer():
         async def approve(message, call, view, history):
             reviewed.append(call.arguments["path"])
             return Approval(decision="approve", explanation="reviewed by a person")
         return approve
 
-    approval = [ApprovalPolicy(monitor_approver(policy=str(policy)), "*"),
-                ApprovalPolicy(reviewer(), "*")]
-    run = _run(_small_task(), root, "approval", approval=approval)
+    approval = [ApprovalPolicy(approver_under_test, "*"), ApprovalPolicy(reviewer(), "*")]
+    return _run(_small_task(), root, name, approval=approval), reviewed
+
+
+def _check_approvals(run, reviewed, approval, scored_by):
+    _, by_sample, p_cal, want = approval
     for s in run.samples:
         [event] = [e for e in s.events if e.event == "approval" and e.approver.endswith(
             "monitor_approver")]
@@ -210,6 +220,7 @@ def test_approver_approves_escalates_and_rejects_as_the_policy_decides(world, sc
         assert a["transcript_hash"] == by_sample[s.id]["transcript_hash"]
         assert abs(a["p_raw"] - by_sample[s.id]["p_raw"]) < TOL
         assert abs(a["p_cal"] - p_cal[s.id]) < TOL and a["decision"] == want[s.id]
+        assert a["provenance"]["scored"] == scored_by
         assert event.decision == {"pass": "approve", "review": "escalate",
                                   "block": "reject"}[want[s.id]]
         [tool] = [m for m in s.messages if m.role == "tool"]
@@ -219,6 +230,59 @@ def test_approver_approves_escalates_and_rejects_as_the_policy_decides(world, sc
             assert "def add" in tool.text and tool.error is None
     assert sorted(reviewed) == sorted(f"add{s[1:]}.py" for s, d in want.items()
                                       if d == "review")
+
+
+def test_approver_approves_escalates_and_rejects_as_the_policy_decides(world, approval):
+    from calimon.integrations.inspect import monitor_approver
+
+    run, reviewed = _run_with_approver(world["root"], "approval",
+                                       monitor_approver(policy=str(approval[0])))
+    _check_approvals(run, reviewed, approval, "in-process")
+
+
+@pytest.fixture(scope="module")
+def server(world, approval):
+    """A real `calimon serve` of the approval policy on loopback, with an API key."""
+    from serve_server import KEY, start_server
+
+    root = world["root"]
+    srv = start_server(approval[0], root / "decisions.sqlite", root / "serve.out", key=KEY)
+    yield srv
+    srv.stop()
+
+
+def test_approver_and_scorer_through_calimon_serve(world, scored, approval, server,
+                                                   monkeypatch):
+    """The same approvals from the server (the key read from CALIMON_API_KEY), and the scorer's
+    values and decisions from it equal calimon score's figures under the server's policy."""
+    from inspect_ai import score as inspect_score
+
+    from calimon.backends.http_client import RequestFailed
+    from calimon.integrations.inspect import monitor_approver, monitor_scorer
+
+    monkeypatch.setenv("CALIMON_API_KEY", server.key)
+    run, reviewed = _run_with_approver(world["root"], "approval-served",
+                                       monitor_approver(url=server.url))
+    _check_approvals(run, reviewed, approval, server.url + "/v1")
+
+    log, ref = scored
+    rescored = inspect_score(log, monitor_scorer(url=server.url), action="overwrite",
+                             display="none")
+    p_cal = {r["id"].split(":")[1]: float(world["map"].predict(np.array([r["p_raw"]]))[0])
+             for r in ref.values()}
+    want = dict(zip(p_cal, decisions(approval[0], list(p_cal.values())), strict=True))
+    for s in rescored.samples:
+        score = s.scores["monitor_scorer"]
+        a = score.metadata["calimon"]
+        assert abs(score.value - p_cal[s.id]) < TOL and score.answer == want[s.id]
+        assert a["provenance"]["template_hash"] == world["prov"]["template_hash"]
+        assert a["provenance"]["calibration"] == "platt"
+    monkeypatch.setenv("CALIMON_API_KEY", "wrong-key")
+    from calimon.integrations import RemoteMonitor
+    from calimon.integrations.transcripts import sample_from_messages
+
+    with pytest.raises(RequestFailed, match="HTTP 401"):
+        RemoteMonitor(server.url).assess([sample_from_messages(log.samples[0].messages)])
 
 
 def test_no_score_is_never_zero(world):

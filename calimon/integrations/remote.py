@@ -1,5 +1,6 @@
 """`RemoteMonitor`: the same `Assessment` s from a ``calimon serve`` server (``POST /v1/score``,
-docs/serve.md), for an agent framework that should not load a model itself.
+docs/serve.md; its typed request and answer, `calimon.serve.schemas`), for an agent framework
+that should not load a model itself.
 
 The transcript is rendered here, as in process (`calimon.integrations.transcripts`), and sent as
 ``request`` and ``response`` text, so the server scores exactly what ``calimon score`` would; its
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from calimon.errors import InputError
-from calimon.integrations.assessment import DECISIONS, Assessment
+from calimon.integrations.assessment import Assessment
 from calimon.integrations.local import span_record
 from calimon.samples import Sample
 
@@ -37,6 +38,15 @@ class RemoteMonitor:
         self.client = JsonClient(base, timeout_s=timeout_s, retries=retries,
                                  api_key_env=("CALIMON_API_KEY",), api_key=api_key)
         self.concurrency = max(1, int(concurrency))
+        self._info: dict[str, Any] | None = None
+
+    def info(self) -> dict[str, Any]:
+        """The server's ``/v1/info`` (policy, monitor, map; serve's `Info`), read once."""
+        if self._info is None:
+            from calimon.serve.schemas import Info
+
+            self._info = Info.model_validate(self.client.request("GET", "info", None)).model_dump()
+        return self._info
 
     def assess(self, samples: Sequence[Sample]) -> list[Assessment]:
         """One `Assessment` per sample, in order (blocking; requests sent concurrently)."""
@@ -46,10 +56,12 @@ class RemoteMonitor:
             return list(pool.map(self._one, samples))
 
     def _one(self, sample: Sample) -> Assessment:
-        body = {"request_id": uuid.uuid4().hex, "id": safe_id(sample.id),
-                "request": sample.request, "response": sample.response}
-        answer = self.client.request("POST", "score", body)
-        return assessment_from_answer(sample, answer, self.url)
+        from calimon.serve.schemas import ScoreRequest
+
+        body = ScoreRequest(request_id=uuid.uuid4().hex, id=safe_id(sample.id),
+                            request=sample.request, response=sample.response)
+        answer = self.client.request("POST", "score", body.model_dump(exclude_none=True))
+        return assessment_from_answer(sample, answer, self.url, self.info())
 
 
 def safe_id(text: str) -> str:
@@ -60,37 +72,35 @@ def safe_id(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._:@/+=-]", "-", text)[:200] or "transcript"
 
 
-def assessment_from_answer(sample: Sample, answer: Any, url: str) -> Assessment:
-    """A ``/v1/score`` answer (issue 35's ``ScoreResponse``) as an `Assessment`; an answer
-    without its fields is an error naming the field, not a silent 0."""
-    if not isinstance(answer, dict):
-        raise InputError(f"expected a JSON object from {url}/score, got {type(answer).__name__}",
-                         field="answer")
-    missing = [k for k in ("p_raw", "decision", "action", "status") if k not in answer]
-    if missing:
-        raise InputError(f"the answer of {url}/score has no {missing[0]!r} field (is it a "
-                         "calimon serve server?)", field=missing[0])
-    if answer["decision"] not in DECISIONS.values():
-        raise InputError(f"unknown decision {answer['decision']!r} from {url}/score",
-                         field="decision")
-    spans, quotes = [], []
-    for ev in answer.get("evidence") or []:
-        quotes.append(str(ev.get("text", "")))
-        if ev.get("start") is not None and ev.get("end") is not None:
-            spans.append(span_record(sample, ev["start"], ev["end"], ev.get("score")))
-    score = answer.get("score") or "p_raw"
-    prov = {"model": answer.get("model"), "model_revision": answer.get("model_revision"),
-            "readout": answer.get("readout"), "scored": url,
-            "calibration": "none" if score == "p_raw" and answer.get("p_cal") is None
-            else "served", "policy": answer.get("policy"),
-            "policy_hash": answer.get("policy_hash"), "policy_score": score,
-            "request_id": answer.get("request_id")}
-    return Assessment(id=sample.id, status=answer["status"], p_raw=answer["p_raw"],
-                      p_cal=answer.get("p_cal"), action=answer["action"],
-                      decision=answer["decision"], audit=bool(answer.get("audit")),
-                      spans=tuple(spans), evidence=tuple(quotes), tokens=answer.get("tokens"),
-                      latency_ms=answer.get("latency_ms"),
-                      transcript_hash=sample.transcript_hash, provenance=prov)
+def assessment_from_answer(sample: Sample, answer: Any, url: str,
+                           info: dict[str, Any] | None = None) -> Assessment:
+    """A ``/v1/score`` answer, read as serve's own `calimon.serve.schemas.ScoreResponse`, as an
+    `Assessment` (``info``: the server's ``/v1/info``, for the prompt, template hash and map in
+    the provenance); an answer that is not one is an error naming the field, never a silent 0."""
+    from pydantic import ValidationError
+
+    from calimon.serve.schemas import ScoreResponse
+
+    try:
+        r = ScoreResponse.model_validate(answer)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(f"the answer of {url}/score is not a calimon serve ScoreResponse: "
+                         f"{err['msg']}", field=".".join(map(str, err["loc"])) or None) from None
+    spans = tuple(span_record(sample, ev.start, ev.end, ev.score) for ev in r.evidence
+                  if ev.start is not None and ev.end is not None)
+    info = info or {}
+    calibration = "none" if r.score == "p_raw" else info.get("calibration") or "served"
+    prov = {"model": r.model, "model_revision": r.model_revision, "prompt": info.get("prompt"),
+            "template_hash": info.get("template_hash"), "readout": r.readout, "scored": url,
+            "calibration": calibration, "calibration_map": info.get("calibration_map"),
+            "policy": r.policy, "policy_hash": r.policy_hash, "policy_score": r.score,
+            "request_id": r.request_id}
+    return Assessment(id=sample.id, status=r.status, p_raw=r.p_raw, p_cal=r.p_cal,
+                      action=r.action, decision=r.decision, audit=r.audit, spans=spans,
+                      evidence=tuple(ev.text for ev in r.evidence), tokens=r.tokens,
+                      latency_ms=r.latency_ms, transcript_hash=sample.transcript_hash,
+                      provenance=prov)
 
 
 __all__ = ["RemoteMonitor", "assessment_from_answer", "safe_id"]
