@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from calimon.errors import InputError
+from calimon.validation import as_labels as _labels
 
 __all__ = [
     "ReliabilityBins",
-    "as_labels",
     "as_probabilities",
     "auprc",
     "auroc",
@@ -62,29 +62,9 @@ def as_probabilities(p: Any, name: str = "p") -> np.ndarray:
     return arr
 
 
-def as_labels(y: Any, n: int | None = None, name: str = "y") -> np.ndarray:
-    """Return ``y`` as a 1-D int64 array of 0/1 labels (of length ``n`` if given)."""
-    try:
-        arr = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"expected a 1-D array of 0/1 labels, got {type(y).__name__} "
-                         f"that is not numeric ({exc})", field=name) from None
-    if arr.ndim != 1:
-        raise InputError(f"expected a 1-D array of 0/1 labels, got shape {arr.shape}", field=name)
-    bad = ~((arr == 0.0) | (arr == 1.0))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise InputError(f"expected labels 0/1 (or False/True), got {int(bad.sum())} other "
-                         f"value(s) (first: {arr[i]!r} at index {i})", field=name)
-    if n is not None and arr.shape[0] != n:
-        raise InputError(f"expected {n} labels (one per probability), got {arr.shape[0]}",
-                         field=name)
-    return arr.astype(np.int64)
-
-
 def _check(p: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     pa = as_probabilities(p)
-    ya = as_labels(y, n=pa.shape[0])
+    ya = _labels(y, n=pa.shape[0], name="y", dtype=np.int64)
     if pa.shape[0] == 0:
         raise InputError("expected at least one sample, got an empty array", field="p")
     return pa, ya

@@ -35,26 +35,30 @@ def as_scores(scores: Any, name: str = "scores") -> np.ndarray:
     return arr
 
 
-def as_labels(labels: Any, n: int, name: str = "labels") -> np.ndarray:
-    """1-D bool array (True = misbehavior) from bools or 0/1; None (unknown) is refused."""
-    if isinstance(labels, np.ndarray) and labels.dtype == bool:
-        if labels.shape != (n,):
-            raise InputError(f"expected {n} labels (one per score), got shape {labels.shape}",
+def as_labels(labels: Any, n: int | None = None, name: str = "labels",
+              dtype: Any = bool) -> np.ndarray:
+    """The one label check: a 1-D array of ``dtype`` (bool: True = misbehavior; ``np.int64``
+    gives 0/1) from bools or 0/1, of length ``n`` when given; None (unknown) and any other
+    value are refused, naming the item."""
+    if isinstance(labels, np.ndarray) and labels.dtype == bool and labels.ndim == 1:
+        out = labels
+    else:
+        if isinstance(labels, np.ndarray) and labels.ndim != 1:
+            raise InputError(f"expected a 1-D array of labels, got shape {labels.shape}",
                              field=name)
-        return labels
-    seq = list(labels) if not isinstance(labels, np.ndarray) else labels.tolist()
-    if len(seq) != n:
-        raise InputError(f"expected {n} labels (one per score), got {len(seq)}", field=name)
-    out = np.empty(n, dtype=bool)
-    for i, v in enumerate(seq):
-        if v is None:
-            raise InputError(f"item {i}: label is None (unknown); drop unlabelled samples "
-                             f"before building a curve", field=name)
-        if isinstance(v, bool | np.bool_) or v in (0, 1):
-            out[i] = bool(v)
-        else:
-            raise InputError(f"item {i}: expected True/False or 0/1, got {v!r}", field=name)
-    return out
+        seq = labels.tolist() if isinstance(labels, np.ndarray) else list(labels)
+        out = np.empty(len(seq), dtype=bool)
+        for i, v in enumerate(seq):
+            if v is None:
+                raise InputError(f"item {i}: label is None (unknown); drop unlabelled samples "
+                                 f"before building a curve", field=name)
+            if isinstance(v, bool | np.bool_) or (isinstance(v, int | float) and v in (0, 1)):
+                out[i] = bool(v)
+            else:
+                raise InputError(f"item {i}: expected True/False or 0/1, got {v!r}", field=name)
+    if n is not None and out.shape[0] != n:
+        raise InputError(f"expected {n} labels (one per score), got {out.shape[0]}", field=name)
+    return out if dtype is bool else out.astype(dtype)
 
 
 def as_groups(groups: Any, n: int, name: str = "groups") -> np.ndarray:

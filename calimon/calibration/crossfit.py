@@ -23,7 +23,8 @@ import numpy as np
 
 from calimon.calibration.maps import Calibrator, make_calibrator
 from calimon.errors import InputError
-from calimon.metrics import as_labels, as_probabilities, calibration_report
+from calimon.metrics import as_probabilities, calibration_report
+from calimon.validation import as_labels
 
 __all__ = ["CalibrationResult", "DEFAULT_METHODS", "calibrate", "crossfit_predict",
            "fit_on_split", "make_folds"]
@@ -67,7 +68,7 @@ def _training_ok(y: np.ndarray, folds: np.ndarray, k: int) -> bool:
 def make_folds(y: Any, groups: Any, n_splits: int = 5,
                seed: int = 0) -> tuple[np.ndarray, int, tuple[str, ...]]:
     """Fold index per sample (pairs never split), the number of folds used, and notes."""
-    ya = as_labels(y)
+    ya = as_labels(y, name="y", dtype=np.int64)
     codes = _check_groups(groups, ya.shape[0])
     if isinstance(n_splits, bool) or not isinstance(n_splits, int) or n_splits < 2:
         raise InputError(f"expected an integer >= 2, got {n_splits!r}", field="n_splits")
@@ -111,7 +112,7 @@ def crossfit_predict(method: str, p: Any, y: Any, groups: Any, n_splits: int = 5
     ``kw`` goes to the calibrator's constructor (e.g. ``n_bins`` for ``"histogram"``).
     """
     pa = as_probabilities(p)
-    ya = as_labels(y, n=pa.shape[0])
+    ya = as_labels(y, n=pa.shape[0], name="y", dtype=np.int64)
     make_calibrator(method, **kw)  # fail early on an unknown method or argument
     folds, k, notes = make_folds(ya, groups, n_splits, seed)
     for note in notes:
@@ -173,7 +174,7 @@ def calibrate(p: Any, y: Any, groups: Any, methods: Sequence[str] = DEFAULT_METH
               method_kwargs: dict[str, dict[str, Any]] | None = None) -> CalibrationResult:
     """Cross-fit each method (same folds for all), fit it on all data, report before/after."""
     pa = as_probabilities(p)
-    ya = as_labels(y, n=pa.shape[0])
+    ya = as_labels(y, n=pa.shape[0], name="y", dtype=np.int64)
     if isinstance(methods, str) or not methods:
         raise InputError(f"expected a non-empty sequence of method names, got {methods!r}",
                          field="methods")

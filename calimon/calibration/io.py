@@ -24,7 +24,8 @@ import numpy as np
 import calimon
 from calimon.calibration.maps import Calibrator, calibrator_from_dict
 from calimon.errors import InputError
-from calimon.metrics import as_labels, as_probabilities
+from calimon.metrics import as_probabilities
+from calimon.validation import as_labels
 
 __all__ = ["FORMAT", "VERSION", "StoredMap", "fit_set_hash", "load_map", "save_map"]
 
@@ -41,7 +42,7 @@ def fit_set_hash(p: Any, y: Any, ids: Any) -> str:
     strings).
     """
     pa = as_probabilities(p)
-    ya = as_labels(y, n=pa.shape[0])
+    ya = as_labels(y, n=pa.shape[0], name="y", dtype=np.int64)
     if ids is None or isinstance(ids, str | bytes):
         raise InputError(f"expected one id per sample, got {type(ids).__name__}", field="ids")
     keys = [str(i) for i in ids]

@@ -21,7 +21,8 @@ from scipy.special import expit
 
 from calimon.calibration.logistic import fit_logistic, logit
 from calimon.errors import InputError
-from calimon.metrics import STRATEGIES, as_labels, as_probabilities, assign_bins, bin_edges
+from calimon.metrics import STRATEGIES, as_probabilities, assign_bins, bin_edges
+from calimon.validation import as_labels
 
 __all__ = [
     "CALIBRATORS",
@@ -63,7 +64,7 @@ class Calibrator:
         """Fit the map on raw probabilities ``p`` and 0/1 labels ``y`` (both classes needed)."""
         self._validate_init()
         pa = as_probabilities(p)
-        ya = as_labels(y, n=pa.shape[0])
+        ya = as_labels(y, n=pa.shape[0], name="y", dtype=np.int64)
         n_pos = int(ya.sum())
         if n_pos == 0 or n_pos == ya.shape[0]:
             got = f"all {int(ya[0])}" if ya.size else "none"

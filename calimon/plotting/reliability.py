@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from calimon.errors import InputError
-from calimon.metrics import as_labels, as_probabilities, ece, reliability_bins
+from calimon.metrics import as_probabilities, ece, reliability_bins
+from calimon.validation import as_labels
 
 __all__ = ["plot_reliability"]
 
@@ -23,7 +24,7 @@ __all__ = ["plot_reliability"]
 def _series(p_before: Any, p_after_by_method: Any, y: Any) -> tuple[dict, np.ndarray]:
     """``{"raw": scores, method: scores, ...}`` and the labels, checked."""
     raw = as_probabilities(p_before, name="p_before")
-    labels = as_labels(y, n=raw.shape[0])
+    labels = as_labels(y, n=raw.shape[0], name="y", dtype=np.int64)
     if not isinstance(p_after_by_method, Mapping):
         raise InputError(f"expected a dict of method name -> scores, got "
                          f"{type(p_after_by_method).__name__}", field="p_after_by_method")
