@@ -56,6 +56,7 @@ class Server:
     url: str
     key: str | None
     output: Path
+    log_path: Path | None = None
 
     def headers(self) -> dict[str, str]:
         """The auth header clients send."""
@@ -104,7 +105,7 @@ def start_server(policy: Path, log: Path, output: Path, *args: str, key: str | N
     fh = output.open("ab")
     proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     fh.close()
-    server = Server(proc, f"http://127.0.0.1:{port}", key, output)
+    server = Server(proc, f"http://127.0.0.1:{port}", key, output, log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

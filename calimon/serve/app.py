@@ -138,16 +138,24 @@ def _finite(x: float) -> float | None:
     return x if abs(x) != float("inf") else None
 
 
+def _head_tokens(served) -> int | None:
+    encoder = getattr(served.monitor, "encoder", None) if served.gathers else None
+    return getattr(encoder, "prefix_len", None)
+
+
 def _info(service: Service) -> dict:
     served, p = service.served, service.served.policy
     key = served.monitor.key
     b = service.settings.batching
-    mode = (f"gathered: up to {b.max_batch} per forward pass within {b.wait_ms:g} ms"
-            if served.gathers else f"passed through: up to {b.max_batch} in flight")
+    rows = getattr(served.backend, "max_batch_size", None)
+    mode = (f"gathered: up to {b.max_batch} per monitor call within {b.wait_ms:g} ms, "
+            f"{rows} per forward pass" if served.gathers
+            else f"passed through: up to {b.max_batch} in flight")
     lim = service.limits
     return {"policy": p.name, "policy_hash": served.policy_hash, "model": key.model,
             "model_revision": key.model_revision, "readout": key.readout, "prompt": key.prompt,
-            "template_hash": key.template_hash, "calibration": p.calibration,
+            "template_hash": key.template_hash, "head_tokens": _head_tokens(served),
+            "calibration": p.calibration,
             "calibration_map": served.map_path, "t_low": _finite(p.t_low),
             "t_high": _finite(p.t_high), "batching": mode,
             "limits": {"max_body_bytes": lim.max_body_bytes, "max_chars": lim.max_chars,

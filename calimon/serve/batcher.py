@@ -2,7 +2,9 @@
 
 ``gather`` (the transformers backend): the queue's consumer takes the first waiting transcript,
 waits up to ``wait_ms`` for more (at most ``max_batch``), and scores them together in ONE
-monitor call on the model thread, so concurrent requests share one forward pass. Other jobs
+monitor call on the model thread, whose forward passes take ``pass_rows`` transcripts each
+(`calimon.serve.settings.Batching`): with ``pass_rows`` >= the batch, concurrent requests share
+one forward pass. Other jobs
 (a session step) run alone on the same thread, in queue order: the model never runs two passes
 at once.
 

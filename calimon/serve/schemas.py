@@ -197,6 +197,8 @@ class Info(BaseModel):
     readout: str
     prompt: str
     template_hash: str
+    head_tokens: int | None = Field(None, description="The template's tokens before the "
+                                    "transcript, computed once and reused by every request.")
     calibration: str
     calibration_map: str | None
     t_low: float | None
