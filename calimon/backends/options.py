@@ -25,6 +25,10 @@ class TransformersOptions(BackendOptions):
     max_batch_size: int | None = Field(None, ge=1)  # default: 1 on CPU, 32 elsewhere
     threads: int | None = Field(None, ge=1)  # torch CPU threads
     generate_batch_size: int = Field(16, ge=1)  # prompts per generate() batch
+    # scoring passes without an explicit mask (calimon.backends.layout_attention): "causal"
+    # (default), "lower_right" (torch's causal_lower_right bias), "mask" (the explicit mask)
+    attention: Literal["causal", "lower_right", "mask"] = "causal"
+    packing: bool = True  # a batch's prompts of different lengths in one sequence, no padding
 
 
 class VLLMOptions(BackendOptions):

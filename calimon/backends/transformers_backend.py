@@ -41,8 +41,13 @@ class TransformersBackend(LazyTokenizer, BackendBase):
 
     def __init__(self, model: ResolvedModel, device: str = "auto", batch_tokens: int = 8192,
                  max_batch_size: int | None = None, threads: int | None = None,
-                 generate_batch_size: int = 16):
+                 generate_batch_size: int = 16, attention: str = "causal", packing: bool = True):
         self.model_ref = model
+        # scoring passes: "causal"/"lower_right" run without an explicit mask where the model
+        # allows it (`calimon.backends.layout_attention`), "mask" the explicit-mask path;
+        # ``packing`` lays a batch's prompts of different lengths in one sequence
+        self.attention = attention
+        self.packing = packing
         self.generate_batch_size = generate_batch_size
         self.device = device
         self.batch_tokens = batch_tokens
@@ -238,6 +243,12 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         tails = [list(p[prefix_len:]) for p in batch]
         if min(len(t) for t in tails) == 0:
             raise BackendError("a prompt has no tokens after its shared prefix")
+        if self.attention != "mask" and self._layout_ok():
+            from calimon.backends.packing import forward_layout
+
+            view = functools.partial(_read_only_prefix, self._prefix_kv(prefix)) if prefix else None
+            return forward_layout(self, tails, prefix, view, capture, pack=self.packing,
+                                  variant=self.attention)
         lengths = torch.tensor([len(t) for t in tails])
         width = int(lengths.max())
         pad = self.tokenizer.pad_token_id or 0
@@ -269,6 +280,12 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         if capture is None:
             return logprobs
         return logprobs, got.result()
+
+    def _layout_ok(self) -> bool:
+        """Whether the model runs calimon's mask-free layout (switched to it on first use)."""
+        from calimon.backends.layout_attention import use_layout_attention
+
+        return use_layout_attention(self.model)
 
     def _install_hooks(self, spec, spans, lengths):
         from calimon.backends.capture import LayerCollector
