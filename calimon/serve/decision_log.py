@@ -5,8 +5,9 @@ request id, written before the answer is sent.
 in WAL mode with ``synchronous=FULL`` (a commit survives a killed process and a power cut). The
 table (`TABLE_SQL`) uses only types and statements PostgreSQL also has (``TEXT``, ``INTEGER``,
 ``DOUBLE PRECISION``, ``INSERT ... ON CONFLICT (request_id) DO NOTHING``), so a PostgreSQL
-implementation holds the same rows: it implements the four methods of `DecisionLog` on that
-schema (with ``%s`` placeholders) and `open_log` dispatches ``postgresql://`` URLs to it.
+implementation holds the same rows: `calimon.serve.pg_log.PostgresDecisionLog` implements the
+four methods of `DecisionLog` on that schema (with ``%s`` placeholders), and `open_log`
+dispatches ``postgresql://`` URLs to it.
 
 Idempotency: the first answer logged under a request id wins. `DecisionLog.record` never
 overwrites; it returns what the log holds under the id afterwards, so two racing writers (two
@@ -167,12 +168,15 @@ class SQLiteDecisionLog:
 
 
 def open_log(target: str) -> DecisionLog:
-    """The decision log ``target`` names: a file path or ``sqlite:///PATH`` (SQLite, WAL).
-    A ``postgresql://`` URL is the PostgreSQL log, not in this version."""
+    """The decision log ``target`` names: a file path or ``sqlite:///PATH`` (SQLite, WAL), or a
+    ``postgresql://`` URL (`calimon.serve.pg_log.PostgresDecisionLog`)."""
     if target.startswith(("postgresql://", "postgres://")):
-        raise InputError("a PostgreSQL decision log is not available in this version of "
-                         "calimon serve; give a SQLite file path", field="log")
+        from calimon.serve.pg_log import PostgresDecisionLog
+
+        return PostgresDecisionLog(target, schema=SCHEMA, columns=COLUMNS,
+                                   from_row=LoggedDecision.from_row)
     if "://" in target and not target.startswith("sqlite:///"):
-        raise InputError(f"expected a file path or sqlite:///PATH, got {target!r}", field="log")
+        raise InputError(f"expected a file path, sqlite:///PATH or postgresql://..., got "
+                         f"{target!r}", field="log")
     return SQLiteDecisionLog(target.removeprefix("sqlite:///") if target.startswith(
         "sqlite:///") else target)

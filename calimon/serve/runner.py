@@ -12,6 +12,8 @@ from calimon.serve.settings import ServeSettings
 def startup_lines(service) -> list[str]:
     """What the server says when it starts: the policy, the monitor, the log, the key; never a
     transcript."""
+    from calimon.serve.pg_log import redact
+
     served, s = service.served, service.settings
     key = served.monitor.key
     lines = [f"policy {served.policy.name!r} (sha256 {served.policy_hash[:12]}), "
@@ -21,7 +23,7 @@ def startup_lines(service) -> list[str]:
              + ("requests gathered into shared forward passes" if served.gathers else
                 "requests passed through to the backend")
              + ("; sessions extend a cached KV" if service.kv else ""),
-             f"decision log {s.log}",
+             f"decision log {redact(s.log)}",
              f"API key {'required' if s.key() else 'not set (this machine only)'}"]
     lines += [f"WARNING: applied with --force: {m}" for m in served.forced]
     return lines

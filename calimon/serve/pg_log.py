@@ -1,0 +1,206 @@
+"""The decision log of `calimon serve` in PostgreSQL (``--log postgresql://...``): one log that
+several servers, or the replicas of a Ray Serve deployment (`calimon.serve.ray_serve`), share.
+
+`PostgresDecisionLog` implements `calimon.serve.decision_log.DecisionLog` on the same table as
+the SQLite log: the same ``CREATE TABLE`` (`calimon.serve.decision_log.TABLE_SQL`: ``TEXT``,
+``INTEGER``, ``DOUBLE PRECISION``), created by the same numbered migrations
+(`calimon.serve.decision_log.SCHEMA`, run on a psycopg connection, whose ``execute`` takes the
+same statements), and the same ``INSERT ... ON CONFLICT (request_id) DO NOTHING``, with ``%s``
+placeholders. `calimon.serve.decision_log.open_log` hands it every ``postgresql://`` or
+``postgres://`` URL together with that schema, its columns and its row type (passed in: this
+module does not import decision_log, whose ``open_log`` imports it). A URL is libpq's
+(``postgresql://USER@HOST:PORT/DB?sslmode=require``); a password is better kept in
+``PGPASSWORD`` or ``~/.pgpass`` than in the URL, which the server prints, redacted, at start.
+
+Schema versions: PostgreSQL has no ``PRAGMA user_version``, so a table
+``calimon_schema_version`` holds one row per calimon schema (``name``, ``version``: the number of
+migrations applied).
+`migrate_postgres` applies the pending migrations and the new version in one transaction, under a
+transaction-scoped advisory lock, so servers starting together on an empty database migrate it
+once; a database whose version is higher than this calimon knows is refused
+(`calimon.migrations.NewerStoreError`), as a newer SQLite file is.
+
+Durability and idempotency: each `record` is one transaction (``synchronous_commit = on`` for the
+session, whatever the server's default), so a decision answered is on PostgreSQL's disk. Under
+READ COMMITTED, an insert racing another writer's uncommitted insert of the same id waits for it
+and then does nothing; the ``SELECT`` after it reads the row that won, so two replicas scoring one
+request id answer the client with the same logged decision. One connection per log, used by one
+thread at a time; a connection PostgreSQL dropped (a restart, a failover) is opened again and the
+call retried once, which is safe because both calls are idempotent.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import zlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from calimon.errors import InputError, MissingExtraError
+from calimon.migrations import NewerStoreError, Schema
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+VERSION_TABLE_SQL = ("CREATE TABLE IF NOT EXISTS calimon_schema_version (name TEXT PRIMARY "
+                     "KEY, version INTEGER NOT NULL)")
+CONNECT_TIMEOUT_S = 10
+
+
+class Entry(Protocol):
+    """What the log stores (`calimon.serve.decision_log.LoggedDecision`): a request id and a
+    row of values in the log's column order."""
+
+    request_id: str
+
+    def row(self) -> tuple: ...
+
+
+def is_postgres_url(target: str) -> bool:
+    """Whether ``target`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
+    return target.startswith(URL_SCHEMES)
+
+
+def redact(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (for output and errors)."""
+    url = re.sub(r"^(postgres(?:ql)?://[^:@/?]*):[^@/?]*@", r"\1:***@", url)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", url)
+
+
+def import_psycopg():
+    """The ``psycopg`` module; `MissingExtraError` with the install line when it is absent."""
+    try:
+        import psycopg
+    except ImportError:
+        raise MissingExtraError("a PostgreSQL decision log needs psycopg 3: pip install "
+                                "'calimon[postgres]'") from None
+    return psycopg
+
+
+def _lock_key(name: str) -> int:
+    """The advisory lock of one schema's migrations (a stable signed 32-bit number)."""
+    return zlib.crc32(f"calimon schema {name}".encode()) - (1 << 31)
+
+
+def postgres_schema_version(conn, schema: Schema) -> int:
+    """The version of ``schema`` recorded in the database of ``conn`` (0: none recorded)."""
+    if conn.execute("SELECT to_regclass('calimon_schema_version')").fetchone()[0] is None:
+        return 0
+    row = conn.execute("SELECT version FROM calimon_schema_version WHERE name = %s",
+                       (schema.name,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _check_not_newer(found: int, schema: Schema, where: str) -> None:
+    if found > schema.version:
+        raise NewerStoreError(
+            f"this {schema.name} has schema version {found}, but this calimon reads versions up "
+            f"to {schema.version}: it was written by a newer calimon; upgrade calimon to open "
+            "it", path=where)
+
+
+def migrate_postgres(conn, schema: Schema, where: str) -> int:
+    """Bring the database of ``conn`` (an autocommit psycopg connection; ``where`` names it in
+    errors) to ``schema.version``; returns the number of migrations applied. A database already
+    current is only read. Raises `NewerStoreError` for a database newer than the code."""
+    found = postgres_schema_version(conn, schema)
+    _check_not_newer(found, schema, where)
+    if found == schema.version:
+        return 0
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema.name),))
+        conn.execute(VERSION_TABLE_SQL)
+        found = postgres_schema_version(conn, schema)  # another server may have migrated it
+        _check_not_newer(found, schema, where)
+        for number in range(found + 1, schema.version + 1):
+            schema.migrations[number - 1](conn)
+        conn.execute("INSERT INTO calimon_schema_version (name, version) VALUES (%s, %s) "
+                     "ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version",
+                     (schema.name, schema.version))
+    return schema.version - found
+
+
+class PostgresDecisionLog:
+    """The decision log in a PostgreSQL database (module docstring): the ``decisions`` table
+    that ``schema``'s migrations create (migrated when opened), read as ``columns`` and turned
+    into entries by ``from_row``. ``url``: a libpq connection URL. Open it through
+    `calimon.serve.decision_log.open_log`, which passes the decision log's schema."""
+
+    def __init__(self, url: str, *, schema: Schema, columns: tuple[str, ...],
+                 from_row: Callable[[tuple], Any], connect_timeout: float = CONNECT_TIMEOUT_S):
+        if not is_postgres_url(url):
+            raise InputError(f"expected a postgresql:// URL, got {redact(url)!r}", field="log")
+        self._psycopg = import_psycopg()
+        self.url, self.shown = url, redact(url)
+        self._from_row, self._timeout = from_row, connect_timeout
+        self._select = f"SELECT {', '.join(columns)} FROM decisions WHERE request_id = %s"
+        self._insert = (f"INSERT INTO decisions ({', '.join(columns)}) VALUES "
+                        f"({', '.join(['%s'] * len(columns))}) ON CONFLICT (request_id) DO "
+                        "NOTHING")
+        self._lock = threading.Lock()
+        self._conn = self._connect()
+        try:
+            migrate_postgres(self._conn, schema, self.shown)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _connect(self):
+        psycopg = self._psycopg
+        params: dict[str, Any] = {"autocommit": True, "application_name": "calimon serve"}
+        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.url):
+            params["connect_timeout"] = max(1, round(self._timeout))
+        try:
+            conn = psycopg.connect(self.url, **params)
+        except psycopg.Error as exc:
+            raise InputError(f"cannot open the PostgreSQL decision log {self.shown}: "
+                             f"{_first_line(exc)}", field="log") from None
+        conn.execute("SET synchronous_commit = on")
+        return conn
+
+    def _call(self, work):
+        """``work(connection)`` under the lock; a dropped connection is opened again and
+        ``work`` retried once."""
+        psycopg = self._psycopg
+        with self._lock:
+            if self._conn.closed:
+                self._conn = self._connect()
+            try:
+                return work(self._conn)
+            except psycopg.OperationalError:
+                if not self._conn.closed and not self._conn.broken:
+                    raise
+            self._conn.close()
+            self._conn = self._connect()
+            return work(self._conn)
+
+    def lookup(self, request_id: str) -> Any:
+        """The entry logged under ``request_id``; None when there is none."""
+        row = self._call(lambda c: c.execute(self._select, (request_id,)).fetchone())
+        return None if row is None else self._from_row(row)
+
+    def record(self, entry: Entry) -> Any:
+        """Log ``entry`` (committed before this returns) unless its id is logged already;
+        returns what the log holds under the id."""
+        values = entry.row()
+
+        def work(conn):
+            with conn.transaction():
+                conn.execute(self._insert, values)
+                return conn.execute(self._select, (entry.request_id,)).fetchone()
+
+        return self._from_row(self._call(work))
+
+    def count(self) -> int:
+        """Entries in the log."""
+        return int(self._call(lambda c: c.execute("SELECT COUNT(*) FROM decisions")
+                              .fetchone()[0]))
+
+    def close(self) -> None:
+        """Close the connection; safe to call twice."""
+        with self._lock:
+            self._conn.close()
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
