@@ -144,7 +144,13 @@ class Service:
         one being produced now), else ``produce(request_id)``'s. Without an id, a fresh one."""
         if request_id is None:
             return await produce(f"srv-{uuid.uuid4().hex}"), False
-        logged = await asyncio.to_thread(self.log.lookup, request_id)
+        try:
+            logged = await asyncio.to_thread(self.log.lookup, request_id)
+        except Exception as exc:  # noqa: BLE001 - a log that cannot be read answers nothing
+            self.metrics.errors.inc("log")
+            raise ApiError(503, "log_unavailable", f"the decision log could not be read "
+                           f"({type(exc).__name__}); retry", headers={"Retry-After": "1"}
+                           ) from None
         if logged is not None:
             return self._replay(request_id, digest, logged.request_sha256, logged.response)
         if request_id in self._inflight:
