@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from calimon.errors import InputError
+from calimon.shift.live import worst_label
 from calimon.shift.recertify import (
     RateCertificate,
     Stratum,
@@ -136,7 +137,7 @@ def _strata(decisions, labels, worst: str) -> dict[str, Stratum]:
             a[1] += 1
             y = labels.get(d["id"])
             if y is None:  # the worst case for the bound asked for
-                y = 0 if (worst == "far") == (d["action"] != "auto_pass") else 1
+                y = worst_label(d["action"], worst)
             a[2] += y == 0
     return {k: Stratum(k, v[0], v[1], v[2], inc[k]) for k, v in acc.items()}
 
