@@ -7,6 +7,10 @@ pass, with each token at its absolute position. The readout's question and answe
 transcript (``ids[keep:]``) is part of that pass, then cropped off again
 (`transformers.DynamicCache.crop`), so the cache only ever holds transcript tokens, which the
 next step's prompt starts with.
+
+A new session starts from a copy of the template head's keys and values (`HeadCache`: the
+tokens before the transcript, the same for every prompt, computed once per server), so its first
+step computes what a whole-transcript request computes: the transcript and the question.
 """
 
 from __future__ import annotations
@@ -51,6 +55,35 @@ def supports_kv(model) -> bool:
 
     cache = DynamicCache(config=model.config)
     return not any(getattr(layer, "is_sliding", False) for layer in cache.layers)
+
+
+class HeadCache:
+    """The template head's keys and values, computed once; `seed` hands each new session its
+    own copy."""
+
+    def __init__(self):
+        self._state: KVState | None = None
+
+    def seed(self, backend, head: list[int]) -> KVState | None:
+        """A copy of the cached head (computed now if the head changed); None for no head."""
+        import copy
+
+        import torch
+        from transformers.cache_utils import DynamicCache
+
+        if not head:
+            return None
+        if self._state is None or self._state.ids != head:
+            model = backend.model
+            device = next(model.parameters()).device
+            cache = DynamicCache(config=model.config)
+            with torch.inference_mode():
+                model.model(input_ids=torch.tensor([head], device=device),
+                            past_key_values=cache, use_cache=True)
+            backend.forward_calls += 1
+            self._state = KVState(list(head), cache)
+        with torch.inference_mode():
+            return KVState(list(head), copy.deepcopy(self._state.cache))
 
 
 def _crop(cache, keep: int) -> None:

@@ -22,6 +22,7 @@ from calimon.samples import Sample, transcript_hash
 from calimon.serve.batcher import Batcher, QueueFull
 from calimon.serve.decision_log import DecisionLog, LoggedDecision
 from calimon.serve.errors import ApiError
+from calimon.serve.kv import HeadCache
 from calimon.serve.loading import ServedMonitor
 from calimon.serve.messages import text_fields, transcript
 from calimon.serve.metrics import Metrics
@@ -126,6 +127,7 @@ class Service:
         self.batcher = Batcher(served.score, settings.batching, self.metrics,
                                gather=served.gathers)
         self.kv = served.kv_capable and _model_supports_kv(backend)
+        self.heads = HeadCache()  # the template head's KV, which every new session starts from
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
 
     async def start(self) -> None:

@@ -142,7 +142,8 @@ def kv_step(service: Service, session: Session, sample: Sample) -> tuple[Verdict
         verdict = service.served.score([sample])[0]
         return verdict, full_use(service, verdict.tokens)
     start = time.perf_counter()
-    logprobs, state, reused = extend(monitor.backend, session.kv, enc.ids, enc.response_end)
+    held = session.kv or service.heads.seed(monitor.backend, enc.ids[:enc.prefix_len])
+    logprobs, state, reused = extend(monitor.backend, held, enc.ids, enc.response_end)
     service.sessions.keep_kv(session, state)
     computed = len(enc.ids) - reused
     service.metrics.kv_tokens.inc("reused", by=reused)
