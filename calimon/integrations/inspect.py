@@ -20,13 +20,11 @@ score --scorer``).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from calimon.errors import MissingExtraError
 
 try:
-    import anyio
     from inspect_ai.approval import Approval, Approver, approver
     from inspect_ai.model import ChatMessage, ChatMessageAssistant
     from inspect_ai.scorer import Reference, Score, Scorer, Target, mean, scorer, stderr
@@ -36,7 +34,8 @@ except ImportError:  # pragma: no cover - the extra is missing
     raise MissingExtraError("calimon.integrations.inspect needs inspect_ai: "
                             "pip install 'calimon[inspect]'") from None
 
-from calimon.integrations import Assessment, resolve_monitor
+from calimon.integrations import Assessment
+from calimon.integrations.lazy import LazyMonitor
 from calimon.integrations.transcripts import sample_from_messages
 
 APPROVAL = {"pass": "approve", "review": "escalate", "block": "reject"}
@@ -49,7 +48,7 @@ def monitor_scorer(policy: str | None = None, model: str | None = None, url: str
                    api_key: str | None = None, force: bool = False) -> Scorer:
     """An Inspect scorer: each sample's calibrated probability of misbehavior, the policy's
     decision and the evidence (module docstring). The monitor is built on the first sample."""
-    monitor = _Lazy(dict(policy=policy, model=model, url=url, readout=readout, prompt=prompt,
+    monitor = LazyMonitor(dict(policy=policy, model=model, url=url, readout=readout, prompt=prompt,
                          calibration_map=calibration_map, store=store, api_key=api_key,
                          force=force))
 
@@ -101,7 +100,7 @@ def monitor_approver(policy: str | None = None, url: str | None = None,
                      force: bool = False) -> Approver:
     """An Inspect approver: the policy's decision on the trajectory with the proposed tool call
     (module docstring). Needs a policy (``policy=`` here, or the server's at ``url=``)."""
-    monitor = _Lazy(dict(policy=policy, url=url, calibration_map=calibration_map,
+    monitor = LazyMonitor(dict(policy=policy, url=url, calibration_map=calibration_map,
                          prompt=prompt, store=store, api_key=api_key, force=force),
                     need_policy=True)
     answers = {**APPROVAL, "block": block}
@@ -128,33 +127,6 @@ def proposed_messages(history: list[ChatMessage], call: ToolCall, message: str =
                 c.id == call.id for c in m.tool_calls or ()):
             return [*history[:i], m.model_copy(update={"tool_calls": [call]})]
     return [*history, ChatMessageAssistant(content=message, tool_calls=[call])]
-
-
-class _Lazy:
-    """The monitor of an integration's arguments, built on first use (in a worker thread: a
-    local model's weights load there) and then shared."""
-
-    def __init__(self, kwargs: dict[str, Any], *, need_policy: bool = False):
-        self.kwargs = {k: str(v) if isinstance(v, Path) else v for k, v in kwargs.items()}
-        self.need_policy = need_policy
-        self.monitor = None
-        self.lock = anyio.Lock()
-
-    async def get(self):
-        async with self.lock:
-            if self.monitor is None:
-                if self.need_policy and not (self.kwargs.get("policy") or self.kwargs.get("url")):
-                    from calimon.errors import InputError
-
-                    raise InputError("an approver needs a policy: give policy=PATH or url=URL "
-                                     "(a calimon serve server applies its own)", field="policy")
-                self.monitor = await anyio.to_thread.run_sync(
-                    lambda: resolve_monitor(**self.kwargs))
-        return self.monitor
-
-    async def assess(self, samples: list) -> list[Assessment]:
-        monitor = await self.get()
-        return await anyio.to_thread.run_sync(monitor.assess, samples)
 
 
 __all__ = ["assessment_score", "monitor_approver", "monitor_scorer", "proposed_messages",
