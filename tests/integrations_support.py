@@ -26,15 +26,21 @@ def isolate_inspect(mp, root: Path) -> None:
 def calimon_score(benchmark: str, store: Path, out: Path, *extra: str,
                   model: str = MODEL) -> dict[str, dict]:
     """``calimon score --benchmark BENCHMARK --export OUT`` run as a user runs it; the exported
-    rows by transcript hash."""
+    rows by transcript hash (`score_rows`: every row, by id)."""
+    return {r["transcript_hash"]: r for r in score_rows(benchmark, store, out, *extra,
+                                                        model=model)}
+
+
+def score_rows(benchmark: str, store: Path, out: Path, *extra: str,
+               model: str = MODEL) -> list[dict]:
+    """``calimon score --benchmark BENCHMARK --export OUT``; every exported row, in order."""
     from calimon.cli import app
 
     res = CliRunner().invoke(app, ["score", "--model", model, "--benchmark", benchmark,
                                    "--threads", "1", "--store", str(store), "--export",
                                    str(out), "--quiet", *extra])
     assert res.exit_code == 0, res.output
-    rows = [json.loads(x) for x in out.read_text().splitlines()]
-    return {r["transcript_hash"]: r for r in rows}
+    return [json.loads(x) for x in out.read_text().splitlines()]
 
 
 def write_map(path: Path, provenance: dict, seed: int = 0):
