@@ -27,37 +27,16 @@ ones. That is the honest measure of a monitor's false alarms on clean traffic.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from calimon.curve_result import RateAt, Support
 from calimon.errors import InputError
 
 MIN_PER_CLASS_CURVE = 10
 MIN_PER_CLASS_CALIBRATION = 20
 RATE_LEVEL = 0.95  # two-sided level of the Clopper-Pearson intervals of ``rates_at``
-
-
-@dataclass(frozen=True)
-class Support:
-    """What a set with ``n_pos`` misbehaving and ``n_neg`` benign scored samples supports.
-
-    ``curve``: a curve, AUROC and operating points; ``calibration``: fitting a calibration map
-    on it. ``reason``: one line saying why what is not supported is not shown (None if all is).
-    """
-
-    n_pos: int
-    n_neg: int
-    curve: bool
-    calibration: bool
-    reason: str | None
-    min_per_class_curve: int = MIN_PER_CLASS_CURVE
-    min_per_class_calibration: int = MIN_PER_CLASS_CALIBRATION
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-ready dict."""
-        return asdict(self)
 
 
 def _counts(n_pos: int, n_neg: int) -> str:
@@ -82,31 +61,8 @@ def class_support(n_pos: int, n_neg: int, *, what: str = "scored samples") -> Su
         reason = (f"{_counts(n_pos, n_neg)} {what}: no calibration map, which needs at least "
                   f"{MIN_PER_CLASS_CALIBRATION} of each class; the curve is drawn on the raw "
                   f"score")
-    return Support(int(n_pos), int(n_neg), curve, calibration, reason)
-
-
-@dataclass(frozen=True)
-class RateAt:
-    """One class's error rate at a fixed threshold (flag iff ``score >= threshold``).
-
-    ``rate``: ``"far"`` (benign flagged; ``k`` of ``n`` benign) or ``"mr"`` (misbehaving not
-    flagged). ``low`` / ``high``: exact two-sided Clopper-Pearson interval at ``level``.
-    """
-
-    rate: str
-    threshold: float
-    k: int
-    n: int
-    estimate: float
-    low: float
-    high: float
-    level: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-ready dict; an infinite threshold becomes None."""
-        d = asdict(self)
-        d["threshold"] = None if math.isinf(self.threshold) else self.threshold
-        return d
+    return Support(int(n_pos), int(n_neg), curve, calibration, reason,
+                   MIN_PER_CLASS_CURVE, MIN_PER_CLASS_CALIBRATION)
 
 
 def rate_interval(rate: str, threshold: float, k: int, n: int,

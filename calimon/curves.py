@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from calimon.curve_result import Band as BandData
+from calimon.curve_result import BinaryPoint, CurveData, OperatingPoint
 from calimon.errors import InputError
 from calimon.validation import TOL, as_groups, as_labels, as_scores  # checks shared below
 
@@ -103,6 +105,10 @@ def _floats(values: Any) -> list[float | None]:
     return [_jsonable(float(v)) for v in values]
 
 
+def _tuple(values: Any) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
 def _unfloats(values: Sequence[float | None]) -> np.ndarray:
     return np.array([math.nan if v is None else v for v in values], dtype=float)
 
@@ -115,24 +121,6 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 def _pct(x: float) -> str:
     return f"{100 * x:.4g}%"
-
-
-@dataclass(frozen=True)
-class OperatingPoint:
-    """One threshold on a curve and what it does: flag iff ``score >= threshold``."""
-
-    name: str
-    threshold: float
-    mr: float
-    far: float
-    tp: int
-    fp: int
-    tn: int
-    fn: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready; a +inf threshold (flag nothing) is written as null."""
-        return {k: _jsonable(v) for k, v in asdict(self).items()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -259,6 +247,31 @@ class Curve:
                 "auroc": _jsonable(self.auroc), "undefined_reason": self.undefined_reason,
                 "band": band, "min_per_class": self.min_per_class}
 
+    def to_data(self) -> CurveData:
+        """The curve as curve.json holds it (`calimon.curve_result.CurveData`)."""
+        b = self.band
+        band = None if b is None else BandData(
+            _tuple(b.far_grid), _tuple(b.mr_lo), _tuple(b.mr_hi), b.level, b.n_boot, b.n_used)
+        return CurveData(_tuple(self.thresholds), _tuple(self.mr), _tuple(self.far), self.n_pos,
+                         self.n_neg, _jsonable(self.auroc), self.undefined_reason, band,
+                         self.min_per_class)
+
+    @classmethod
+    def from_data(cls, d: CurveData) -> Curve:
+        """Inverse of ``to_data``: the curve of a CurveData read from curve.json."""
+        from calimon.bootstrap import Band
+
+        b = d.band
+        band = None if b is None else Band(
+            _frozen(np.array(b.far_grid)), _frozen(np.array(b.mr_lo)),
+            _frozen(np.array(b.mr_hi)), float(b.level), int(b.n_boot), int(b.n_used))
+        thresholds = np.array(d.thresholds, dtype=float)
+        if thresholds.size:
+            thresholds[0] = np.inf
+        return cls(_frozen(thresholds), _frozen(np.array(d.mr)), _frozen(np.array(d.far)),
+                   d.n_pos, d.n_neg, math.nan if d.auroc is None else float(d.auroc), band,
+                   d.min_per_class)
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Curve:
         """Inverse of ``to_dict``."""
@@ -287,32 +300,6 @@ def _check_rate(x: Any, name: str) -> None:
 
 
 # ---------------------------------------------------------------------------- binary protocol
-
-@dataclass(frozen=True)
-class BinaryPoint:
-    """A boolean monitor (e.g. the JSON protocol) as one point on the MR / FAR axes.
-
-    ``mr``, ``far`` and the counts are over parsed samples. A parse failure is never silently a
-    "no": ``mr_lo``/``far_hi`` count failures as flagged, ``mr_hi``/``far_lo`` as passed.
-    """
-
-    name: str
-    mr: float
-    far: float
-    tp: int
-    fp: int
-    tn: int
-    fn: int
-    n_parse_failure: int
-    mr_lo: float
-    mr_hi: float
-    far_lo: float
-    far_hi: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-ready dict; NaN rates become None."""
-        return {k: _jsonable(v) for k, v in asdict(self).items()}
-
 
 def binary_point(decisions: Sequence[bool | None], labels: Any, name: str) -> BinaryPoint:
     """``decisions``: True (flagged) / False (passed) / None (parse failure), one per label."""

@@ -1,9 +1,16 @@
-"""``curve.csv``, the run-folder file that later commands re-read: its columns (declared once,
-versioned), its one writer and its one reader.
+"""The run-folder files that later commands re-read, each with one writer and one reader:
+``curve.csv`` (its columns declared once, versioned) and ``curve.json`` (`CurveResult`,
+versioned).
 
-``calimon curve`` writes it (``calimon.curve_outputs``); the deployment tools
+``calimon curve`` writes both (``calimon.curve_outputs``); the deployment tools
 (``calimon.deploy.io``: ``thresholds``, ``escalate``, ``apply-policy``) and the report
-(``calimon.report.data``) read it through :func:`read_curve_csv`.
+(``calimon.report.data``) read curve.csv through :func:`read_curve_csv`; the report, compare,
+bundles, shift and the deployment commands read curve.json through :func:`read_curve_json`.
+
+curve.json format version 1 (``CURVE_JSON_VERSION``): the parts of `CurveResult`, with
+``format_version`` first; a file without it (written before it was recorded) is version 1. A
+newer version is refused with a line naming the file; an older one would be upgraded here,
+one numbered step at a time (``_CURVE_JSON_UPGRADES``; none yet).
 
 Format version 3 (``CURVE_CSV_VERSION``): one row per sample with the columns ``CURVE_COLUMNS``;
 every number is written as ``repr(float)``, the shortest text that reads back as the same
@@ -16,11 +23,14 @@ an empty cell, never 0. ``curve.json`` names the version under ``files["curve.cs
 from __future__ import annotations
 
 import csv
+import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from calimon.curve_result import CURVE_JSON, CURVE_JSON_VERSION, CurveResult
 from calimon.errors import InputError
 
 CURVE_CSV = "curve.csv"
@@ -163,5 +173,86 @@ def read_curve_csv(path: str | Path, *, required: Sequence[str] = ("id", "status
     return tuple(rows)
 
 
-__all__ = ["CURVE_COLUMNS", "CURVE_CSV", "CURVE_CSV_VERSION", "CurveRow", "SCORED_STATUSES",
-           "curve_csv_info", "format_float", "read_curve_csv", "write_curve_csv"]
+# ---------------------------------------------------------------------------- curve.json
+
+_CURVE_JSON_UPGRADES: dict[int, Callable[[dict], dict]] = {}  # version v -> a doc of v + 1
+_CURVE_HINT = "not a curve.json of `calimon curve`"
+
+
+def curve_json_doc(result: CurveResult) -> dict[str, Any]:
+    """``result`` as curve.json's object (JSON values), ``format_version`` first."""
+    from calimon.typed_json import to_json
+
+    return {**to_json(result), "format_version": CURVE_JSON_VERSION}
+
+
+def write_curve_json(path: str | Path, result: CurveResult) -> Path:
+    """Write ``result`` as a curve.json (indented, NaN refused); returns the path."""
+    out = Path(path)
+    text = json.dumps(curve_json_doc(result), indent=1, allow_nan=False)
+    out.write_text(text + "\n", encoding="utf-8")
+    return out
+
+
+def _version(doc: dict[str, Any], where: str) -> int:
+    v = doc.get("format_version", 1)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InputError(f"expected a format version >= 1, got {v!r}", path=where,
+                         field="format_version")
+    if v > CURVE_JSON_VERSION:
+        raise InputError(f"curve.json format version {v} is newer than this calimon reads "
+                         f"(up to {CURVE_JSON_VERSION}); upgrade calimon to read it",
+                         path=where, field="format_version")
+    return v
+
+
+def curve_result_from_doc(doc: Any, *, path: str | None = None,
+                          required: Sequence[str] = ()) -> CurveResult:
+    """The `CurveResult` of a curve.json object already parsed: its version checked (and
+    upgraded to the current one), the keys in ``required`` present, every value checked
+    against its type. Raises InputError naming ``path`` and the key."""
+    from calimon.typed_json import from_json
+
+    if not isinstance(doc, dict):
+        raise InputError(f"expected a JSON object, got {type(doc).__name__}: {_CURVE_HINT}",
+                         path=path)
+    v = _version(doc, path or CURVE_JSON)
+    while v < CURVE_JSON_VERSION:
+        doc, v = _CURVE_JSON_UPGRADES[v](doc), v + 1
+    for key in required:
+        if key not in doc:
+            raise InputError(f"missing key {key!r}: {_CURVE_HINT}", path=path, field=key)
+    return from_json(CurveResult, {**doc, "format_version": CURVE_JSON_VERSION}, path=path)
+
+
+def parse_curve_json(raw: bytes | str, *, path: str | None = None,
+                     required: Sequence[str] = ()) -> tuple[CurveResult, dict[str, Any]]:
+    """(the result, the object as written) of curve.json's text (see `curve_result_from_doc`)."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"not valid JSON ({exc})", path=path) from None
+    return curve_result_from_doc(doc, path=path, required=required), doc
+
+
+def read_curve_json(path: str | Path, *, required: Sequence[str] = (),
+                    hint: str = "write a run folder with `calimon curve --out DIR`"
+                    ) -> CurveResult:
+    """The `CurveResult` of a curve.json file (a run folder is read as its curve.json); a
+    missing file, bad JSON, a newer format version or a value of the wrong type raises
+    InputError naming the file."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / CURVE_JSON
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read this curve.json ({exc.strerror or exc}); {hint}",
+                         path=str(p)) from None
+    return parse_curve_json(raw, path=str(p), required=required)[0]
+
+
+__all__ = ["CURVE_COLUMNS", "CURVE_CSV", "CURVE_CSV_VERSION", "CURVE_JSON",
+           "CURVE_JSON_VERSION", "CurveRow", "SCORED_STATUSES", "curve_csv_info",
+           "curve_json_doc", "curve_result_from_doc", "format_float", "parse_curve_json",
+           "read_curve_csv", "read_curve_json", "write_curve_csv", "write_curve_json"]
