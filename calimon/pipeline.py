@@ -11,6 +11,7 @@ from pathlib import Path
 from calimon import __version__
 from calimon.backends import check_backend_model, model_for, release
 from calimon.class_support import MIN_PER_CLASS_CALIBRATION, MIN_PER_CLASS_CURVE
+from calimon.curve_result import CurveResult
 from calimon.data.registry import load_benchmark
 from calimon.engines import MonitorSpec, RunSettings, Scorer, api_usage
 from calimon.errors import InputError
@@ -55,12 +56,14 @@ class CurveSettings(RunSettings):
 
 @dataclass(frozen=True)
 class CurveRun:
-    """What `run_curve` returns: the run folder, the summary written to its curve.json, and
-    the model calls the run made (0 when the store had every reading)."""
+    """What `run_curve` returns: the run folder, the summary written to its curve.json (as
+    JSON values), the model calls the run made (0 when the store had every reading) and the
+    typed result (`calimon.curve_result.CurveResult`)."""
 
     out: Path
     summary: dict = field(repr=False)
     model_calls: int = 0
+    result: CurveResult | None = field(default=None, repr=False)
 
 
 def default_out(settings: CurveSettings) -> Path:
@@ -252,9 +255,10 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     finally:
         if owned:
             release(backend)  # a shared backend stays loaded; calimon.backends.drop_backends
-    from calimon.curve_outputs import write_curve_outputs
+    from calimon.curve_outputs import write_curve_run
+    from calimon.run_folder import curve_json_doc
 
-    summary = write_curve_outputs(
+    result = write_curve_run(
         out, s, evaluate=evaluate, fit=fit, readings=readings, binary_set=binary.samples,
         binary_readings=binary.readings, binary_checks=binary.checks, timing=timing,
         provenance={"model": resolved.name, "model_revision": resolved.revision,
@@ -269,7 +273,8 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
                     "calimon_version": __version__, "store": str(s.store),
                     **({"head_forced": main.forced} if getattr(main, "forced", None) else {}),
                     "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
-    return CurveRun(out=out, summary=summary, model_calls=model_calls)
+    return CurveRun(out=out, summary=curve_json_doc(result), model_calls=model_calls,
+                    result=result)
 
 
 __all__ = ["ALL_METHODS", "FREE_CHECK", "BinaryScores", "CurveRun", "CurveSettings", "Progress",
