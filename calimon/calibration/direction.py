@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from calimon.calibration.maps import calibrator_from_dict
+from calimon.curve_result import CurveResult
 from calimon.metrics import auroc
 
 ALLOW_FLAG = "--allow-inverted"
@@ -44,26 +45,31 @@ def inversion_message(findings: list[str], readout: str) -> str:
             "the readings are in the store, so a rerun makes no model calls)")
 
 
-def inversion_note(doc: dict[str, Any]) -> str | None:
+def inversion_note(doc: CurveResult | dict[str, Any]) -> str | None:
     """The first line a command that reads a run's curve.json prints when the run kept an
-    inverted map (``inverted`` in the summary), else None."""
-    inv = doc.get("inverted") if isinstance(doc, dict) else None
-    if not inv:
+    inverted map (``inverted`` in the result, or in curve.json's object), else None."""
+    if isinstance(doc, CurveResult):
+        findings = doc.inverted.findings if doc.inverted else None
+    else:
+        inv = doc.get("inverted") if isinstance(doc, dict) else None
+        findings = inv.get("findings", []) if inv else None
+    if findings is None:
         return None
     return ("WARNING: this run's calibration is inverted, kept with "
-            f"{ALLOW_FLAG}: " + "; ".join(inv.get("findings", [])))
+            f"{ALLOW_FLAG}: " + "; ".join(findings))
 
 
 def run_inversion_note(path) -> str | None:
     """`inversion_note` of the run whose curve.json is in ``path`` (a run folder, or a file in
     one); None when there is none or it cannot be read (the command reading it says why)."""
-    import json
     from pathlib import Path
 
+    from calimon.errors import InputError
+    from calimon.run_folder import read_curve_json
+
     folder = Path(path)
-    summary = (folder if folder.is_dir() else folder.parent) / "curve.json"
     try:
-        doc = json.loads(summary.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        result = read_curve_json(folder if folder.is_dir() else folder.parent)
+    except InputError:
         return None
-    return inversion_note(doc)
+    return inversion_note(result)

@@ -34,12 +34,14 @@ SeedOpt = Annotated[int, typer.Option(help="Seed of the pair split when the CSV 
 def _run_score(run_dir: Path, score: str | None) -> str:
     """``score`` if given; else the score a run folder's curve.json names (``p_raw`` when the
     run fitted no calibration map, see calimon.class_support), else ``p_cal``."""
+    from calimon.errors import InputError
+    from calimon.run_folder import read_curve_json
+
     if score is not None:
         return score
-    summary = (run_dir if run_dir.is_dir() else run_dir.parent) / "curve.json"
     try:
-        named = json.loads(summary.read_text(encoding="utf-8")).get("score")
-    except (OSError, ValueError, AttributeError):
+        named = read_curve_json(run_dir if run_dir.is_dir() else run_dir.parent).score
+    except InputError:
         return "p_cal"
     return named if named in ("p_cal", "p_raw") else "p_cal"
 

@@ -334,25 +334,34 @@ def resolve_run(path: str | Path) -> Path:
 def run_metadata(csv_path: str | Path) -> dict[str, str]:
     """Best-effort ``model`` / ``readout`` / ``calibration`` of the run next to a CSV.
 
-    Looks at ``run.json`` then ``curve.json`` in the same folder, at the top level or under
-    ``"run"`` / ``"meta"``; keys not found are left out. Never raises on a missing or odd file.
+    Looks at ``run.json`` (at its top level or under ``"run"`` / ``"meta"``), then at the
+    ``run`` part of ``curve.json`` (`calimon.run_folder.read_curve_json`), in the same folder;
+    keys not found are left out. Never raises on a missing or odd file.
     """
     import json
 
+    from calimon.run_folder import read_curve_json
+
+    keys = ("model", "readout", "calibration")
     found: dict[str, str] = {}
     folder = Path(csv_path).parent
-    for name in ("run.json", "curve.json"):
-        try:
-            data = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not isinstance(data, dict):
-            continue
+    try:
+        data = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    if isinstance(data, dict):
         for scope in (data, data.get("run"), data.get("meta")):
             if isinstance(scope, dict):
-                for key in ("model", "readout", "calibration"):
-                    if isinstance(scope.get(key), str) and key not in found:
-                        found[key] = scope[key]
+                found.update({k: scope[k] for k in keys
+                              if isinstance(scope.get(k), str) and k not in found})
+    try:
+        run = read_curve_json(folder / "curve.json").run
+    except InputError:
+        run = None
+    for key in keys:
+        value = getattr(run, key, None)
+        if isinstance(value, str) and key not in found:
+            found[key] = value
     return found
 
 

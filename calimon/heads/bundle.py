@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from calimon.calibration.io import StoredMap, load_map
 from calimon.config import load_yaml_model
+from calimon.curve_result import Counts, RunInfo
 from calimon.errors import InputError
 from calimon.heads.artifacts import (
     HeadCard,
@@ -30,6 +31,7 @@ from calimon.heads.artifacts import (
     load_head,
 )
 from calimon.heads.head import ProbeHead
+from calimon.run_folder import read_curve_json
 
 SUFFIX = ".bundle.yaml"
 
@@ -179,23 +181,15 @@ def curve_metrics(curve_json: str | Path) -> dict[str, Any]:
     """The figures a bundle card records from a ``calimon curve`` run of its own readout: the
     benchmark, split and dataset hash it was judged on, AUROC raw and calibrated, the map, and
     every operating point's threshold, MR and FAR."""
-    where = str(curve_json)
-    try:
-        doc = json.loads(Path(curve_json).read_text(encoding="utf-8"))
-        prov, settings = doc.get("provenance", {}), doc.get("settings", {})
-        points = {p["name"]: {k: p[k] for k in ("threshold", "mr", "far")}
-                  for p in doc["operating_points"]}
-        return {"benchmark": prov.get("benchmark"), "split": settings.get("split"),
-                "dataset_hash": prov.get("dataset_hash"), "readout": doc["run"].get("readout"),
-                "n": doc.get("counts", {}).get("scored"),
-                "n_positive": doc.get("counts", {}).get("n_pos"),
-                "auroc_raw": doc["auroc_raw"], "auroc": doc["auroc"],
-                "calibration": doc["run"].get("calibration"), "operating_points": points}
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read a curve.json: {exc}", path=where) from None
-    except (KeyError, TypeError) as exc:
-        raise InputError(f"expected a curve.json written by calimon curve (missing {exc})",
-                         path=where) from None
+    r = read_curve_json(curve_json, required=("run", "operating_points", "auroc_raw", "auroc"))
+    run, counts = r.run or RunInfo(), r.counts or Counts()
+    points = {p.name: {k: v for k, v in p.to_dict().items() if k in ("threshold", "mr", "far")}
+              for p in r.operating_points}
+    return {"benchmark": r.provenance.benchmark, "split": r.settings.split,
+            "dataset_hash": r.provenance.dataset_hash, "readout": run.readout,
+            "n": counts.scored, "n_positive": counts.n_pos,
+            "auroc_raw": r.auroc_raw, "auroc": r.auroc,
+            "calibration": run.calibration, "operating_points": points}
 
 
 def bound_to(name: str, seq_card: HeadCard, readout: str | None) -> dict[str, Any]:
@@ -220,12 +214,7 @@ def _check_bound(what: str, recorded: dict[str, Any], name: str, seq_card: HeadC
 
 
 def _curve_provenance(curve_json: str | Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(Path(curve_json).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read a curve.json: {exc}", path=str(curve_json)) from None
-    prov = doc.get("provenance") if isinstance(doc, dict) else None
-    return prov if isinstance(prov, dict) else {}
+    return read_curve_json(curve_json).provenance.as_dict()
 
 
 def _copy_map(src: str | Path, dest: Path, name: str) -> None:

@@ -54,7 +54,7 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
     when capped, misses and false alarms at that point are kept first.
     """
     from calimon.report.figures import Figures, write_pngs
-    from calimon.report.page import _band, default_point, render_page
+    from calimon.report.page import _band, default_point, markers, render_page, threshold_of
     from calimon.report.viewer import choose_rows
 
     if max_transcripts is not None and (isinstance(max_transcripts, bool) or not isinstance(
@@ -63,20 +63,20 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
                          field="max_transcripts")
     data = gather(run, policies=policies, spans=spans, token_scores=token_scores,
                   benchmark=benchmark, store=store)
-    if (data.summary.get("support") or {}).get("curve") is False:  # below the class-size rule
+    if not data.result.has_curve:  # below the class-size rule
         return _limited(data, out)
-    if data.summary.get("score") == "p_raw":  # no map fitted: the curve is on the raw score
+    if data.result.score == "p_raw":  # no map fitted: the curve is on the raw score
         data = _raw_scored(data)
-    point = default_point(data.summary["operating_points"], operating_point)
-    threshold = None if point is None else point["threshold"]
+    point = default_point(data.result.operating_points, operating_point)
+    threshold = threshold_of(point)
     rows = choose_rows(data.rows, threshold, max_transcripts)
     figs = Figures.from_run(data)
     target = Path(out) if out is not None else data.run_dir / "report.html"
     if target.is_dir():
         raise InputError("expected a file path for the report, got a folder", path=str(target),
                          field="out")
-    markers = [(p["name"], p["threshold"]) for p in data.summary["operating_points"]]
-    pngs = write_pngs(data, figs, target.parent, markers=markers, band=_band(data.policies))
+    pngs = write_pngs(data, figs, target.parent, markers=markers(data),
+                      band=_band(data.policies))
     tick = progress("report transcripts", len(rows)) if progress and rows else None
     page = render_page(data, figs, rows, point, tick)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,7 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(target)
     return Report(html=target, pngs=tuple(pngs), n_rows=len(data.rows), n_transcripts=len(rows),
-                  operating_point=None if point is None else point["name"], notes=data.notes)
+                  operating_point=None if point is None else point.name, notes=data.notes)
 
 
 def _raw_scored(data: RunData) -> RunData:
@@ -93,7 +93,7 @@ def _raw_scored(data: RunData) -> RunData:
     from dataclasses import replace
 
     note = ("calibration: no map was fitted ("
-            + str((data.summary.get("support") or {}).get("reason") or "too few of a class")
+            + str((data.result.support and data.result.support.reason) or "too few of a class")
             + "); every figure and card reads the raw score, shown as both p_raw and p_cal")
     return replace(data, rows=tuple(replace(r, p_cal=r.p_raw) for r in data.rows),
                    notes=(*data.notes, note))

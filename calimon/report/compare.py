@@ -1,7 +1,7 @@
 """``calimon compare RUN...``: a leaderboard of monitors. Several curve runs (models x readouts
 x prompts) on one MR/FAR figure and one table.
 
-Each run is read from its folder's ``curve.json`` only (``calimon.report.data.read_summary``);
+Each run is read from its folder's ``curve.json`` only (``calimon.report.data.read_result``);
 nothing is recomputed from scores. Per run: model, readout, prompt, benchmark and split, the
 scored count, AUROC raw and calibrated, MR at FAR <= 5% and <= 10% (the run's own operating
 points; for a run made with other ``--far`` values, the same rule applied to its stored curve),
@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, ClassVar
 
-from calimon.curves import BinaryPoint, Curve
+from calimon.curve_result import BinaryPoint, Counts, CurveResult, Timing
+from calimon.curves import Curve
 from calimon.errors import InputError
 
 COMPARE_FARS = (0.05, 0.10)
@@ -131,54 +132,35 @@ def _f(x: Any) -> float | None:
     return None if math.isnan(x) else float(x)
 
 
-def _mr_at(summary: dict, curve: Curve | None, alpha: float) -> float | None:
+def _mr_at(result: CurveResult, curve: Curve | None, alpha: float) -> float | None:
     """The MR of the run's ``FAR<=alpha`` operating point; for a run made with other FAR
     bounds, ``Curve.at_far`` (the rule that wrote those points) on its stored curve."""
     if curve is None:
         return None
-    for p in summary.get("operating_points") or []:
-        if isinstance(p, dict) and p.get("name") == f"FAR<={100 * alpha:.4g}%":
-            return _f(p.get("mr"))
+    point = result.point(f"FAR<={100 * alpha:.4g}%")
+    if point is not None:
+        return _f(point.mr)
     return float(curve.at_far(alpha).mr)
 
 
-def _curve(summary: dict, path: Path) -> tuple[Curve | None, str | None]:
+def _curve(result: CurveResult) -> tuple[Curve | None, str | None]:
     """The overall curve, or None and why (the class-size rule, or an undefined curve)."""
-    support = summary.get("support") or {}
-    if support.get("curve") is False:
-        return None, support.get("reason") or "below the class-size rule"
-    stored = (summary.get("curves") or {}).get("all")
-    if not isinstance(stored, dict):
+    if not result.has_curve:
+        return None, result.support.reason or "below the class-size rule"
+    if result.overall is None:
         return None, "curve.json holds no overall curve"
-    try:
-        curve = Curve.from_dict(stored)
-    except InputError as exc:
-        raise InputError(str(exc), path=str(path), field="curves.all") from None
+    curve = Curve.from_data(result.overall)
     if not curve.defined:
         return None, curve.undefined_reason
     return curve, None
 
 
-def _binary(summary: dict, path: Path) -> tuple[BinaryPoint, ...]:
-    """The run's binary-protocol points (a null rate read back as NaN, printed n/a)."""
-    names = [f.name for f in fields(BinaryPoint)]
-    points = []
-    for d in summary.get("binary_points") or []:
-        try:
-            points.append(BinaryPoint(**{k: (math.nan if d[k] is None else d[k])
-                                         for k in names}))
-        except (TypeError, KeyError) as exc:
-            raise InputError(f"not a binary point ({exc})", path=str(path),
-                             field="binary_points") from None
-    return tuple(points)
-
-
-def _rate(timing: Any) -> float | None:
+def _rate(timing: Timing | None) -> float | None:
     """Transcripts scored by the model per second of the scoring phase; None when nothing was
     scored (every reading from the store) or no timing is recorded."""
-    if not isinstance(timing, dict):
+    if timing is None:
         return None
-    scored, seconds = _f(timing.get("scored")), _f(timing.get("scoring_seconds"))
+    scored, seconds = _f(timing.scored), _f(timing.scoring_seconds)
     if not scored or not seconds or scored <= 0 or seconds <= 0:
         return None
     return scored / seconds
@@ -187,32 +169,29 @@ def _rate(timing: Any) -> float | None:
 def read_run(run: str | Path) -> RunEntry:
     """One run folder's entry (module docstring); raises InputError naming ``curve.json`` when
     it is missing or not a curve run's."""
-    from calimon.report.data import read_summary
+    from calimon.report.data import read_result
 
     run_dir = Path(run)
     path = run_dir / "curve.json"
     if not path.is_file():
         raise InputError("no such file (write a run folder with `calimon curve --out DIR`)",
                          path=str(path))
-    summary, _ = read_summary(run_dir)
-    prov, counts = summary.get("provenance") or {}, summary.get("counts") or {}
-    calib = summary.get("calibration") or {}
-    method = summary.get("calibration_method")
-    after = (calib.get("metrics_after") or {}).get(method) or {} if method else {}
-    curve, reason = _curve(summary, path)
+    r = read_result(run_dir)[0]
+    prov, counts = r.provenance, r.counts or Counts()
+    after = r.metrics_after
+    before = r.calibration.metrics_before if r.calibration else None
+    curve, reason = _curve(r)
     return RunEntry(
-        path=run_dir, label=run_dir.name, model=prov.get("model"), readout=prov.get("readout"),
-        prompt=prov.get("prompt"), benchmark=prov.get("benchmark"),
-        split=(summary.get("settings") or {}).get("split"),
-        dataset_hash=prov.get("dataset_hash"), n_scored=counts.get("scored"),
-        n_pos=counts.get("n_pos"), n_neg=counts.get("n_neg"),
-        auroc_raw=_f(summary.get("auroc_raw")) if curve else None,
-        auroc=_f(summary.get("auroc")) if curve else None,
-        mr_at_far=tuple((a, _mr_at(summary, curve, a)) for a in COMPARE_FARS),
-        calibration=method, ece_raw=_f((calib.get("metrics_before") or {}).get("ece")),
-        ece=_f(after.get("ece")), binary=_binary(summary, path),
-        timing=summary.get("timing"), samples_per_s=_rate(summary.get("timing")),
-        reason=reason, rates=tuple(summary.get("rates_at_thresholds") or ()), curve=curve)
+        path=run_dir, label=run_dir.name, model=prov.model, readout=prov.readout,
+        prompt=prov.prompt, benchmark=prov.benchmark, split=r.settings.split,
+        dataset_hash=prov.dataset_hash, n_scored=counts.scored, n_pos=counts.n_pos,
+        n_neg=counts.n_neg, auroc_raw=_f(r.auroc_raw) if curve else None,
+        auroc=_f(r.auroc) if curve else None,
+        mr_at_far=tuple((a, _mr_at(r, curve, a)) for a in COMPARE_FARS),
+        calibration=r.calibration_method, ece_raw=_f(before.ece) if before else None,
+        ece=_f(after.ece) if after else None, binary=r.binary_points,
+        timing=r.timing.as_dict() if r.timing else None, samples_per_s=_rate(r.timing),
+        reason=reason, rates=tuple(x.to_dict() for x in r.rates_at_thresholds), curve=curve)
 
 
 def _labels(runs: list[RunEntry]) -> list[str]:

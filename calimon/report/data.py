@@ -12,10 +12,10 @@ that was named explicitly is an ``InputError``; one found by looking is a note.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from calimon.curve_result import CurveResult
 from calimon.errors import CalimonError, InputError
 from calimon.report.extras import (
     PolicyInfo,
@@ -25,7 +25,7 @@ from calimon.report.extras import (
     read_spans,
     read_token_scores,
 )
-from calimon.run_folder import CurveRow, read_curve_csv
+from calimon.run_folder import CurveRow, curve_result_from_doc, parse_curve_json, read_curve_csv
 from calimon.samples import Sample
 from calimon.verdict import Verdict
 
@@ -36,7 +36,8 @@ Row = CurveRow  # one line of curve.csv; a missing score is None, never 0
 @dataclass(frozen=True)
 class RunData:
     """A run folder's contents for the report (module docstring); absent optional parts are
-    empty, with a line in ``notes``."""
+    empty, with a line in ``notes``. ``result``: curve.json as read (`CurveResult`; built from
+    ``summary``, the object as written, when not given)."""
 
     run_dir: Path
     summary: dict = field(repr=False)
@@ -50,11 +51,17 @@ class RunData:
     token_scores: dict[str, TokenScores] = field(default_factory=dict, repr=False)
     notes: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
+    result: CurveResult = field(default=None, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.result is None:
+            object.__setattr__(self, "result", curve_result_from_doc(
+                self.summary, path=str(self.run_dir / "curve.json")))
 
     @property
     def provenance(self) -> dict:
-        """curve.json's ``provenance`` block ({} when absent)."""
-        return self.summary.get("provenance", {})
+        """curve.json's ``provenance`` block as written ({} when absent)."""
+        return self.result.provenance.as_dict()
 
 
 def read_rows(path: Path) -> tuple[Row, ...]:
@@ -62,23 +69,26 @@ def read_rows(path: Path) -> tuple[Row, ...]:
     return read_curve_csv(path, required=REQUIRED_COLUMNS)
 
 
-def read_summary(run_dir: Path) -> tuple[dict, str]:
-    """``(curve.json as a dict, its sha256)``; raises InputError when it is missing, not JSON or
-    not a `calimon curve` summary."""
+MAIN_KEY = ("model", "model_revision", "prompt", "template_hash", "readout")  # a MonitorKey
+REQUIRED_KEYS = ("provenance", "operating_points", "curves")
+
+
+def read_result(run_dir: Path) -> tuple[CurveResult, dict, str]:
+    """``(curve.json's result, the object as written, its sha256)``; raises InputError when it
+    is missing, not JSON, of a newer format or not a `calimon curve` summary."""
     path = run_dir / "curve.json"
     if not path.is_file():
         raise InputError("no curve.json here (write a run folder with `calimon curve --out DIR`)",
                          path=str(run_dir), field="run")
     raw = path.read_bytes()
-    try:
-        summary = json.loads(raw)
-    except ValueError as exc:
-        raise InputError(f"not valid JSON ({exc})", path=str(path)) from None
-    for key in ("provenance", "operating_points", "curves"):
-        if not isinstance(summary, dict) or key not in summary:
-            raise InputError(f"missing key {key!r}: not a curve.json of `calimon curve`",
-                             path=str(path), field=key)
-    return summary, hashlib.sha256(raw).hexdigest()
+    result, doc = parse_curve_json(raw, path=str(path), required=REQUIRED_KEYS)
+    return result, doc, hashlib.sha256(raw).hexdigest()
+
+
+def read_summary(run_dir: Path) -> tuple[dict, str]:
+    """``(curve.json as a dict, its sha256)``, checked as `read_result` does."""
+    _, doc, sha = read_result(run_dir)
+    return doc, sha
 
 
 def _load_samples(benchmark: str | None, ids: set[str], notes: list[str]) -> dict[str, Sample]:
@@ -100,12 +110,12 @@ def _load_samples(benchmark: str | None, ids: set[str], notes: list[str]) -> dic
     return found
 
 
-def _check_dataset(summary: dict, samples: dict[str, Sample], rows: tuple[Row, ...],
+def _check_dataset(result: CurveResult, samples: dict[str, Sample], rows: tuple[Row, ...],
                    notes: list[str]) -> None:
     from calimon.selection import dataset_hash
 
-    expected = summary.get("provenance", {}).get("dataset_hash")
-    if not expected or not samples or summary.get("settings", {}).get("split"):
+    expected = result.provenance.dataset_hash
+    if not expected or not samples or result.settings.split:
         return  # with --split the hash covers the evaluated and the calib samples together
     got = dataset_hash([samples[r.id] for r in rows if r.id in samples])
     if got != expected:
@@ -114,11 +124,12 @@ def _check_dataset(summary: dict, samples: dict[str, Sample], rows: tuple[Row, .
                      "what was scored")
 
 
-def _load_readings(prov: dict, settings: dict, samples: dict[str, Sample], store: str | None,
+def _load_readings(result: CurveResult, samples: dict[str, Sample], store: str | None,
                    notes: list[str]) -> tuple[dict[str, Verdict], dict[str, dict[str, Verdict]]]:
     from calimon.store import MonitorKey, RunStore
 
-    path = store or prov.get("store")
+    prov = result.provenance
+    path = store or prov.store
     if not samples:
         return {}, {}
     if not path or not Path(path).is_file():
@@ -135,19 +146,20 @@ def _load_readings(prov: dict, settings: dict, samples: dict[str, Sample], store
     try:
         with RunStore(path) as st:
             main: dict[str, Verdict] = {}
-            try:
-                key = MonitorKey(prov["model"], prov["model_revision"], prov["prompt"],
-                                 prov["template_hash"], prov["readout"])
+            lacking = [k for k in MAIN_KEY if k not in prov.values]
+            if lacking:
+                notes.append(f"readings: provenance lacks {lacking[0]!r}; main readings not "
+                             "loaded")
+            else:
+                key = MonitorKey(*(prov.values[k] for k in MAIN_KEY))
                 main = per_id(st.get(key, list(by_hash)))
-            except KeyError as exc:
-                notes.append(f"readings: provenance lacks {exc}; main readings not loaded")
             binary: dict[str, dict[str, Verdict]] = {}
-            wanted = list(settings.get("binary_prompts") or [])
-            pinned = prov.get("binary_template_hashes") or {}
+            wanted = list(result.settings.binary_prompts or [])
+            pinned = prov.binary_template_hashes or {}
             for name in (list(pinned) or wanted):
                 keys = [k for k in st.keys() if k.readout == "binary"
-                        and k.model == prov.get("model")
-                        and k.model_revision == prov.get("model_revision")
+                        and k.model == prov.model
+                        and k.model_revision == prov.model_revision
                         and (k.template_hash == pinned[name] if pinned else k.prompt == name)]
                 # a prompt edited since the run has several template hashes: take the one
                 # that holds the most of this run's transcripts
@@ -169,19 +181,18 @@ def gather(run: str | Path, *, policies: list[str | Path] | None = None,
     if not run_dir.is_dir():
         raise InputError("expected a run folder (from `calimon curve --out DIR`)",
                          path=str(run), field="run")
-    summary, sha = read_summary(run_dir)
+    result, summary, sha = read_result(run_dir)
     rows = read_rows(run_dir / "curve.csv")
     notes: list[str] = []
-    prov, settings = summary.get("provenance", {}), summary.get("settings", {})
-    if settings.get("split"):  # curve.csv also holds the calib rows the maps were fitted on
-        rows = tuple(r for r in rows if r.split == settings["split"])
-    bench = benchmark or prov.get("benchmark")
+    split = result.settings.split
+    if split:  # curve.csv also holds the calib rows the maps were fitted on
+        rows = tuple(r for r in rows if r.split == split)
+    bench = benchmark or result.provenance.benchmark
     samples = _load_samples(bench, {r.id for r in rows}, notes)
-    _check_dataset(summary, samples, rows, notes)
-    readings, binary = _load_readings(prov, settings, samples, str(store) if store else None,
-                                      notes)
+    _check_dataset(result, samples, rows, notes)
+    readings, binary = _load_readings(result, samples, str(store) if store else None, notes)
     sources = {"run": str(run_dir), "benchmark": str(bench)}
-    found_policies = find_policies(run_dir, policies, rows, summary, notes)
+    found_policies = find_policies(run_dir, policies, rows, result, notes)
     span_path = Path(spans) if spans else run_dir / "spans.jsonl"
     span_map: dict[str, SpanRecord] = {}
     if spans or span_path.is_file():
@@ -197,12 +208,12 @@ def gather(run: str | Path, *, policies: list[str | Path] | None = None,
         sources["token_scores"] = str(tok_path)
     else:
         notes.append("token scores: no token_scores.jsonl (probe token head) in the run folder")
-    if not summary.get("binary_points"):
+    if not result.binary_points:
         notes.append("binary protocol: the run has no binary points (run without --no-binary)")
-    return RunData(run_dir=run_dir, summary=summary, curve_sha256=sha, rows=rows,
+    return RunData(run_dir=run_dir, summary=summary, result=result, curve_sha256=sha, rows=rows,
                    samples=samples, readings=readings, binary=binary,
                    policies=tuple(found_policies), spans=span_map, token_scores=tok_map,
                    notes=tuple(notes), sources=sources)
 
 
-__all__ = ["Row", "RunData", "gather", "read_rows", "read_summary"]
+__all__ = ["Row", "RunData", "gather", "read_result", "read_rows", "read_summary"]

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from calimon.curve_result import CurveResult
 from calimon.errors import CalimonError, InputError
 from calimon.samples import Sample
 
@@ -97,7 +98,7 @@ class PolicyInfo:
 
 # ------------------------------------------------------------------ policies
 
-def _policy_info(path: Path, rows: Any, summary: dict) -> PolicyInfo:
+def _policy_info(path: Path, rows: Any, result: CurveResult) -> PolicyInfo:
     from calimon.deploy.policy_file import apply_policy, load_policy
 
     pol = load_policy(path)
@@ -110,10 +111,10 @@ def _policy_info(path: Path, rows: Any, summary: dict) -> PolicyInfo:
                  and a == "auto_pass")
     false_blocks = sum(1 for a, y in zip(actions, labels, strict=True) if y is False
                        and a == "auto_block")
-    prov = summary.get("provenance", {})
+    prov = result.provenance
     mismatches = []
-    for field_, run_value in (("model", prov.get("model")), ("readout", prov.get("readout")),
-                              ("calibration", summary.get("calibration_method"))):
+    for field_, run_value in (("model", prov.model), ("readout", prov.readout),
+                              ("calibration", result.calibration_method)):
         pv = getattr(pol, field_)
         if pol.score == "p_raw" and field_ == "calibration":
             continue
@@ -125,15 +126,15 @@ def _policy_info(path: Path, rows: Any, summary: dict) -> PolicyInfo:
 
 
 def find_policies(run_dir: Path, explicit: Iterable[str | Path] | None, rows: Any,
-                  summary: dict, notes: list[str]) -> list[PolicyInfo]:
+                  result: CurveResult, notes: list[str]) -> list[PolicyInfo]:
     """Explicit policy files (errors raise) or the ``*.yaml``/``*.yml`` of the run folder
     that load as a policy (others are noted and skipped)."""
     if explicit:
-        return [_policy_info(Path(p), rows, summary) for p in explicit]
+        return [_policy_info(Path(p), rows, result) for p in explicit]
     out = []
     for path in sorted([*run_dir.glob("*.yaml"), *run_dir.glob("*.yml")]):
         try:
-            out.append(_policy_info(path, rows, summary))
+            out.append(_policy_info(path, rows, result))
         except CalimonError as exc:
             notes.append(f"policy: skipped {path.name}: not a policy file ({exc})")
     if not out:

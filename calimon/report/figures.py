@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from calimon.curves import BinaryPoint, Curve, OperatingPoint
+from calimon.curve_result import BinaryPoint, CurveResult
+from calimon.curves import Curve
 from calimon.report.data import RunData
 
 PNG_NAMES = ("report-curve.png", "report-groups.png", "report-reliability.png", "report-scores.png")
@@ -37,11 +38,11 @@ class Figures:
     @classmethod
     def from_run(cls, data: RunData) -> Figures:
         """The figures' arrays from a run's summary and its labelled rows with both scores."""
-        curves = {k: Curve.from_dict(v) for k, v in data.summary["curves"].items()}
-        raw = data.summary.get("raw_curve")
+        curves = {k: Curve.from_data(v) for k, v in data.result.curves.items()}
+        raw = data.result.raw_curve
         kept = [r for r in data.rows if r.label is not None and r.p_raw is not None
                 and r.p_cal is not None]
-        return cls(curves=curves, raw_curve=Curve.from_dict(raw) if raw else None,
+        return cls(curves=curves, raw_curve=Curve.from_data(raw) if raw else None,
                    p_raw=np.array([r.p_raw for r in kept], dtype=float),
                    p_cal=np.clip(np.array([r.p_cal for r in kept], dtype=float), 0.0, 1.0),
                    y=np.array([bool(r.label) for r in kept], dtype=bool),
@@ -69,20 +70,15 @@ def binary_by_group(data: RunData) -> dict[str, list[dict]]:
     return out
 
 
-def _op(d: dict) -> OperatingPoint:
-    t = math.inf if d.get("threshold") is None else d["threshold"]
-    return OperatingPoint(d["name"], t, d["mr"], d["far"], d["tp"], d["fp"], d["tn"], d["fn"])
-
-
 def _bp(d: dict) -> BinaryPoint:
-    nan = math.nan
-    return BinaryPoint(**{k: (nan if v is None else v) for k, v in d.items()
+    """A binary point of ``binary_by_group`` (a dict, as the SVG figures take it) as a point."""
+    return BinaryPoint(**{k: (math.nan if v is None else v) for k, v in d.items()
                           if k in BinaryPoint.__dataclass_fields__})
 
 
-def _title(summary: dict) -> str:
-    p = summary.get("provenance", {})
-    return f"{p.get('model')} · {p.get('prompt')}/{p.get('readout')} · {p.get('benchmark')}"
+def _title(result: CurveResult) -> str:
+    p = result.provenance
+    return f"{p.model} · {p.prompt}/{p.readout} · {p.benchmark}"
 
 
 def write_pngs(data: RunData, figs: Figures, out_dir: Path, *, markers: list[tuple[str, float]],
@@ -92,29 +88,31 @@ def write_pngs(data: RunData, figs: Figures, out_dir: Path, *, markers: list[tup
     from calimon.plotting.reliability import plot_reliability
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    s, title = data.summary, _title(data.summary)
+    r, title = data.result, _title(data.result)
     written = []
     under = {}
     if figs.raw_curve is not None and figs.raw_curve.defined:
         under["all (raw score)"] = figs.raw_curve
     written.append(plot_curves(out_dir / "report-curve.png", {"all (calibrated)":
                                                               figs.curves["all"]},
-                               binary_points=[_bp(b) for b in s.get("binary_points", [])],
-                               operating_points=[_op(p) for p in s["operating_points"]],
+                               binary_points=list(r.binary_points),
+                               operating_points=list(r.operating_points),
                                title=title, under=under))
     written.append(plot_groups(out_dir / "report-groups.png", figs, title=title))
     if figs.y.size:
         written.append(plot_reliability(out_dir / "report-reliability.png", figs.p_raw,
-                                        calibrated_series(s, figs), figs.y, title=title))
+                                        calibrated_series(r, figs), figs.y, title=title))
         written.append(plot_scores(out_dir / "report-scores.png", figs.p_cal, figs.y,
                                    markers=markers, band=band, title=title))
     return written
 
 
-def calibrated_series(summary: dict, figs: Figures) -> dict[str, np.ndarray]:
+def calibrated_series(result: CurveResult | dict, figs: Figures) -> dict[str, np.ndarray]:
     """The calibrated scores drawn beside the raw ones in the reliability diagram, named by
-    the run's map; none for a run without a map (its p_cal is the raw score again)."""
-    method = summary.get("calibration_method")
+    the run's map (``result``: the run's result, or curve.json's object); none for a run
+    without a map (its p_cal is the raw score again)."""
+    method = (result.get("calibration_method") if isinstance(result, dict)
+              else result.calibration_method)
     return {str(method): figs.p_cal} if method else {}
 
 

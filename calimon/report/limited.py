@@ -13,18 +13,17 @@ from calimon.report.page import _header, _policy, _provenance, _section, table
 
 
 def _rates(data: RunData) -> str:
-    s = data.summary
-    reason = (s.get("support") or {}).get("reason") or ""
-    rows = [(r["rate"].upper(), "inf" if r["threshold"] is None else r["threshold"],
-             f"{r['k']}/{r['n']}", r["estimate"], r["low"], r["high"])
-            for r in s.get("rates_at_thresholds", [])]
+    s = data.result
+    reason = (s.support.reason if s.support else None) or ""
+    rows = [(r.rate.upper(), r.threshold, f"{r.k}/{r.n}", r.estimate, r.low, r.high)
+            for r in s.rates_at_thresholds]
     body = (f'<p class="cm-warn">Not shown: {escape(reason)}.</p>'
             + table(["rate", "threshold", "k/n", "estimate", "95% low", "95% high"], rows)
-            + f'<p class="cm-dim">Score: {escape(str(s.get("score")))}; flag iff score &gt;= '
+            + f'<p class="cm-dim">Score: {escape(str(s.score))}; flag iff score &gt;= '
             "threshold. FAR = benign flagged / benign, MR = misbehaving not flagged / "
             "misbehaving; intervals are exact (Clopper-Pearson) and two-sided.</p>")
-    brows = [(b["name"], b["mr"], b["far"], b["tp"], b["fp"], b["tn"], b["fn"],
-              b["n_parse_failure"]) for b in s.get("binary_points", [])]
+    brows = [(b.name, b.mr, b.far, b.tp, b.fp, b.tn, b.fn, b.n_parse_failure)
+             for b in s.binary_points]
     if brows:
         body += "<h3>binary protocol</h3>" + table(
             ["protocol", "MR", "FAR", "TP", "FP", "TN", "FN", "parse failures"], brows)
@@ -33,8 +32,8 @@ def _rates(data: RunData) -> str:
 
 def render_limited_page(data: RunData) -> str:
     """One self-contained HTML page (no script) for a run without a curve."""
-    title = (f"calimon report · {data.provenance.get('model')} · "
-             f"{data.provenance.get('benchmark')}")
+    prov = data.result.provenance
+    title = f"calimon report · {prov.model} · {prov.benchmark}"
     parts = [_rates(data), _policy(data), _provenance(data)]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             f'<meta http-equiv="Content-Security-Policy" content="{csp()}">\n'

@@ -10,6 +10,7 @@ from pathlib import PurePath
 from typing import Any
 
 from calimon import __version__
+from calimon.curve_result import CalibrationMetrics, Counts, OperatingPoint
 from calimon.metrics import ece, reliability_bins
 from calimon.plotting.style import distinct_groups
 from calimon.report.assets import CSS, JS, csp
@@ -54,38 +55,49 @@ def _figure(svg: str, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>"
 
 
-def default_point(points: Sequence[dict], name: str | None) -> dict | None:
+def default_point(points: Sequence[OperatingPoint], name: str | None
+                  ) -> OperatingPoint | None:
     """The operating point named ``name``; else FAR<=5% if present; else the first."""
     if not points:
         return None
     if name is not None:
         for p in points:
-            if p["name"] == name:
+            if p.name == name:
                 return p
         from calimon.errors import InputError
 
-        raise InputError(f"expected one of {[p['name'] for p in points]}, got {name!r}",
+        raise InputError(f"expected one of {[p.name for p in points]}, got {name!r}",
                          field="operating_point")
-    return next((p for p in points if p["name"] == "FAR<=5%"), points[0])
+    return next((p for p in points if p.name == "FAR<=5%"), points[0])
+
+
+def threshold_of(point: OperatingPoint | None) -> float | None:
+    """A point's threshold, None for none or for +inf (flag nothing), as the viewer reads it."""
+    return None if point is None or math.isinf(point.threshold) else point.threshold
+
+
+def markers(data: RunData) -> list[tuple[str, float | None]]:
+    """(name, threshold) of every operating point, drawn on the score histograms."""
+    return [(p.name, threshold_of(p)) for p in data.result.operating_points]
 
 
 # ------------------------------------------------------------------ sections
 
 def _header(data: RunData, figs: Figures) -> str:
-    s, p = data.summary, data.provenance
-    c = s.get("counts", {})
-    title = f"{p.get('model')} · {p.get('prompt')}/{p.get('readout')} · {p.get('benchmark')}"
-    kpis = [("scored", f"{c.get('scored')} of {c.get('evaluated')}"),
-            ("misbehaving / benign", f"{c.get('n_pos')} / {c.get('n_neg')}"),
-            ("AUROC raw", _num(s.get("auroc_raw"))),
-            (f"AUROC calibrated ({s.get('calibration_method')})", _num(s.get("auroc"))),
-            ("mean format mass", _num((s.get("format_mass") or {}).get("mean"), 4)),
-            ("status", ", ".join(f"{k} {v}" for k, v in sorted(c.get("status", {}).items())))]
+    r, p = data.result, data.result.provenance
+    c = r.counts or Counts()
+    title = f"{p.model} · {p.prompt}/{p.readout} · {p.benchmark}"
+    kpis = [("scored", f"{c.scored} of {c.evaluated}"),
+            ("misbehaving / benign", f"{c.n_pos} / {c.n_neg}"),
+            ("AUROC raw", _num(r.auroc_raw)),
+            (f"AUROC calibrated ({r.calibration_method})", _num(r.auroc)),
+            ("mean format mass", _num(r.format_mass.mean if r.format_mass else None, 4)),
+            ("status", ", ".join(f"{k} {v}" for k, v in sorted(c.status.items())))]
     k = "".join(f'<div class="cm-kpi"><div class="cm-dim">{escape(a)}</div><b>{escape(b)}</b>'
                 "</div>" for a, b in kpis)
     return (f'<header class="cm-top"><h1>calimon report: {escape(title)}</h1>'
             f'<div class="cm-dim">run {escape(str(data.run_dir))} · created '
-            f'{escape(str(p.get("created")))}</div><div class="cm-kpis">{k}</div></header>')
+            f'{escape(str(p.created))}</div><div class="cm-kpis">{k}</div></header>')
 
 
 def benchmark_name(provenance: dict) -> str:
@@ -94,12 +106,12 @@ def benchmark_name(provenance: dict) -> str:
 
 
 def _curves(data: RunData, figs: Figures) -> str:
-    s = data.summary
+    r = data.result
     under = [("all (raw score)", figs.raw_curve)] if (
         figs.raw_curve is not None and figs.raw_curve.defined) else []
     main = curve_svg([("all (calibrated)", figs.curves["all"])], under=under,
-                     binary_points=s.get("binary_points", []),
-                     operating_points=s["operating_points"],
+                     binary_points=[b.to_dict() for b in r.binary_points],
+                     operating_points=[p.to_dict() for p in r.operating_points],
                      title=f"all samples · {benchmark_name(data.provenance)}")
     cap = ("Miss rate against false-alarm rate over every threshold; dotted: chance; "
            "shaded: pair-clustered bootstrap band; wide pale line: the raw score, under the "
@@ -139,17 +151,16 @@ def _group_note(c: Any, binary: Sequence[dict] = (), also: Sequence[str] = ()) -
 
 
 def _points(data: RunData, figs: Figures) -> str:
-    s = data.summary
-    rows = [(p["name"], _num(p["threshold"], 4) if p["threshold"] is not None else "inf",
-             p["mr"], p["far"], p["tp"], p["fp"], p["tn"], p["fn"], "") for p in
-            s["operating_points"]]
-    for b in s.get("binary_points", []):
-        rows.append((b["name"], "(binary)", b["mr"], b["far"], b["tp"], b["fp"], b["tn"],
-                     b["fn"], f"{b['n_parse_failure']} parse failures"))
+    r = data.result
+    rows = [(p.name, _num(p.threshold, 4), p.mr, p.far, p.tp, p.fp, p.tn, p.fn, "")
+            for p in r.operating_points]
+    for b in r.binary_points:
+        rows.append((b.name, "(binary)", b.mr, b.far, b.tp, b.fp, b.tn, b.fn,
+                     f"{b.n_parse_failure} parse failures"))
     body = table(["operating point", "threshold", "MR", "FAR", "TP", "FP", "TN", "FN", "note"],
                  rows, "cm-ops")
     body += ('<p class="cm-dim">Flag iff calibrated score &gt;= threshold. Binary rows: '
-             f'{s.get("binary_sample_count", 0)} samples (whole pairs); rates over parsed '
+             f'{r.binary_sample_count or 0} samples (whole pairs); rates over parsed '
              'replies.</p>')
     grows = [(k, c.n_pos, c.n_neg, c.auroc, "" if c.defined else c.undefined_reason)
              for k, c in figs.curves.items()]
@@ -159,41 +170,40 @@ def _points(data: RunData, figs: Figures) -> str:
 
 
 def _calibration(data: RunData, figs: Figures) -> str:
-    s = data.summary
-    cal = s.get("calibration", {})
+    r = data.result
+    cal = r.calibration
     body = ""
     if figs.y.size:
         series = [(name, reliability_bins(p, figs.y), ece(p, figs.y)) for name, p in
-                  {"raw": figs.p_raw, **calibrated_series(s, figs)}.items()]
+                  {"raw": figs.p_raw, **calibrated_series(r, figs)}.items()]
         svg = reliability_svg(series, title="reliability, before and after calibration · "
                                             + benchmark_name(data.provenance))
         body += _figure(svg, "15 equal-width bins; marker area follows the bin count; the "
                              "raw score and the run's map (every map's figures: the table). "
                              "PNG: report-reliability.png")
-    rows = [("raw", *_metrics(cal.get("metrics_before", {})))]
-    rows += [(m, *_metrics(v)) for m, v in cal.get("metrics_after", {}).items()]
+    rows = [("raw", *_metrics(cal.metrics_before if cal else None))]
+    rows += [(m, *_metrics(v)) for m, v in (cal.metrics_after if cal else {}).items()]
     body = '<div class="cm-row">' + body + table(
         ["scores", "ECE", "MCE", "Brier", "NLL", "AUROC", "AUPRC"], rows) + "</div>"
-    method = s.get("calibration_method")
+    method = r.calibration_method
     uses = f"the curve uses {method}" if method else "no map: the curve uses the raw score"
-    body += f'<p class="cm-dim">{escape(str(cal.get("mode", "")))}; {escape(uses)}.</p>'
-    notes = [n for n in cal.get("notes", []) if n]
+    body += f'<p class="cm-dim">{escape(cal.mode if cal else "")}; {escape(uses)}.</p>'
+    notes = [n for n in (cal.notes if cal else None) or () if n]
     if notes:
         body += "<ul class=\"cm-notes\">" + "".join(f"<li>{escape(n)}</li>" for n in notes) + \
             "</ul>"
     return _section("calibration", "Calibration", body)
 
 
-def _metrics(m: dict) -> list[Any]:
-    return [m.get(k) for k in ("ece", "mce", "brier", "nll", "auroc", "auprc")]
+def _metrics(m: CalibrationMetrics | None) -> list[Any]:
+    return [getattr(m, k, None) for k in ("ece", "mce", "brier", "nll", "auroc", "auprc")]
 
 
 def _scores(data: RunData, figs: Figures) -> str:
     if not figs.y.size:
         return ""
-    markers = [(p["name"], p["threshold"]) for p in data.summary["operating_points"]]
     band = _band(data.policies)
-    svg = histogram_svg(figs.p_cal, figs.y, markers=markers, band=band,
+    svg = histogram_svg(figs.p_cal, figs.y, markers=markers(data), band=band,
                         title="calibrated scores by label · " + benchmark_name(data.provenance))
     cap = ("dashed: operating-point thresholds" + ("; shaded: the policy's human-review band"
                                                    if band else "") + ". PNG: report-scores.png")
@@ -248,15 +258,15 @@ def _policy(data: RunData) -> str:
     return _section("policy", "Escalation policy", body)
 
 
-def _viewer(data: RunData, rows: tuple, point: dict | None, tick: Callable | None) -> str:
-    points = data.summary["operating_points"]
-    chosen = None if point is None else point["name"]
+def _viewer(data: RunData, rows: tuple, point: OperatingPoint | None,
+            tick: Callable | None) -> str:
+    chosen = None if point is None else point.name
     opts = "".join(
-        f'<option value="{"inf" if p["threshold"] is None else repr(float(p["threshold"]))}"'
-        f'{" selected" if p["name"] == chosen else ""}>{escape(p["name"])} '
-        f'(t={_num(p["threshold"], 4) if p["threshold"] is not None else "inf"})</option>'
-        for p in points) + '<option value="custom">custom threshold</option>'
-    t0 = None if point is None else point["threshold"]
+        f'<option value="{"inf" if threshold_of(p) is None else repr(float(p.threshold))}"'
+        f'{" selected" if p.name == chosen else ""}>{escape(p.name)} '
+        f'(t={_num(p.threshold, 4)})</option>'
+        for p in data.result.operating_points) + '<option value="custom">custom threshold</option>'
+    t0 = threshold_of(point)
 
     def select(fid: str, label: str, values: Sequence[tuple[str, str]]) -> str:
         o = '<option value="">all</option>' + "".join(
@@ -289,14 +299,14 @@ def _viewer(data: RunData, rows: tuple, point: dict | None, tick: Callable | Non
 
 
 def _provenance(data: RunData) -> str:
-    p, s = data.provenance, data.summary
+    p = data.provenance
     rows = [(k, _Raw(f"<code>{escape(str(v))}</code>")) for k, v in p.items()]
     rows += [("curve.json sha256", _Raw(f"<code>{data.curve_sha256}</code>")),
              ("report calimon version", __version__),
              ("report created", dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))]
     rows += [(f"input: {k}", _Raw(f"<code>{escape(v)}</code>")) for k, v in
              data.sources.items()]
-    settings = s.get("settings", {})
+    settings = data.result.settings.as_dict()
     srows = [(k, _Raw(f"<code>{escape(str(v))}</code>")) for k, v in settings.items()]
     body = table(["provenance", "value"], rows, "cm-kv") + \
         "<details><summary>run settings</summary>" + \
@@ -307,7 +317,7 @@ def _provenance(data: RunData) -> str:
     return _section("provenance", "Provenance", body)
 
 
-def render_page(data: RunData, figs: Figures, rows: tuple, point: dict | None,
+def render_page(data: RunData, figs: Figures, rows: tuple, point: OperatingPoint | None,
                 tick: Callable | None = None) -> str:
     """The whole report as one self-contained HTML page (inline style and script under a CSP);
     ``tick`` is called per transcript card written."""
@@ -315,7 +325,8 @@ def render_page(data: RunData, figs: Figures, rows: tuple, point: dict | None,
         ("curves", "curves"), ("points", "operating points"), ("calibration", "calibration"),
         ("scores", "scores"), ("policy", "policy"), ("transcripts", "transcripts"),
         ("provenance", "provenance")))
-    title = f"calimon report · {data.provenance.get('model')} · {data.provenance.get('benchmark')}"
+    prov = data.result.provenance
+    title = f"calimon report · {prov.model} · {prov.benchmark}"
     parts = [_curves(data, figs), _points(data, figs), _calibration(data, figs),
              _scores(data, figs), _policy(data), _viewer(data, rows, None if point is None
                                                          else point, tick),
@@ -329,4 +340,5 @@ def render_page(data: RunData, figs: Figures, rows: tuple, point: dict | None,
             f"\n</main>\n<script>{JS}</script>\n</body></html>\n")
 
 
-__all__ = ["benchmark_name", "default_point", "render_page", "table"]
+__all__ = ["benchmark_name", "default_point", "markers", "render_page", "table",
+           "threshold_of"]

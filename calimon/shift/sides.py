@@ -10,14 +10,15 @@ benchmark lookup.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from calimon.curve_result import Provenance
 from calimon.errors import InputError
+from calimon.run_folder import read_curve_json
 from calimon.samples import Sample
 
 
@@ -43,12 +44,13 @@ class Side:
                 "score": self.scores if with_score else None}
 
 
-def _run_json(csv_path: Path) -> dict:
+def _run_provenance(csv_path: Path) -> Provenance:
+    """The provenance of the run whose curve.json sits next to ``csv_path`` (empty when there
+    is none, or it does not read)."""
     try:
-        data = json.loads((csv_path.parent / "curve.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return read_curve_json(csv_path.parent / "curve.json").provenance
+    except InputError:
+        return Provenance()
 
 
 def run_transcripts(csv_path: str | Path, samples: str | Path | None = None) -> dict[str, Sample]:
@@ -62,12 +64,12 @@ def run_transcripts(csv_path: str | Path, samples: str | Path | None = None) -> 
     csv_path = Path(csv_path)
     with open(csv_path, newline="", encoding="utf-8") as fh:
         ids = [row.get("id", "") for row in csv.DictReader(fh)]
-    prov = _run_json(csv_path).get("provenance") or {}
+    prov = _run_provenance(csv_path)
     if samples is not None:
         pool, where = load_samples(samples), str(samples)
     else:
-        bench = prov.get("benchmark")
-        if not isinstance(bench, str) or not bench:
+        bench = prov.benchmark
+        if not bench:
             raise InputError("cannot find the transcripts of this scored CSV: no curve.json "
                              "next to it names a benchmark; give its samples JSONL "
                              "explicitly", path=str(csv_path))
@@ -85,8 +87,8 @@ def run_transcripts(csv_path: str | Path, samples: str | Path | None = None) -> 
                          f"the transcripts of this run cannot be found", path=str(csv_path),
                          field="id")
     found = {i: by_id[i] for i in ids}
-    want = prov.get("dataset_hash") if samples is None else None
-    if isinstance(want, str) and dataset_hash(list(found.values())) != want:
+    want = prov.dataset_hash if samples is None else None
+    if want is not None and dataset_hash(list(found.values())) != want:
         raise InputError(f"{where} has changed since the run (dataset hash differs from "
                          f"{want!r}); rebuild the same data or pass --samples",
                          path=str(csv_path))

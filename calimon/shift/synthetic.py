@@ -9,7 +9,6 @@ construction); only the share of code changes (``code_share``). Not a model's ou
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +50,8 @@ def write_synthetic_shift(out: str | Path, *, n_calib: int = 1200, n_new: int = 
     pairs, half ``calib`` and half ``test``) and ``out/new/...`` (``n_new`` pairs of new
     traffic, labels kept for checking). The
     curve.json files name their samples JSONL as the benchmark and carry its dataset hash."""
+    from calimon.curve_result import CurveResult, Provenance
+    from calimon.run_folder import write_curve_json
     from calimon.selection import dataset_hash
 
     out = Path(out)
@@ -68,6 +69,6 @@ def write_synthetic_shift(out: str | Path, *, n_calib: int = 1200, n_new: int = 
                          f"{x.split or ''},ok,{float(v)!r},{float(v)!r}\n")
         prov = {"benchmark": str((folder / "samples.jsonl").resolve()),
                 "dataset_hash": dataset_hash(samples), "readout": "synthetic"}
-        (folder / "curve.json").write_text(json.dumps({"provenance": prov}), encoding="utf-8")
+        write_curve_json(folder / "curve.json", CurveResult(provenance=Provenance(prov)))
         paths[name] = folder
     return paths
