@@ -228,9 +228,8 @@ def test_the_serve_extra_declares_what_calimon_serve_imports():
     import tomllib
     from pathlib import Path
 
-    from test_packaging import imported_roots
-
     from packaging.requirements import Requirement
+    from test_packaging import imported_roots
 
     root = Path(__file__).resolve().parents[1]
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
@@ -243,3 +242,17 @@ def test_the_serve_extra_declares_what_calimon_serve_imports():
         third |= imported_roots(path) - set(sys.stdlib_module_names) - {"calimon"}
     assert third - {"starlette"} <= declared  # starlette is FastAPI's own dependency
     assert "httpx" not in third
+
+
+def test_the_service_key_never_reaches_a_backend_server(tmp_path, monkeypatch):
+    """The http and chat backends send $CALIMON_API_KEY to their model server; the service
+    keeps its key and takes the variable out of the environment before any backend is made."""
+    import os
+
+    from calimon.serve.runner import isolate_key
+
+    monkeypatch.setenv("CALIMON_API_KEY", "service-secret")
+    kept = isolate_key(ServeSettings(policy=tmp_path))
+    assert kept.key() == "service-secret" and "CALIMON_API_KEY" not in os.environ
+    monkeypatch.delenv("CALIMON_API_KEY", raising=False)
+    assert isolate_key(ServeSettings(policy=tmp_path)).key() is None

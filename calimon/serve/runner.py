@@ -41,9 +41,24 @@ def require_extra() -> None:
                                 "missing): pip install 'calimon[serve]'") from None
 
 
+def isolate_key(settings: ServeSettings) -> ServeSettings:
+    """``settings`` holding the service's key, read once, with ``$CALIMON_API_KEY`` then taken
+    out of this process's environment: the http and chat backends send that variable to their
+    model server (docs/backends.md), which must never receive the service's own key."""
+    import os
+    from dataclasses import replace
+
+    from calimon.serve.settings import API_KEY_ENV
+
+    kept = replace(settings, api_key=settings.key() or "")
+    os.environ.pop(API_KEY_ENV, None)
+    return kept
+
+
 def build_service(settings: ServeSettings):
     """The loaded, warmed service ``settings`` describe (no socket opened yet)."""
     require_extra()
+    settings = isolate_key(settings)
     from calimon.serve.decision_log import open_log
     from calimon.serve.loading import ServedMonitor
     from calimon.serve.service import Service
