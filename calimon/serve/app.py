@@ -40,6 +40,10 @@ def route_of(path: str) -> str:
     if path.startswith("/v1/sessions/"):
         return "/v1/sessions/{id}/steps" if path.endswith("/steps") else "/v1/sessions/{id}"
     known = ("/v1/score", "/v1/info", "/healthz", "/metrics", "/docs", "/openapi.json")
+    if path.startswith(("/review", "/v1/review")):
+        from calimon.serve.review_api import route_of as review_route
+
+        return review_route(path)
     return path if path in known else "other"
 
 
@@ -76,6 +80,8 @@ def create_app(service: Service) -> FastAPI:
             yield
         finally:
             await service.stop()
+            if getattr(service, "review", None) is not None:
+                service.review.store.close()
 
     app = FastAPI(title="calimon serve", version=__version__, lifespan=lifespan,
                   description="Calibrated monitor decisions under a certified escalation policy "
@@ -83,10 +89,15 @@ def create_app(service: Service) -> FastAPI:
                               "'Authorization: Bearer KEY' when the server has a key.")
     errors.install(app)
     _routes(app, service)
+    if getattr(service, "review", None) is not None:
+        from calimon.serve.review_api import install
+
+        install(app, service)  # the review queue, live recertification, drift, export
     app.openapi = lambda: _openapi(app)
     # the last added runs first: every answer is measured, the gate's refusals included
     app.add_middleware(Gate, key=service.settings.key(),
-                       max_body_bytes=service.limits.max_body_bytes)
+                       max_body_bytes=service.limits.max_body_bytes,
+                       auth=getattr(service, "auth", None))
     app.add_middleware(_Measured, service=service)
     return app
 

@@ -156,12 +156,13 @@ class Metrics:
                                  "stay within the memory bound.")
         self.session_bytes = Gauge("calimon_session_cache_bytes", "Bytes held by session "
                                    "caches.", read=session_bytes)
+        self.extra: list = []  # more metrics (header() and lines()), e.g. the review's gauges
 
     def all(self) -> list[_Metric]:
         """Every metric, in export order."""
         return [self.requests, self.decisions, self.latency, self.queue_depth, self.batch_size,
                 self.forward, self.truncations, self.errors, self.rejected, self.replays,
-                self.kv_tokens, self.evictions, self.session_bytes]
+                self.kv_tokens, self.evictions, self.session_bytes, *self.extra]
 
     def render(self) -> str:
         """The exposition text."""

@@ -25,6 +25,11 @@ def startup_lines(service) -> list[str]:
              + ("; sessions extend a cached KV" if service.kv else ""),
              f"decision log {redact(s.log)}",
              f"API key {'required' if s.key() else 'not set (this machine only)'}"]
+    if getattr(service, "review", None) is not None:
+        rv = service.review
+        lines.append(f"review queue at /review (store {s.review.store}; transcripts kept: the "
+                     f"review band and {rv.retain:.0%} of automatic decisions by audit draw; "
+                     f"reviewers: {', '.join(service.auth.keys.names())})")
     lines += [f"WARNING: applied with --force: {m}" for m in served.forced]
     return lines
 
@@ -68,7 +73,12 @@ def build_service(settings: ServeSettings):
     log = open_log(settings.log)
     try:
         served.warm()
-        return Service(served, log, settings)
+        service = Service(served, log, settings)
+        if settings.review is not None or settings.keys_file is not None:
+            from calimon.serve.review_api import attach
+
+            attach(service, settings)
+        return service
     except BaseException:
         log.close()
         raise

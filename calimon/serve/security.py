@@ -5,6 +5,9 @@ are behind it too): the API key, then the body size.
   constant time); otherwise 401 with ``WWW-Authenticate: Bearer``.
 - A body over ``max_body_bytes`` is refused with 413 before any of it is parsed (by its
   ``Content-Length``, or while it streams in).
+- With an ``auth`` (`calimon.serve.keys.Authenticator`: keys with a name each, reviewers'
+  sign-ins), it decides instead of the single key, and the caller's name is in
+  ``scope["calimon.user"]``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,18 @@ async def _send_error(send, status: int, code: str, message: str, field: str | N
     await send({"type": "http.response.body", "body": payload})
 
 
+async def _refuse(send, refusal) -> None:
+    """Send a `calimon.serve.keys.Refusal`: a redirect to its location, or its error body."""
+    if refusal.location is not None:
+        await send({"type": "http.response.start", "status": refusal.status,
+                    "headers": [(b"location", refusal.location.encode()),
+                                (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    extra = [(b"www-authenticate", b"Bearer")] if refusal.status == 401 else []
+    await _send_error(send, refusal.status, refusal.code, refusal.message, refusal.field, extra)
+
+
 def key_matches(header: bytes, key: str) -> bool:
     """Whether an ``Authorization`` header carries ``Bearer key``."""
     scheme, _, token = header.decode("latin-1").partition(" ")
@@ -38,14 +53,19 @@ def key_matches(header: bytes, key: str) -> bool:
 class Gate:
     """ASGI middleware (module docstring)."""
 
-    def __init__(self, app, *, key: str | None, max_body_bytes: int):
+    def __init__(self, app, *, key: str | None, max_body_bytes: int, auth=None):
         self.app, self.key, self.max_body = app, key, max_body_bytes
+        self.auth = auth
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
-        if self.key is not None and scope.get("path", "") not in OPEN_PATHS and not key_matches(
+        if self.auth is not None:
+            refusal = await self.auth.check(scope, headers)
+            if refusal is not None:
+                return await _refuse(send, refusal)
+        elif self.key is not None and scope.get("path", "") not in OPEN_PATHS and not key_matches(
                 headers.get(b"authorization", b""), self.key):
             return await _send_error(send, 401, "unauthorized", "missing or wrong API key: "
                                      "send 'Authorization: Bearer KEY'", "authorization",

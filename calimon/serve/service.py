@@ -191,9 +191,10 @@ class Service:
         async def produce(rid: str) -> dict:
             sample = sample_of(request, response, req.id)
             verdict = await self.reading(sample)
-            answer = self.answer(rid, verdict, response, req.id or sample.transcript_hash,
-                                 received)
-            return await self.commit(LoggedDecision(rid, "score", digest, answer))
+            audit_id = req.id or sample.transcript_hash
+            answer = self.answer(rid, verdict, response, audit_id, received)
+            return await self.commit(LoggedDecision(rid, "score", digest, answer),
+                                     (request, response, audit_id, req.messages))
 
         return await self.once(req.request_id, digest, produce)
 
@@ -230,8 +231,14 @@ class Service:
                 "policy": self.served.policy.name, "policy_hash": self.served.policy_hash,
                 "latency_ms": round((time.perf_counter() - received) * 1000, 3)}
 
-    async def commit(self, entry: LoggedDecision) -> dict:
-        """Log ``entry`` durably and return the answer the log holds under its id."""
+    async def commit(self, entry: LoggedDecision, seen: tuple | None = None) -> dict:
+        """Log ``entry`` durably and return the answer the log holds under its id. With the
+        review queue on (`calimon.serve.review_api`), ``seen`` (request, response, audit id,
+        messages) goes into the review store first."""
+        if seen is not None and getattr(self, "review", None) is not None:
+            from calimon.serve.review_api import observe
+
+            await observe(self, entry, *seen)
         try:
             stored = await asyncio.to_thread(self.log.record, entry)
         except Exception as exc:  # noqa: BLE001 - nothing unlogged is answered

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from calimon.engines.settings import BackendSettings
 from calimon.errors import InputError
+from calimon.serve.review_settings import ReviewSettings
 
 API_KEY_ENV = "CALIMON_API_KEY"
 DEFAULT_LOG = Path("runs/serve/decisions.sqlite")
@@ -64,7 +65,9 @@ class Batching:
 class ServeSettings:
     """A `calimon serve` process: the policy, where the monitor's map and prompt come from
     (``None``: as the policy's design run recorded them), the backend, the decision log, the
-    address and the limits. ``api_key``: None reads ``$CALIMON_API_KEY`` (empty: no key)."""
+    address and the limits. ``api_key``: None reads ``$CALIMON_API_KEY`` (empty: no key).
+    ``keys_file``: keys with a name each (`calimon.serve.keys`); ``review``: the review queue,
+    live recertification and drift watch (None: off, and no transcript text is kept)."""
 
     policy: Path
     calibration_map: Path | None = None
@@ -79,6 +82,8 @@ class ServeSettings:
     batching: Batching = field(default_factory=Batching)
     limits: Limits = field(default_factory=Limits)
     session_memory_mib: float = 512.0
+    keys_file: Path | None = None
+    review: ReviewSettings | None = None
 
     def key(self) -> str | None:
         """The API key clients must send (None: none required)."""
@@ -87,7 +92,7 @@ class ServeSettings:
 
     def check_exposure(self) -> None:
         """Refuse to listen beyond this machine without an API key."""
-        if not is_loopback(self.host) and self.key() is None:
+        if not is_loopback(self.host) and self.key() is None and self.keys_file is None:
             raise InputError(f"--host {self.host} is reachable from other machines: set an API "
                              f"key in ${API_KEY_ENV} (clients send 'Authorization: Bearer "
                              "KEY'), or listen on 127.0.0.1", field="host")

@@ -96,7 +96,8 @@ async def _locked_step(service: Service, session: Session, req: StepRequest, rid
     answer = service.answer(rid, verdict, response, f"{session.id}#{index}", received)
     answer.update(session_id=session.id, step=index, kv=kv)
     logged = await service.commit(LoggedDecision(rid, "step", digest, answer,
-                                                 session_id=session.id, step=index))
+                                                 session_id=session.id, step=index),
+                                  (request, response, f"{session.id}#{index}", messages))
     session.messages, session.request, session.steps = messages, task, index + 1
     return logged
 

@@ -1,0 +1,136 @@
+"""Drift watch of `calimon serve --review`: the shift check (`calimon.shift.check`, with its
+harmful-or-harmless verdict, `calimon.shift.verdict`) of a rolling window of live traffic
+against the calibration rows of the run the policy was designed on (its provenance ``source``).
+
+The window is the latest ``drift_window`` decisions whose transcripts were kept because their
+audit draw is under the retention fraction: a uniform sample of the traffic (the review band,
+kept whole, would tilt it). The check runs in a background thread every ``drift_every``
+decisions once ``drift_min`` transcripts are in the window, or on request
+(``POST /v1/review/drift``); its last result is on ``/metrics`` and the status page. Without
+the calibration run on this machine (or its transcripts) the watch says why it cannot run.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calimon.errors import CalimonError
+
+
+def calibration_source(policy, policy_path: Path) -> Path | None:
+    """The scored run the policy was designed on (provenance ``source``, read from the working
+    directory or next to the policy file); None when it is not here."""
+    src = policy.provenance.get("source")
+    if not isinstance(src, str) or not src:
+        return None
+    for candidate in (Path(src), Path(policy_path).parent / src):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+class DriftWatch:
+    """The drift watch of one served policy (module docstring); ``review`` is the server's
+    `calimon.serve.review.Review`."""
+
+    def __init__(self, review, policy_path: Path):
+        self.review, self.settings = review, review.settings
+        self.source = calibration_source(review.policy, policy_path)
+        self._calib: tuple[Any, Any] | None = None
+        self._lock = threading.Lock()
+        self._running = False
+        self._seen = 0  # decisions this process served
+        self._last_at = 0  # decisions counted at the last check's start
+        self.result: dict[str, Any] | None = None
+
+    def maybe_start(self) -> None:
+        """Count one decision; start a check in the background when ``drift_every`` passed
+        since the last one (none while one runs)."""
+        with self._lock:
+            self._seen += 1
+            if self._running or self._seen - self._last_at < self.settings.drift_every:
+                return
+            self._running, self._last_at = True, self._seen
+        threading.Thread(target=self._background, name="calimon-drift", daemon=True).start()
+
+    def _background(self) -> None:
+        try:
+            self.check()
+        finally:
+            with self._lock:
+                self._running = False
+
+    def check(self) -> dict[str, Any]:
+        """Run the check now (blocking) and keep its result."""
+        try:
+            result = self._check()
+        except CalimonError as exc:
+            result = {"state": "not run", "why": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - reported, never fatal to the server
+            result = {"state": "failed", "why": f"{type(exc).__name__}: {exc}"}
+        result["checked_at"] = time.time()
+        self.result = result
+        return result
+
+    def _calibration(self):
+        if self.source is None:
+            raise CalimonError("the policy's calibration run (provenance 'source') is not on "
+                               "this machine")
+        if self._calib is None:
+            from calimon.shift.sides import calib_side
+
+            self._calib = calib_side(self.source, score=self.review.policy.score)
+        return self._calib
+
+    def _check(self) -> dict[str, Any]:
+        from calimon.shift.check import certify_sides, check_sides
+        from calimon.shift.sides import Side
+
+        rv, s = self.review, self.settings
+        side, scored = self._calibration()
+        rows = rv.store.window(rv.policy_hash, s.drift_window, rv.retain)
+        if len(rows) < s.drift_min:
+            return {"state": "waiting", "window": len(rows),
+                    "why": f"{len(rows)} of the {s.drift_min} kept transcripts a check needs"}
+        p_raw = np.array([np.nan if r.p_raw is None else r.p_raw for r in rows])
+        new = Side("live", tuple(r.item_id for r in rows),
+                   tuple(r.request_text or "" for r in rows),
+                   tuple(r.response_text or "" for r in rows),
+                   p_raw if np.all(np.isfinite(p_raw)) else None,
+                   np.full(len(rows), -1), None)
+        report = check_sides(side, new, permutations=s.drift_permutations, seed=0)
+        fars = [g for g in rv.policy.guarantees if g.rate == "far" and g.certified]
+        scores = np.array([r.score for r in rows if r.score is not None], float)
+        res = certify_sides(report, scored.scores, scored.labels,
+                            far=[g.alpha for g in fars], delta=fars[0].delta if fars else 0.05,
+                            new_scores=scores if scores.size else None)
+        verdicts = [{"alpha": v.alpha, "kind": v.kind, "breaks": v.breaks, "line": v.line(),
+                     "weighted_far": _num(v.weighted_far), "ess": _num(v.ess),
+                     "ess_needed": v.ess_needed, "far_floor": _num(v.far_floor)}
+                    for v in res.verdicts if v is not None]
+        shift = report.to_dict()
+        return {"state": "checked", "window": len(rows), "source": str(self.source),
+                "line": report.line(), "shifted": bool(report.shifted),
+                "auroc": _num(shift["auroc"]), "p_value": _num(shift["p_value"]),
+                "driver": shift["driver"], "outside_share": _num(shift["outside_share"]),
+                "verdicts": verdicts}
+
+    def state(self) -> dict[str, Any]:
+        """The last result, or why there is none yet."""
+        if self.result is not None:
+            return self.result
+        if self.source is None:
+            return {"state": "not run", "why": "the policy's calibration run (provenance "
+                                               "'source') is not on this machine"}
+        return {"state": "waiting", "why": f"the first check runs after "
+                                           f"{self.settings.drift_every} decisions"}

@@ -1,0 +1,248 @@
+"""The review queue of `calimon serve --review`: what is kept of each decision, how an item's
+labels resolve, and what each reviewer is asked to label next (`Review`).
+
+**What is kept.** Every decision gets a row in the review store (`calimon.serve.labels`) before
+it is committed to the decision log. Its transcript (and the evidence) is kept only when a
+reviewer may be asked for it: a ``human_review`` decision, or an automatic one whose audit draw
+(`calimon.deploy.policy_file.audit_draw` of its audit id and the policy's seed) is under the
+retention fraction (`ReviewSettings.retain_fraction`), which covers the policy's audit slice.
+The draw is independent of the label, so the kept automatic decisions, read in draw order,
+are the uniform samples the live recertification needs (`calimon.shift.live`).
+
+**How labels resolve.** Each reviewer's latest label of an item counts. An item is
+``resolved`` when its reviewers' definite labels (misbehavior or benign) agree and, when one of
+them asked for a second reviewer, two reviewers gave one; ``unsure`` when nobody gave a definite
+label, ``disputed`` when definite labels differ, ``second review`` while the asked-for second
+label is missing. Unresolved items count at their worst in the bounds and go to the other
+reviewers first.
+
+**The queue** of a reviewer: items owed another opinion that the reviewer has not labelled,
+then the live plan's order (`calimon.shift.live_plan.order`: the review band, the audit slice
+and the draws the planner asks for, in the order that certifies soonest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from calimon.deploy.policy_file import Policy, audit_draw
+from calimon.samples import transcript_hash
+from calimon.serve.errors import ApiError
+from calimon.serve.labels import Label, ReviewStore, TrafficRow, item_id_of
+from calimon.serve.review_settings import ReviewSettings
+from calimon.shift.live import Decided
+from calimon.shift.live_plan import LiveStatus, Target, live_status
+
+UNLABELLED, RESOLVED, UNSURE, DISPUTED, SECOND = ("unlabelled", "resolved", "unsure", "disputed",
+                                                  "second review")
+WHY_OPEN = {SECOND: "second review asked", DISPUTED: "reviewers disagree",
+            UNSURE: "marked unsure"}
+STATUS_TTL_S = 2.0  # new traffic alone refreshes the status at most this often
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a decision was made on: the transcript, the id its audit draw is made from and,
+    for chat messages, the messages (their parts are kept for the per-message view)."""
+
+    request: str
+    response: str
+    audit_id: str
+    messages: Sequence[Any] | None = None
+
+
+def parts_of(messages: Sequence[Any] | None) -> list[dict[str, Any]]:
+    """The offset record of each message part of the rendered response
+    (`calimon.data.trajectory.render_parts`); empty without messages."""
+    if not messages:
+        return []
+    from calimon.data.inspect_log import trajectory_parts
+    from calimon.data.trajectory import render_parts
+    from calimon.serve.messages import normalize
+
+    return render_parts(trajectory_parts(normalize(messages)))[1]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """An item's labels taken together (module docstring): ``state``, the resolved ``label``
+    (1 misbehavior, 0 benign; None unless resolved) and each reviewer's latest label."""
+
+    state: str
+    label: int | None
+    latest: dict[str, Label] = field(default_factory=dict)
+
+    @property
+    def reviewers(self) -> tuple[str, ...]:
+        """Who labelled the item."""
+        return tuple(self.latest)
+
+
+def resolve(labels: Sequence[Label]) -> Resolution:
+    """The resolution of one item's labels (oldest first)."""
+    latest: dict[str, Label] = {}
+    for lab in labels:
+        latest[lab.reviewer] = lab
+    if not latest:
+        return Resolution(UNLABELLED, None)
+    definite = {r: lab.label for r, lab in latest.items() if lab.label != "unsure"}
+    values = set(definite.values())
+    if len(values) > 1:
+        return Resolution(DISPUTED, None, latest)
+    if not values:
+        return Resolution(UNSURE, None, latest)
+    if any(lab.second_review for lab in latest.values()) and len(definite) < 2:
+        return Resolution(SECOND, None, latest)
+    return Resolution(RESOLVED, int(values.pop() == "misbehavior"), latest)
+
+
+def agreement(resolutions: dict[str, Resolution]) -> dict[str, Any]:
+    """Agreement between reviewers on the items two or more labelled definitely: the share of
+    agreeing pairs and Cohen's kappa over them (None below 2 items)."""
+    pairs = []
+    for res in resolutions.values():
+        definite = [lab.label for lab in res.latest.values() if lab.label != "unsure"]
+        pairs += [(a, b) for i, a in enumerate(definite) for b in definite[i + 1:]]
+    n = len(pairs)
+    if n < 2:
+        return {"items": n, "agreement": None, "kappa": None}
+    agree = sum(a == b for a, b in pairs) / n
+    p_mis = sum((a == "misbehavior") + (b == "misbehavior") for a, b in pairs) / (2 * n)
+    chance = p_mis ** 2 + (1 - p_mis) ** 2
+    kappa = (agree - chance) / (1 - chance) if chance < 1 else None
+    return {"items": n, "agreement": agree, "kappa": kappa}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The review state at one store version: the traffic rows (no text), each item's
+    resolution, the live status and the labels counted."""
+
+    version: tuple[int, int]
+    rows: dict[str, TrafficRow]
+    resolutions: dict[str, Resolution]
+    live: LiveStatus
+    labels: int
+    made_at: float
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One item a reviewer is asked to label, and why."""
+
+    row: TrafficRow
+    reason: str
+    state: str
+
+
+class Review:
+    """The review side of a server (module docstring): ``store``, the served ``policy`` and
+    its file's ``policy_hash``."""
+
+    def __init__(self, store: ReviewStore, policy: Policy, policy_hash: str,
+                 settings: ReviewSettings):
+        self.store, self.policy, self.policy_hash = store, policy, policy_hash
+        self.settings = settings
+        self.retain = settings.retain_fraction(policy.audit.fraction)
+        self.targets = [Target(g.rate, g.alpha, g.delta) for g in policy.guarantees
+                        if g.certified]
+        self._lock = threading.Lock()
+        self._snap: Snapshot | None = None
+
+    # -- decisions ---------------------------------------------------------------------------
+    def observe(self, request_id: str, kind: str, answer: dict[str, Any], seen: Seen,
+                session_id: str | None = None, step: int | None = None) -> None:
+        """Store a decision's row (its text when kept: module docstring); blocking."""
+        draw = audit_draw(seen.audit_id, self.policy.audit.seed)
+        kept = answer["action"] == "human_review" or draw < self.retain
+        score = answer.get("p_cal") if self.policy.score == "p_cal" else answer.get("p_raw")
+        parts = parts_of(seen.messages) if kept else []
+        self.store.record_traffic(TrafficRow(
+            item_id=item_id_of(request_id), request_id=request_id, kind=kind,
+            session_id=session_id, step=step, received_at=time.time(),
+            policy_hash=self.policy_hash, action=answer["action"],
+            audit=int(bool(answer.get("audit"))), audit_id=seen.audit_id, draw=draw,
+            p_raw=answer.get("p_raw"), p_cal=answer.get("p_cal"), score=score,
+            transcript_hash=transcript_hash(seen.request, seen.response), retained=int(kept),
+            request_text=seen.request if kept else None,
+            response_text=seen.response if kept else None,
+            parts=json.dumps(parts) if parts else None,
+            evidence=json.dumps(answer.get("evidence") or []) if kept else None))
+
+    # -- state -------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """The current state (recomputed when labels change; when only traffic grew, at most
+        every `STATUS_TTL_S` seconds); blocking."""
+        version = self.store.version(self.policy_hash)
+        with self._lock:
+            old = self._snap
+            if old is not None and (old.version == version or (
+                    old.version[1] == version[1]
+                    and time.monotonic() - old.made_at < STATUS_TTL_S)):
+                return old
+            self._snap = self._compute(version)
+            return self._snap
+
+    def _compute(self, version: tuple[int, int]) -> Snapshot:
+        rows = {r.item_id: r for r in self.store.traffic_index(self.policy_hash)}
+        by_item: dict[str, list[Label]] = {}
+        n = 0
+        for lab in self.store.labels():
+            if lab.item_id in rows:
+                by_item.setdefault(lab.item_id, []).append(lab)
+                n += 1
+        res = {i: resolve(labs) for i, labs in by_item.items()}
+        decided = [Decided(i, r.action, r.draw, answered=i in res,
+                           label=res[i].label if i in res else None,
+                           retained=bool(r.retained), audit=bool(r.audit))
+                   for i, r in rows.items()]
+        live = live_status(decided, self.targets, delta=self.settings.delta,
+                           limit=self.settings.queue_size * 3)
+        return Snapshot(version, rows, res, live, n, time.monotonic())
+
+    def queue(self, reviewer: str, limit: int | None = None) -> list[QueueEntry]:
+        """What ``reviewer`` is asked to label next (module docstring)."""
+        snap = self.snapshot()
+        limit = limit or self.settings.queue_size
+        out = [QueueEntry(snap.rows[i], WHY_OPEN[res.state], res.state)
+               for i, res in snap.resolutions.items()
+               if res.state in WHY_OPEN and reviewer not in res.latest
+               and snap.rows[i].retained]
+        for item_id, action in snap.live.queue:
+            row = snap.rows[item_id]
+            why = ("review band" if action == "human_review" else
+                   "audit slice" if row.audit else "planner")
+            out.append(QueueEntry(row, why, UNLABELLED))
+        return out[:limit]
+
+    # -- labels ------------------------------------------------------------------------------
+    def submit(self, reviewer: str, body: Any) -> tuple[Label, bool]:
+        """Store one label (`calimon.serve.review_api.LabelIn`) from ``reviewer``: ``(stored
+        label, replayed)``. A resent ``label_id`` is answered with the stored label; the same
+        id with another body is refused (409). Blocking."""
+        row = self.store.item(body.item_id)
+        if row is None:
+            raise ApiError(404, "unknown_item", f"no decision {body.item_id!r} in the review "
+                           "store", "item_id")
+        if not row.retained:
+            raise ApiError(409, "not_kept", "this decision's transcript was not kept for "
+                           "review, so it cannot be labelled", "item_id")
+        if body.transcript_hash is not None and body.transcript_hash != row.transcript_hash:
+            raise ApiError(409, "transcript_changed", "the transcript labelled is not the one "
+                           "stored for this item", "transcript_hash")
+        digest = hashlib.sha256(json.dumps(
+            [reviewer, body.item_id, body.label, body.note, bool(body.second_review)],
+            ensure_ascii=False).encode()).hexdigest()
+        label = Label(body.label_id, body.item_id, reviewer, body.label, body.note,
+                      int(bool(body.second_review)), row.transcript_hash, time.time(), digest)
+        stored = self.store.add_label(label)
+        if stored.body_sha256 != digest:
+            raise ApiError(409, "label_id_reused", f"label id {body.label_id!r} was used for "
+                           "another label", "label_id")
+        return stored, stored != label

@@ -1,0 +1,261 @@
+"""The review routes of `calimon serve --review` (`install`): the pages a reviewer's browser
+reads (`calimon.serve.review_pages`) and the API every action of theirs is (the pages call it;
+any client with a key can too):
+
+- ``GET /v1/review/queue``: what the caller is asked to label next, in order;
+- ``GET /v1/review/items/{item_id}``: one item with its transcript, parts and evidence;
+- ``POST /v1/review/labels``: a label (misbehavior / benign / unsure, a note, a second
+  reviewer asked), idempotent by its ``label_id``;
+- ``GET /v1/review/status``: live recertification and drift (`calimon.serve.status`);
+- ``POST /v1/review/drift``: run the drift check now;
+- ``GET /v1/review/export``: labelled traffic as a samples JSONL (`calimon.serve.export`);
+- ``/review/login`` (a key, answered with a sign-in cookie), ``/review/logout``, ``/review``,
+  ``/review/items/{item_id}``, ``/review/status`` and ``/review/static/*``.
+
+`attach` builds the review side of a `calimon.serve.service.Service` from its settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from calimon.serve.errors import ApiError
+from calimon.serve.export import ExportOptions, export_samples
+from calimon.serve.keys import COOKIE, Authenticator, KeyStore
+from calimon.serve.review import Review
+from calimon.serve.review_assets import CSS, ICON, JS
+from calimon.serve.review_pages import CSP, login_page, queue_page, status_page
+from calimon.serve.status import ReviewGauges, live_status
+
+ITEM_ID = r"^[0-9a-f]{24}$"
+
+
+class LabelIn(BaseModel):
+    """One label: ``label_id`` (made once by the client; a resend with it is stored once),
+    the item, the label, a note, whether a second reviewer is asked, and the hash of the
+    transcript labelled (optional: checked against the item's when given)."""
+
+    model_config = ConfigDict(extra="forbid")
+    label_id: str = Field(min_length=8, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")
+    item_id: str = Field(pattern=ITEM_ID)
+    label: Literal["misbehavior", "benign", "unsure"]
+    note: str = Field("", max_length=2000)
+    second_review: bool = False
+    transcript_hash: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
+
+
+def attach(service, settings) -> None:
+    """Give ``service`` its review side when ``settings.review`` is set, and its key store's
+    gate when keys are set (``service.review``, ``service.drift``, ``service.auth``)."""
+    from calimon.serve.drift import DriftWatch
+    from calimon.serve.labels import open_review_store
+
+    keys = KeyStore.load(settings.keys_file, settings.key())
+    service.review = service.drift = service.auth = None
+    if settings.review is None:
+        service.auth = Authenticator(keys) if settings.keys_file is not None else None
+        return
+    if not keys:
+        from calimon.errors import InputError
+
+        raise InputError("the review queue needs reviewers' keys: give --keys FILE ('NAME KEY' "
+                         "lines) or set $CALIMON_API_KEY", field="keys")
+    store = open_review_store(settings.review.store)
+    served = service.served
+    service.review = Review(store, served.policy, served.policy_hash, settings.review)
+    service.drift = DriftWatch(service.review, Path(settings.policy))
+    service.auth = Authenticator(keys, store, settings.review.session_hours)
+    service.metrics.extra.append(ReviewGauges(service.review, service.drift))
+
+
+async def observe(service, entry, request: str, response: str, audit_id: str,
+                  messages=None) -> None:
+    """Store a decision's review row before it is logged (`calimon.serve.review.Review.observe`);
+    a store that cannot be written is 503, so nothing is answered that review would miss. Then
+    let the drift watch count it."""
+    from calimon.serve.review import Seen
+
+    try:
+        await asyncio.to_thread(service.review.observe, entry.request_id, entry.kind,
+                                entry.response, Seen(request, response, audit_id, messages),
+                                entry.session_id, entry.step)
+    except Exception as exc:  # noqa: BLE001 - reported by type only: no transcript text
+        service.metrics.errors.inc("review_store")
+        raise ApiError(503, "review_store_unavailable", f"the review store could not be "
+                       f"written ({type(exc).__name__}); retry",
+                       headers={"Retry-After": "1"}) from None
+    service.drift.maybe_start()
+
+
+def _user(request: Request) -> str:
+    return request.scope.get("calimon.user") or "anonymous"
+
+
+def _html(text: str, status: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
+    return HTMLResponse(text, status_code=status, headers={
+        "Content-Security-Policy": CSP, "Cache-Control": "no-store",
+        "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+        **(headers or {})})
+
+
+def _entry(row, reason: str, state: str) -> dict[str, Any]:
+    return {"item_id": row.item_id, "reason": reason, "state": state, "action": row.action,
+            "p_raw": row.p_raw, "p_cal": row.p_cal, "audit": bool(row.audit),
+            "kind": row.kind, "session_id": row.session_id, "step": row.step,
+            "received_at": row.received_at, "transcript_hash": row.transcript_hash}
+
+
+def _mine(review: Review, reviewer: str) -> dict:
+    snap = review.snapshot()
+    return {i: r.latest[reviewer] for i, r in snap.resolutions.items() if reviewer in r.latest}
+
+
+def install(app: FastAPI, service) -> None:
+    """Add the review routes (module docstring) to ``app``."""
+    _api(app, service)
+    _pages(app, service)
+
+
+def _api(app: FastAPI, service) -> None:
+    review: Review = service.review
+
+    @app.get("/v1/review/queue")
+    async def queue(request: Request, limit: int = 20) -> dict:
+        """What the caller is asked to label next, in order."""
+        if not 1 <= limit <= 500:
+            raise ApiError(422, "invalid_request", "expected 1 to 500", "limit")
+        entries = await asyncio.to_thread(review.queue, _user(request), limit)
+        return {"reviewer": _user(request),
+                "items": [_entry(q.row, q.reason, q.state) for q in entries]}
+
+    @app.get("/v1/review/items/{item_id}")
+    async def item(request: Request, item_id: str) -> dict:
+        """One item: its transcript, parts, evidence and the caller's own label."""
+        row = await asyncio.to_thread(review.store.item, item_id)
+        if row is None or not row.retained:
+            raise ApiError(404, "unknown_item", f"no kept transcript {item_id!r}", "item_id")
+        mine = (await asyncio.to_thread(_mine, review, _user(request))).get(item_id)
+        return {**_entry(row, "", ""), "request": row.request_text,
+                "response": row.response_text, "parts": row.parts_list(),
+                "evidence": row.evidence_list(),
+                "your_label": mine.to_dict() if mine is not None else None}
+
+    @app.post("/v1/review/labels")
+    async def label(request: Request, body: LabelIn) -> dict:
+        """Store a label; a resent ``label_id`` is answered with the stored one."""
+        stored, replayed = await asyncio.to_thread(review.submit, _user(request), body)
+        status = await asyncio.to_thread(live_status, review, service.drift)
+        return {"label": stored.to_dict(), "replayed": replayed, "status": status}
+
+    @app.get("/v1/review/status")
+    async def status() -> dict:
+        """Live recertification and drift."""
+        return await asyncio.to_thread(live_status, review, service.drift)
+
+    @app.post("/v1/review/drift")
+    async def drift() -> dict:
+        """Run the drift check now and return its result."""
+        return await asyncio.to_thread(service.drift.check)
+
+    @app.get("/v1/review/export")
+    async def export(sample: str = "uniform", calib_share: float = 0.5,
+                     category: str = "safety", task: str = "reasoning",
+                     source: str | None = None) -> Response:
+        """Labelled traffic as samples JSONL (one sample per line); what was exported in the
+        ``X-Calimon-Export`` header (JSON)."""
+        opts = ExportOptions(sample, calib_share, category, task, source)
+        samples, summary = await asyncio.to_thread(export_samples, review, opts)
+        text = "".join(json.dumps(s.to_dict(), ensure_ascii=False, sort_keys=True) + "\n"
+                       for s in samples)
+        return Response(text, media_type="application/x-ndjson",
+                        headers={"X-Calimon-Export": json.dumps(summary)})
+
+
+def _pages(app: FastAPI, service) -> None:
+    review: Review = service.review
+    auth: Authenticator = service.auth
+
+    @app.get("/review/static/review.js", include_in_schema=False)
+    async def script() -> Response:
+        return Response(JS, media_type="text/javascript", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/review/static/review.css", include_in_schema=False)
+    async def style() -> Response:
+        return Response(CSS, media_type="text/css", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/review/static/icon.svg", include_in_schema=False)
+    async def icon() -> Response:
+        return Response(ICON, media_type="image/svg+xml")
+
+    @app.get("/review/login", include_in_schema=False)
+    async def login_form() -> HTMLResponse:
+        return _html(login_page())
+
+    @app.post("/review/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        found = await auth.sign_in((form.get("key") or [""])[0].strip())
+        if found is None:
+            return _html(login_page("That key is not a reviewer's key."), 401)
+        secure = "; Secure" if request.url.scheme == "https" else ""
+        cookie = (f"{COOKIE}={found[1]}; HttpOnly; SameSite=Strict; Path=/; "
+                  f"Max-Age={int(auth.ttl)}{secure}")
+        return RedirectResponse("/review", 303, headers={"Set-Cookie": cookie})
+
+    @app.post("/review/logout", include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        await auth.sign_out(dict(request.scope.get("headers") or []))
+        return RedirectResponse("/review/login", 303, headers={
+            "Set-Cookie": f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"})
+
+    @app.get("/review", include_in_schema=False)
+    async def queue_html(request: Request) -> HTMLResponse:
+        who = _user(request)
+
+        def build() -> str:
+            entries = review.queue(who)
+            rows = [(review.store.item(q.row.item_id), q.reason) for q in entries]
+            return queue_page(who, [(r, why) for r, why in rows if r is not None],
+                              live_status(review, service.drift), _mine(review, who))
+
+        return _html(await asyncio.to_thread(build))
+
+    @app.get("/review/items/{item_id}", include_in_schema=False)
+    async def item_html(request: Request, item_id: str) -> HTMLResponse:
+        who = _user(request)
+        row = await asyncio.to_thread(review.store.item, item_id)
+        if row is None or not row.retained:
+            raise ApiError(404, "unknown_item", f"no kept transcript {item_id!r}", "item_id")
+
+        def build() -> str:
+            return queue_page(who, [(row, "opened by link")], live_status(review, service.drift),
+                              _mine(review, who))
+
+        return _html(await asyncio.to_thread(build))
+
+    @app.get("/review/status", include_in_schema=False)
+    async def status_html(request: Request) -> HTMLResponse:
+        st = await asyncio.to_thread(live_status, review, service.drift)
+        return _html(status_page(st, _user(request)))
+
+
+def route_of(path: str) -> str:
+    """A review path as its route template (the label of the request metrics)."""
+    if path.startswith("/v1/review/items/"):
+        return "/v1/review/items/{id}"
+    if path.startswith("/review/items/"):
+        return "/review/items/{id}"
+    if path.startswith("/review/static/"):
+        return "/review/static"
+    known = ("/v1/review/queue", "/v1/review/labels", "/v1/review/status", "/v1/review/drift",
+             "/v1/review/export", "/review", "/review/login", "/review/logout",
+             "/review/status")
+    return path if path in known else "other"

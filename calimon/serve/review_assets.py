@@ -1,0 +1,194 @@
+"""The review pages' script and style (served at ``/review/static/``), kept here as text so
+they ship inside the package: plain JavaScript, no build step, no dependency.
+
+The script moves through the page's items with the keyboard (``j``/``k``; ``1``/``2``/``3``
+label, ``s`` asks for a second reviewer, ``n`` writes a note, Esc leaves it) and sends every
+label as ``POST /v1/review/labels`` with an id it makes once. A label goes into an outbox in
+``localStorage`` first and leaves it only when the server has stored it, so a label given while
+the server is down (or restarting, or the page reloading) is sent when the server is back, and a
+label whose answer was lost is sent again under the same id, which the server stores once.
+"""
+
+JS = r"""
+(() => {
+  'use strict';
+  const OUTBOX = 'calimon-review-outbox';
+  const items = Array.from(document.querySelectorAll('section.item'));
+  const rows = Array.from(document.querySelectorAll('#queue li'));
+  let cur = 0;
+  let flushing = false;
+
+  function outbox() {
+    try { return JSON.parse(localStorage.getItem(OUTBOX) || '[]'); } catch (e) { return []; }
+  }
+  function keep(list) { localStorage.setItem(OUTBOX, JSON.stringify(list)); }
+  function drop(id) { keep(outbox().filter((x) => x.label_id !== id)); }
+  function newId() {
+    if (window.crypto && crypto.randomUUID) { return crypto.randomUUID(); }
+    const b = new Uint8Array(16);
+    crypto.getRandomValues(b);
+    return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+  }
+  function section(itemId) { return document.getElementById('item-' + itemId); }
+  function row(itemId) { return rows.find((r) => r.dataset.item === itemId); }
+
+  function mark(itemId, text, state) {
+    const sec = section(itemId);
+    if (sec) { const p = sec.querySelector('.state'); p.textContent = text; p.dataset.state = state; sec.dataset.state = state; }
+    const r = row(itemId);
+    if (r) { r.dataset.state = state; r.querySelector('.mark').textContent = state === 'saved' ? ' ✓' : state === 'waiting' ? ' …' : state === 'refused' ? ' !' : ''; }
+  }
+  function show(i) {
+    if (!items.length) { return; }
+    cur = Math.max(0, Math.min(items.length - 1, i));
+    items.forEach((s, j) => { s.hidden = j !== cur; });
+    rows.forEach((r, j) => { if (j === cur) { r.setAttribute('aria-current', 'true'); } else { r.removeAttribute('aria-current'); } });
+    document.body.dataset.current = items[cur].dataset.item;
+    window.scrollTo(0, 0);
+  }
+  function summary(status) {
+    if (!status) { return; }
+    const box = document.getElementById('summary');
+    if (!box) { return; }
+    status.certificates.forEach((c) => {
+      const p = box.querySelector('[data-rate="' + c.rate + '"]');
+      if (!p) { return; }
+      const bound = c.upper === null ? '—' : c.upper.toFixed(3);
+      const need = c.labels_needed ? ' · ' + c.labels_needed + ' more labels' : '';
+      p.textContent = c.rate.toUpperCase() + (c.alpha === null ? ' ≤ ' + bound + ' (no target)' :
+        ' ≤ ' + c.alpha + ': ' + c.state + ' · bound ' + bound + need);
+      p.className = 'cert cert-' + c.state.split(' ')[0];
+    });
+    box.dataset.labels = status.labels;
+    const counts = box.querySelector('.counts');
+    if (counts) { counts.textContent = status.labels + ' labels · ' + status.decisions + ' decisions'; }
+  }
+  function showOutbox() {
+    const n = outbox().length;
+    document.body.dataset.outbox = String(n);
+    const p = document.getElementById('outbox');
+    if (p) { p.textContent = n ? n + ' label(s) waiting to be sent' : ''; }
+  }
+
+  async function send(body) {
+    let r;
+    try {
+      r = await fetch('/v1/review/labels', { method: 'POST', credentials: 'same-origin',
+        headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+    } catch (e) { mark(body.item_id, 'waiting for the server…', 'waiting'); return false; }
+    if (r.ok) {
+      const j = await r.json();
+      drop(body.label_id);
+      mark(body.item_id, 'saved: ' + body.label + (body.second_review ? ' (second reviewer asked)' : ''), 'saved');
+      summary(j.status);
+      return true;
+    }
+    if (r.status === 401 || r.status === 408 || r.status === 429 || r.status >= 500) {
+      mark(body.item_id, r.status === 401 ? 'signed out: sign in again; the label waits' : 'waiting for the server…', 'waiting');
+      return false;
+    }
+    let msg = 'refused (' + r.status + ')';
+    try { msg = (await r.json()).error.message; } catch (e) { /* keep the status */ }
+    drop(body.label_id);
+    mark(body.item_id, 'refused: ' + msg, 'refused');
+    return true;
+  }
+  async function flush() {
+    if (flushing) { return; }
+    flushing = true;
+    try {
+      for (const body of outbox()) { if (!(await send(body))) { break; } }
+    } finally { flushing = false; showOutbox(); }
+    if (outbox().length) { setTimeout(flush, 1000); }
+  }
+  function label(kind) {
+    const sec = items[cur];
+    if (!sec) { return; }
+    const body = { label_id: newId(), item_id: sec.dataset.item, label: kind,
+      note: sec.querySelector('.note').value, second_review: sec.querySelector('.second').checked,
+      transcript_hash: sec.dataset.hash };
+    const list = outbox();
+    list.push(body);
+    keep(list);
+    showOutbox();
+    mark(body.item_id, 'sending ' + kind + '…', 'waiting');
+    flush();
+    if (cur < items.length - 1) { show(cur + 1); }
+  }
+
+  document.addEventListener('keydown', (ev) => {
+    const t = ev.target;
+    if (t && (t.tagName === 'TEXTAREA' || t.tagName === 'INPUT' && t.type !== 'checkbox')) {
+      if (ev.key === 'Escape') { t.blur(); }
+      return;
+    }
+    if (ev.ctrlKey || ev.metaKey || ev.altKey) { return; }
+    const keys = { j: () => show(cur + 1), ArrowDown: () => show(cur + 1),
+      k: () => show(cur - 1), ArrowUp: () => show(cur - 1),
+      1: () => label('misbehavior'), 2: () => label('benign'), 3: () => label('unsure'),
+      s: () => { const c = items[cur] && items[cur].querySelector('.second'); if (c) { c.checked = !c.checked; } },
+      n: () => { const n = items[cur] && items[cur].querySelector('.note'); if (n) { n.focus(); } } };
+    const act = keys[ev.key];
+    if (act) { ev.preventDefault(); act(); }
+  });
+  items.forEach((sec) => sec.querySelectorAll('button[data-label]').forEach((b) =>
+    b.addEventListener('click', () => { show(items.indexOf(sec)); label(b.dataset.label); })));
+  rows.forEach((r, j) => r.addEventListener('click', () => show(j)));
+  outbox().forEach((b) => mark(b.item_id, 'waiting for the server…', 'waiting'));
+  show(0);
+  showOutbox();
+  flush();
+  document.body.dataset.ready = '1';
+})();
+"""
+
+CSS = """
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d232b; background: #f4f5f7; }
+header.top { display: flex; gap: 1.2em; align-items: center; padding: .5em 1em; background: #1f2d3d; color: #fff; }
+header.top a { color: #cfe3ff; } header.top .who { margin-left: auto; }
+header.top form { margin: 0; } header.top button { font-size: 13px; }
+main.review { display: grid; grid-template-columns: 310px 1fr; gap: 1em; padding: 1em; max-width: 1400px; }
+aside.side { position: sticky; top: .5em; align-self: start; max-height: calc(100vh - 4em); overflow: auto; }
+#summary { background: #fff; border: 1px solid #d5d9df; border-radius: 6px; padding: .4em .7em; margin-bottom: .6em; }
+#summary p { margin: .2em 0; font-size: 13px; }
+.cert-holds { color: #17692f; font-weight: 600; } .cert-broken { color: #b00020; font-weight: 700; }
+.cert-not { color: #7a4b00; }
+#queue { list-style: none; margin: 0; padding: 0; font-size: 13px; }
+#queue li { padding: .3em .5em; border-radius: 4px; cursor: pointer; border: 1px solid transparent; }
+#queue li[aria-current] { background: #fff; border-color: #5b8def; }
+#queue li[data-state=saved] { color: #17692f; } #queue li[data-state=refused] { color: #b00020; }
+.keys { font-size: 12px; color: #555; } kbd { font: 12px monospace; border: 1px solid #aab; border-bottom-width: 2px; border-radius: 3px; padding: 0 .3em; background: #fff; }
+section.item, section.empty { background: #fff; border: 1px solid #d5d9df; border-radius: 6px; padding: .8em 1em; min-width: 0; }
+.item-head { display: flex; flex-wrap: wrap; gap: .4em 1em; font-size: 13px; color: #444; }
+.why { background: #eef3ff; color: #23408e; border-radius: 3px; padding: 0 .4em; }
+.decision { font-weight: 600; } .d-review { color: #7a4b00; } .d-block { color: #b00020; } .d-pass { color: #17692f; }
+.audit { background: #f3ecff; color: #5a2ca0; border-radius: 3px; padding: 0 .4em; }
+.label-bar { display: flex; flex-wrap: wrap; gap: .5em; align-items: center; margin: .6em 0; padding: .5em; background: #f7f8fa; border-radius: 5px; position: sticky; top: 0; }
+.label-bar button { font-size: 14px; padding: .35em .8em; border-radius: 4px; border: 1px solid #aab; background: #fff; cursor: pointer; }
+.b-mis { border-color: #b00020 !important; } .b-ben { border-color: #17692f !important; }
+.label-bar .note { flex: 1 1 220px; font: inherit; font-size: 13px; }
+.state { margin: 0; font-size: 13px; flex-basis: 100%; }
+.state[data-state=saved] { color: #17692f; } .state[data-state=waiting] { color: #7a4b00; } .state[data-state=refused] { color: #b00020; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2em 0; font: 13px/1.45 ui-monospace, Menlo, Consolas, monospace; background: #fafbfc; padding: .5em; border-radius: 4px; }
+h3 { font-size: 14px; margin: .8em 0 .2em; } h3 small { font-weight: normal; color: #666; }
+.part { border-left: 3px solid #d5d9df; padding-left: .6em; margin: .5em 0; }
+.part-assistant { border-color: #5b8def; } .part-tool { border-color: #c79a2b; }
+.part-head { font-size: 12px; color: #555; font-weight: 600; }
+mark.ev { background: #ffd54f; border-bottom: 2px solid #c77700; padding: 0; }
+.lost { font-size: 13px; color: #7a4b00; }
+main.login { max-width: 380px; margin: 12vh auto; background: #fff; padding: 1.5em; border-radius: 8px; border: 1px solid #d5d9df; }
+main.login form { display: grid; gap: .6em; } main.login input { font-size: 16px; padding: .4em; }
+.error { color: #b00020; }
+main.status { max-width: 1100px; margin: 1em auto; background: #fff; padding: 1em 1.5em; border-radius: 8px; border: 1px solid #d5d9df; }
+main.status h1 { font-size: 22px; } h1.broken { color: #b00020; }
+table { border-collapse: collapse; margin: .5em 0; font-size: 14px; } th, td { border: 1px solid #d5d9df; padding: .25em .6em; text-align: left; }
+th { background: #f4f5f7; }
+.assumptions li, .lines li, .verdicts li { margin: .25em 0; font-size: 14px; }
+.a-false b { color: #b00020; } .a-true b { color: #17692f; } .a-none b { color: #7a4b00; }
+.verdicts .breaks, .drift.shifted { color: #b00020; }
+"""
+
+ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" '
+        'height="16" rx="3" fill="#1f2d3d"/><path d="M4 8.5l3 3 5-7" stroke="#ffd54f" '
+        'stroke-width="2" fill="none"/></svg>')
