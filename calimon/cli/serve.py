@@ -22,7 +22,7 @@ def serve_cmd(
     policy: Annotated[Path, typer.Argument(help="Policy YAML (from `calimon escalate`): its model, readout, map and thresholds.")],
     host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs $CALIMON_API_KEY.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    log: Annotated[str, typer.Option(help="Decision log: a SQLite file (WAL), created if absent.")] = "runs/serve/decisions.sqlite",
+    log: Annotated[str, typer.Option(help="Decision log: a SQLite file (WAL), created if absent, or a postgresql://USER@HOST/DB URL (the postgres extra).")] = "runs/serve/decisions.sqlite",
     calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map (default: the design run's calibration/<method>.json).")] = None,
     prompt: Annotated[str | None, typer.Option(help="Prompt template (default: the one the map or the design run recorded).")] = None,
     max_input_tokens: MaxInputTokensOpt = None,
@@ -36,6 +36,8 @@ def serve_cmd(
     max_messages: Annotated[int, typer.Option(help="Most chat messages in one transcript.")] = 1000,
     max_sessions: Annotated[int, typer.Option(help="Sessions kept at once (the least recently used is forgotten past it).")] = 1000,
     session_memory_mib: Annotated[float, typer.Option(help="Memory for session caches; past it, the least recently used lose theirs.")] = 512.0,
+    replicas: Annotated[int | None, typer.Option(help="Run N replicas as a Ray Serve deployment behind its proxy (the ray extra; --log must be PostgreSQL).")] = None,
+    cpus_per_replica: Annotated[float, typer.Option(help="Ray CPUs each replica reserves (with --replicas).")] = 1.0,
 ):
     """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz, /metrics."""
     from calimon.engines.settings import BackendSettings
@@ -51,7 +53,14 @@ def serve_cmd(
         limits=Limits(max_body_bytes=max_body_bytes, max_chars=max_chars,
                       max_messages=max_messages, max_sessions=max_sessions),
         session_memory_mib=session_memory_mib)
-    serve(settings, echo=lambda line: typer.echo(line, err=True))
+    echo = lambda line: typer.echo(line, err=True)  # noqa: E731
+    if replicas is not None:  # --ray-address (a backend flag) names the cluster to join
+        from calimon.serve.ray_serve import Replicas, run
+
+        run(settings, Replicas(count=replicas, cpus=cpus_per_replica,
+                               address=settings.backend.ray_address), echo=echo)
+    else:
+        serve(settings, echo=echo)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,236 @@
+"""`calimon serve --replicas 2` on Ray Serve (a local Ray cluster this test's server starts),
+both replicas writing one PostgreSQL decision log (a real server, tests/pg_server.py), on the
+embedded SmolLM2 with short prompts, one torch thread and half a CPU per replica (2 cores).
+
+One replica process is SIGKILLed in the middle of a bounded loopback load of requests with ids;
+then everything is resent, each request retried until answered (as a client retries a 500 or
+a dropped connection): every request answered before is answered again with the same JSON, from
+the log, every request id is in the log exactly once, and no logged decision differs from its
+answer. Requests sent at once with one id to the two replicas answer one decision."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+import httpx
+import pytest
+from pg_server import postgres_server
+from serve_server import CALIMON, KEY, ROOT, free_port, write_policy
+
+pytestmark = [pytest.mark.ray, pytest.mark.postgres, pytest.mark.model]
+
+N = 32
+CLIENTS = 8
+KILL_AFTER = 8
+KILL_DELAY_S = 0.3
+START_TIMEOUT_S = 300
+ARGS = ("--replicas", "2", "--cpus-per-replica", "0.5", "--threads", "1",
+        "--max-input-tokens", "512", "--batch-wait-ms", "20", "--max-batch", "4")
+REPLICA = "calimon-replica"
+
+
+def bodies() -> list[dict]:
+    return [{"request_id": f"ray-{i}", "id": f"tx-{i}",
+             "request": f"Write mul{i}(a, b) returning the product.",
+             "response": f"def mul{i}(a, b):\n    return a * b{' * 1' * (i % 4)}\n"}
+            for i in range(N)]
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def replica_pids(server_pid: int) -> list[int]:
+    """The Ray Serve replica processes of our deployment below the server."""
+    pids = []
+    for pid in _descendants(server_pid):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if cmd.startswith("ray::ServeReplica:calimon:calimon-serve"):
+            pids.append(pid)
+    return sorted(pids)
+
+
+class RayServer:
+    """`calimon serve --replicas 2` as a subprocess in its own session (so that stopping it
+    stops the Ray processes it started)."""
+
+    def __init__(self, policy: Path, map_path: Path, url: str, output: Path):
+        self.port, self.output = free_port(), output
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "CALIMON_API_KEY": KEY, "RAY_DEDUP_LOGS": "0"}
+        with output.open("ab") as fh:
+            self.proc = subprocess.Popen(
+                [str(CALIMON), "serve", str(policy), "--map", str(map_path), "--log", url,
+                 "--port", str(self.port), *ARGS],
+                stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
+                start_new_session=True)
+
+    def text(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    def wait_listening(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"calimon serve exited ({self.proc.returncode}):\n"
+                                   f"{self.text()[-6000:]}")
+            if "calimon serve: listening on" in self.text():
+                return
+            time.sleep(1)
+        raise RuntimeError(f"not up in {START_TIMEOUT_S} s:\n{self.text()[-6000:]}")
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {KEY}"},
+                            timeout=120)
+
+    def stop(self) -> None:
+        """SIGTERM (the replicas and the local cluster shut down), then SIGKILL the group."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of Ray is left
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+
+
+def _load_with_a_replica_killed(server: RayServer) -> tuple[dict, dict, int, list[int]]:
+    """Send every body from CLIENTS threads; SIGKILL one replica KILL_DELAY_S after KILL_AFTER
+    are answered (when both replicas are in the middle of their next batches). Returns
+    (answers by id, replica of each answer, requests that failed, killed pids)."""
+    answered, replica, killed = {}, {}, []
+    failed = [0]
+    lock, local, due = threading.Lock(), threading.local(), threading.Event()
+
+    def kill_one():
+        if due.wait(300):
+            time.sleep(KILL_DELAY_S)
+            pid = replica_pids(server.proc.pid)[0]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    def send(body):
+        if not hasattr(local, "client"):
+            local.client = server.client()
+        try:
+            r = local.client.post("/v1/score", json=body)
+        except httpx.HTTPError:
+            with lock:
+                failed[0] += 1
+            return
+        with lock:
+            if r.status_code != 200:
+                failed[0] += 1
+                return
+            answered[body["request_id"]] = r.json()
+            replica[body["request_id"]] = r.headers[REPLICA]
+            if len(answered) == KILL_AFTER:
+                due.set()
+
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    try:
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            for f in as_completed([pool.submit(send, b) for b in bodies()]):
+                f.result()
+    finally:
+        due.set()
+        killer.join()
+    return answered, replica, failed[0], killed
+
+
+def _until_answered(client: httpx.Client, body: dict, tries: int = 30) -> httpx.Response:
+    """Post ``body`` until it is answered 200 (a client's retry of a 5xx or a dropped
+    connection), at most ``tries`` times a second apart."""
+    for _ in range(tries):
+        try:
+            r = client.post("/v1/score", json=body)
+            if r.status_code == 200:
+                return r
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"{body['request_id']} not answered in {tries} tries")
+
+
+def test_a_replica_killed_under_load_loses_no_answered_request(tmp_path):
+    import psycopg
+
+    policy, map_path = write_policy(tmp_path)
+    with postgres_server() as pg:
+        url = pg.create_schema("ray_serve")
+        t0 = time.monotonic()
+        server = RayServer(policy, map_path, url, tmp_path / "server.out")
+        try:
+            server.wait_listening()
+            t_up = time.monotonic()
+            assert len(replica_pids(server.proc.pid)) == 2
+            with server.client() as c:
+                body = {**bodies()[0], "request_id": "together"}
+                with ThreadPoolExecutor(4) as pool:
+                    together = list(pool.map(lambda _: c.post("/v1/score", json=body),
+                                             range(4)))
+            answered, replica, failed, killed = _load_with_a_replica_killed(server)
+            t_load = time.monotonic()
+            with server.client() as c:
+                resent = {b["request_id"]: _until_answered(c, b) for b in bodies()}
+            survivors = replica_pids(server.proc.pid)
+            t_resent = time.monotonic()
+        finally:
+            server.stop()
+        print(f"up {t_up - t0:.0f} s, load {t_load - t_up:.0f} s ({len(answered)} answered, "
+              f"{failed} failed), resend {t_resent - t_load:.0f} s, stop "
+              f"{time.monotonic() - t_resent:.0f} s")
+        with psycopg.connect(url) as conn:
+            rows = conn.execute("SELECT request_id, decision, response FROM decisions")\
+                .fetchall()
+    output = server.text()
+
+    assert all(r.status_code == 200 for r in together), [r.text for r in together]
+    assert len({json.dumps(r.json(), sort_keys=True) for r in together}) == 1
+    assert len(killed) == 1 and killed[0] not in survivors
+    assert len(set(replica.values())) == 2  # both replicas answered, into one log
+    assert failed >= 1  # the killed replica had requests in flight
+    assert KILL_AFTER <= len(answered) < N
+    for rid, first in answered.items():  # no decision changed: the same answer, from the log
+        assert resent[rid].json() == first
+        assert resent[rid].headers["idempotent-replayed"] == "true"
+    counts: dict[str, int] = {}
+    for rid, _, _ in rows:
+        counts[rid] = counts.get(rid, 0) + 1
+    assert set(counts) == {b["request_id"] for b in bodies()} | {"together"}
+    assert set(counts.values()) == {1}  # every request id in the log exactly once
+    logged = {rid: (decision, json.loads(response)) for rid, decision, response in rows}
+    for rid, r in resent.items():
+        assert logged[rid] == (r.json()["decision"], r.json())
+    assert "Write mul" not in output  # no transcript in the server's output
