@@ -3,8 +3,9 @@
 `calimon.curve_compute.compute_curve` builds it (no I/O); `calimon.run_folder` writes and reads
 it (``write_curve_json`` / ``read_curve_json``, versioned); the report, compare, bundles, shift
 and the deployment commands read its attributes. Field order is the file's key order; every
-part is written generically (`calimon.typed_json`), so a new field of a part is declared here
-and set where it is computed, nothing else.
+part is written and read generically (`calimon.typed_json`), so a new field of a part is
+declared here (with a default, for the files written before it, and a new
+``CURVE_JSON_VERSION``) and set where it is computed, nothing else.
 
 Conventions: a ``float`` field is NaN where a rate is undefined (written null); a
 ``float | None`` is None where a figure is not estimable; a threshold of +inf (flag nothing) is

@@ -9,8 +9,9 @@ bundles, shift and the deployment commands read curve.json through :func:`read_c
 
 curve.json format version 1 (``CURVE_JSON_VERSION``): the parts of `CurveResult`, with
 ``format_version`` first; a file without it (written before it was recorded) is version 1. A
-newer version is refused with a line naming the file; an older one would be upgraded here,
-one numbered step at a time (``_CURVE_JSON_UPGRADES``; none yet).
+newer version is refused with a line naming the file (the reader refuses keys it does not
+know, so a field added to a part comes with a default and a new ``CURVE_JSON_VERSION``); an
+older one is upgraded here, one numbered step at a time (``_CURVE_JSON_UPGRADES``; none yet).
 
 Format version 3 (``CURVE_CSV_VERSION``): one row per sample with the columns ``CURVE_COLUMNS``;
 every number is written as ``repr(float)``, the shortest text that reads back as the same
@@ -175,7 +176,9 @@ def read_curve_csv(path: str | Path, *, required: Sequence[str] = ("id", "status
 
 # ---------------------------------------------------------------------------- curve.json
 
-_CURVE_JSON_UPGRADES: dict[int, Callable[[dict], dict]] = {}  # version v -> a doc of v + 1
+# version v -> a doc of version v + 1; a step without one changes no key the reader needs (a
+# field added with a default reads from older files as its default)
+_CURVE_JSON_UPGRADES: dict[int, Callable[[dict], dict]] = {}
 _CURVE_HINT = "not a curve.json of `calimon curve`"
 
 
@@ -218,7 +221,7 @@ def curve_result_from_doc(doc: Any, *, path: str | None = None,
                          path=path)
     v = _version(doc, path or CURVE_JSON)
     while v < CURVE_JSON_VERSION:
-        doc, v = _CURVE_JSON_UPGRADES[v](doc), v + 1
+        doc, v = _CURVE_JSON_UPGRADES.get(v, dict)(doc), v + 1
     for key in required:
         if key not in doc:
             raise InputError(f"missing key {key!r}: {_CURVE_HINT}", path=path, field=key)
