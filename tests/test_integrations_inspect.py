@@ -310,3 +310,29 @@ def test_an_approver_needs_a_policy_and_a_monitor_one_source(world):
         resolve_monitor(model=MODEL, url="http://127.0.0.1:9")
     with pytest.raises(InputError, match="exactly one"):
         resolve_monitor()
+
+
+def test_inspect_finds_the_approver_and_scorer_by_name(world, tmp_path):
+    """The inspect_ai entry point (pyproject.toml) registers them for an installed calimon: in
+    a fresh process outside the checkout, an approval policy file naming
+    calimon/monitor_approver (with its arguments) builds it, and calimon/monitor_scorer and
+    calimon/monitor_scanner are found by name."""
+    import subprocess
+    import sys
+
+    policy = write_policy(tmp_path, world["prov"], 0.2, 0.8)
+    config = tmp_path / "approval.yaml"
+    config.write_text(f"approvers:\n  - name: calimon/monitor_approver\n    tools: write_file\n"
+                      f"    policy: {policy}\n  - name: human\n    tools: '*'\n")
+    code = ("from inspect_ai._util.registry import registry_info, registry_lookup\n"
+            "from inspect_ai.approval import read_approval_policies\n"
+            f"first, second = read_approval_policies({str(config)!r})\n"
+            "print(registry_info(first.approver).name, first.tools,"
+            " registry_info(second.approver).name)\n"
+            "print(registry_lookup('scorer', 'calimon/monitor_scorer') is not None,"
+            " registry_lookup('scanner', 'calimon/monitor_scanner') is not None)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-2:] == ["calimon/monitor_approver write_file inspect_ai/human",
+                                            "True True"]
