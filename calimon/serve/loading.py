@@ -13,7 +13,6 @@ let through is kept in ``forced``.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,15 +46,13 @@ def design_run(policy: Policy, policy_path: Path) -> Path | None:
 
 
 def run_provenance(run_dir: Path | None) -> dict[str, Any]:
-    """The ``provenance`` block of a run's curve.json ({} when there is none)."""
-    if run_dir is None:
+    """The ``provenance`` of a run's curve.json, read by the one typed reader ({} when the run
+    has no curve.json; a broken one is an error naming the file)."""
+    from calimon.run_folder import read_curve_json
+
+    if run_dir is None or not (run_dir / "curve.json").is_file():
         return {}
-    try:
-        doc = json.loads((run_dir / "curve.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    prov = doc.get("provenance") if isinstance(doc, dict) else None
-    return prov if isinstance(prov, dict) else {}
+    return read_curve_json(run_dir).provenance.as_dict()
 
 
 def find_map(policy: Policy, given: Path | None, run_dir: Path | None) -> Path | None:
