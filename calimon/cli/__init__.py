@@ -22,8 +22,8 @@ import typer
 
 from calimon.cli.conventions import conform
 
-BUILTIN = ("curve", "score", "models", "data", "deploy", "serve", "shift", "report", "compare",
-           "spans", "heads", "robustness")
+BUILTIN = ("curve", "score", "models", "data", "deploy", "serve", "review", "shift", "report",
+           "compare", "spans", "heads", "robustness")
 ENTRY_POINT_GROUP = "calimon.commands"
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,

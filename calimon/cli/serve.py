@@ -36,12 +36,20 @@ def serve_cmd(
     max_messages: Annotated[int, typer.Option(help="Most chat messages in one transcript.")] = 1000,
     max_sessions: Annotated[int, typer.Option(help="Sessions kept at once (the least recently used is forgotten past it).")] = 1000,
     session_memory_mib: Annotated[float, typer.Option(help="Memory for session caches; past it, the least recently used lose theirs.")] = 512.0,
+    keys: Annotated[Path | None, typer.Option(help="API keys with a name each, one 'NAME KEY' (or 'NAME sha256:HEX') per line: clients and reviewers (docs/serve.md, Review).")] = None,
+    review: Annotated[bool, typer.Option("--review", help="Serve the review queue at /review: labels, live recertification, drift watch, export (needs --keys or $CALIMON_API_KEY). Keeps the text of the review band and of --review-retain of the automatic decisions.")] = False,
+    review_store: Annotated[str, typer.Option(help="Review store (labels, the traffic's rows, the kept transcripts): a SQLite file.")] = "runs/serve/review.sqlite",
+    review_retain: Annotated[float | None, typer.Option(help="Share of automatic decisions whose transcript is kept for labelling, by audit draw (default: the policy's audit fraction, at least 0.2).")] = None,
+    drift_window: Annotated[int, typer.Option(help="Kept live transcripts the drift watch compares with the calibration run.")] = 500,
+    drift_every: Annotated[int, typer.Option(help="Decisions between two drift checks.")] = 100,
+    drift_permutations: Annotated[int, typer.Option(help="Permutations of the drift check's two-sample test.")] = 200,
     replicas: Annotated[int | None, typer.Option(help="Run N replicas as a Ray Serve deployment behind its proxy (the ray extra; --log must be PostgreSQL).")] = None,
     cpus_per_replica: Annotated[float, typer.Option(help="Ray CPUs each replica reserves (with --replicas).")] = 1.0,
 ):
-    """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz, /metrics."""
+    """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz, /metrics; with --review, the review queue at /review."""
     from calimon.engines.settings import BackendSettings
     from calimon.serve import Batching, Limits, ServeSettings
+    from calimon.serve.review_settings import ReviewSettings
     from calimon.serve.runner import serve
 
     settings = ServeSettings(
@@ -52,7 +60,10 @@ def serve_cmd(
                           pass_rows=pass_rows),
         limits=Limits(max_body_bytes=max_body_bytes, max_chars=max_chars,
                       max_messages=max_messages, max_sessions=max_sessions),
-        session_memory_mib=session_memory_mib)
+        session_memory_mib=session_memory_mib, keys_file=keys,
+        review=ReviewSettings(store=review_store, retain=review_retain,
+                              drift_window=drift_window, drift_every=drift_every,
+                              drift_permutations=drift_permutations) if review else None)
     echo = lambda line: typer.echo(line, err=True)  # noqa: E731
     if replicas is not None:  # --ray-address (a backend flag) names the cluster to join
         from calimon.serve.ray_serve import Replicas, run

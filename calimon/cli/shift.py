@@ -15,6 +15,7 @@ import typer
 
 from calimon.cli.common import cli_errors, json_ready, num
 from calimon.cli.options import JsonOpt
+from calimon.errors import InputError
 
 
 @cli_errors
@@ -84,9 +85,14 @@ def shift_cmd(
 
 @cli_errors
 def recertify_cmd(
-    decisions: Annotated[Path, typer.Argument(help="decisions.csv of `calimon apply-policy` "
-                                                   "(with review and inclusion columns).")],
-    labels: Annotated[Path, typer.Argument(help="Reviewer labels: CSV (id,label) or JSONL.")],
+    decisions: Annotated[Path | None, typer.Argument(help="decisions.csv of `calimon "
+                                                          "apply-policy` (with review and "
+                                                          "inclusion columns).")] = None,
+    labels: Annotated[Path | None, typer.Argument(help="Reviewer labels: CSV (id,label) or "
+                                                       "JSONL.")] = None,
+    serve: Annotated[str | None, typer.Option(
+        "--serve", help="Instead of files: the live status of a `calimon serve --review` at "
+                        "this URL (its policy's targets; the key in $CALIMON_API_KEY).")] = None,
     far: Annotated[float | None, typer.Option(help="Target FAR of the policy.")] = None,
     mr: Annotated[float | None, typer.Option(help="Target MR of the policy.")] = None,
     delta: Annotated[float, typer.Option(help="The bounds hold together with probability "
@@ -94,7 +100,12 @@ def recertify_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Certify a policy's FAR / MR on the traffic it decided, from reviewed labels (the review
-    band plus the audit slice)."""
+    band plus the audit slice): from files, or live from a server's review queue (--serve)."""
+    if serve is not None:
+        _recertify_live(serve, decisions, labels, far, mr, json_out)
+        return
+    if decisions is None or labels is None:
+        raise InputError("give DECISIONS and LABELS, or --serve URL", field="decisions")
     from calimon.shift.recert_run import recertify_files
 
     rep = recertify_files(decisions, labels, delta=delta, far_alpha=far, mr_alpha=mr)
@@ -116,6 +127,20 @@ def recertify_cmd(
                      f"; <= {c.alpha:g}: not certified" + (
                          f" (about {need} labels would be needed at the shares seen)"
                          if need is not None else " (the estimate itself is above the target)"))
+        typer.echo(line)
+
+
+def _recertify_live(url: str, decisions, labels, far, mr, json_out: bool) -> None:
+    from calimon.serve.remote import fetch_status, status_lines
+
+    if decisions is not None or labels is not None or far is not None or mr is not None:
+        raise InputError("--serve reads the server's labels and its policy's targets: give no "
+                         "DECISIONS, LABELS, --far or --mr with it", field="serve")
+    st = fetch_status(url)
+    if json_out:
+        typer.echo(json.dumps(st, indent=2))
+        return
+    for line in status_lines(st):
         typer.echo(line)
 
 

@@ -44,6 +44,7 @@ UNLABELLED, RESOLVED, UNSURE, DISPUTED, SECOND = ("unlabelled", "resolved", "uns
 WHY_OPEN = {SECOND: "second review asked", DISPUTED: "reviewers disagree",
             UNSURE: "marked unsure"}
 STATUS_TTL_S = 2.0  # new traffic alone refreshes the status at most this often
+QUEUE_MAX = 500  # the longest queue worked out
 
 
 @dataclass(frozen=True)
@@ -202,8 +203,7 @@ class Review:
                            label=res[i].label if i in res else None,
                            retained=bool(r.retained), audit=bool(r.audit))
                    for i, r in rows.items()]
-        live = live_status(decided, self.targets, delta=self.settings.delta,
-                           limit=self.settings.queue_size * 3)
+        live = live_status(decided, self.targets, delta=self.settings.delta, limit=QUEUE_MAX)
         return Snapshot(version, rows, res, live, n, time.monotonic())
 
     def queue(self, reviewer: str, limit: int | None = None) -> list[QueueEntry]:

@@ -82,7 +82,7 @@ def _assumptions(snap, certs, agree: dict, retain: float) -> list[dict[str, Any]
                     f"{agree['agreement']:.0%} agreement on {agree['items']} label pairs "
                     f"(kappa {kappa}); {states.get('disputed', 0)} disputed")},
         {"name": "transcripts kept for the plan", "holds": beyond == 0,
-         "detail": f"the plan reaches {beyond} decisions past the {retain:.0%} kept; raise "
+         "detail": f"the plan reaches {beyond} decision(s) past the {retain:.0%} kept; raise "
                    "--review-retain" if beyond else f"{retain:.0%} of automatic decisions "
                                                     "kept, enough for the plan"},
         {"name": "sample size not chosen by the labels", "holds": None,

@@ -25,6 +25,7 @@ from calimon.shift.live import (
 
 # -- planning ------------------------------------------------------------------------------------
 PILOT = 10  # resolved labels an automatic stratum needs before its benign share is planned on
+LOOK_AHEAD = 60  # queue positions ordered by look-ahead (each costs a few exact bounds)
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,15 @@ class Plan:
     ``labels`` new labels in all (None: not even labelling everything would do),
     ``beyond_retained``: of those, how many fall past the transcripts the server kept;
     ``pilot``: too few labels to plan from yet (fewer than `PILOT` resolved in an automatic
-    stratum): the labels are a first sample, and the plan is made again from its rates."""
+    stratum): the labels are a first sample, and the plan is made again from its rates;
+    ``breaks``: the target cannot be certified at those shares, and the labels are those that
+    would show it broken (its lower bound above the target)."""
 
     labels: int | None
     extend: dict[str, int]
     beyond_retained: int
     pilot: bool = False
+    breaks: bool = False
 
 
 def extended(c: Counts, x: int, *, resolve: bool = False) -> Counts:
@@ -78,7 +82,8 @@ def _new_labels(c: Counts, x: int) -> tuple[int, int]:
 def plan(counts: dict[str, Counts], target: Target) -> Plan:
     """Labels that certify ``target`` if the strata keep their benign shares: every review
     transcript labelled and each automatic stratum's sample grown to the same fraction ``f`` of
-    it, the least ``f`` found by bisection (as `calimon.shift.recertify.audit_labels_needed`)."""
+    it, the least ``f`` found by bisection (as `calimon.shift.recertify.audit_labels_needed`).
+    When no ``f`` would certify it, the labels that would show it broken instead."""
     b, p, r = strata3(counts)
     auto = {a: c for a, c in (("auto_block", b), ("auto_pass", p))}
 
@@ -89,33 +94,35 @@ def plan(counts: dict[str, Counts], target: Target) -> Plan:
         out[REVIEW] = extended(r, 0, resolve=True)
         return out, ext
 
-    def bound(f: float) -> float:
-        return rate_bound(grown(f)[0], target.rate, target.delta)
+    def met(f: float, upper: bool) -> bool:
+        b = rate_bound(grown(f)[0], target.rate, target.delta, upper=upper)
+        return b <= target.alpha if upper else b > target.alpha
 
     pilot = {a: min(c.size - c.sampled, PILOT - c.resolved) for a, c in auto.items()
              if c.resolved < PILOT and c.sampled < c.size}
     if pilot:
         return _plan_of(auto, r, {a: pilot.get(a, 0) for a in auto}, pilot=True)
-    if bound(1.0) > target.alpha:
+    upper = met(1.0, True)
+    if not upper and not met(1.0, False):
         return Plan(None, {a: c.size - c.sampled for a, c in auto.items()}, 0)
     lo, hi = 0.0, 1.0
-    if bound(0.0) <= target.alpha:
+    if met(0.0, upper):
         hi = 0.0
     for _ in range(30):
         if hi - lo < 1e-6:
             break
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if bound(mid) <= target.alpha else (mid, hi)
-    return _plan_of(auto, r, grown(hi)[1])
+        lo, hi = (lo, mid) if met(mid, upper) else (mid, hi)
+    return _plan_of(auto, r, grown(hi)[1], breaks=not upper)
 
 
 def _plan_of(auto: dict[str, Counts], review: Counts, ext: dict[str, int],
-             pilot: bool = False) -> Plan:
+             pilot: bool = False, breaks: bool = False) -> Plan:
     labels, beyond = review.unresolved, 0
     for a, x in ext.items():
         n, past = _new_labels(auto[a], x)
         labels, beyond = labels + n + auto[a].unresolved, beyond + past
-    return Plan(labels, ext, beyond, pilot)
+    return Plan(labels, ext, beyond, pilot, breaks)
 
 
 def order(counts: dict[str, Counts], targets: Sequence[Target], limit: int,
@@ -123,8 +130,9 @@ def order(counts: dict[str, Counts], targets: Sequence[Target], limit: int,
     """Up to ``limit`` transcripts to label next, as ``(id, action)``, in the order that brings
     the failing targets' bounds down soonest at the planned shares (one step of look-ahead:
     each next label goes where it lowers the worst ``bound / alpha`` most; ties to the review
-    stratum, then to the lane least far along). ``extend``: how far into each automatic
-    stratum's draw order the queue reaches, at least its audit slice."""
+    stratum, then to the lane least far along; past `LOOK_AHEAD` picks, the lanes simply take
+    turns by how far along they are). ``extend``: how far into each automatic stratum's draw
+    order the queue reaches, at least its audit slice."""
     failing = [t for t in targets if rate_bound(counts, t.rate, t.delta) > t.alpha]
     lanes: dict[str, list[str]] = {}
     if REVIEW in counts:
@@ -143,10 +151,9 @@ def order(counts: dict[str, Counts], targets: Sequence[Target], limit: int,
         if not open_lanes:
             break
 
-        def key(a: str) -> tuple:
-            return _expected(state, a, failing), a != REVIEW, taken[a] / len(lanes[a])
-
-        best = min(open_lanes, key=key)
+        looked = failing if len(out) < LOOK_AHEAD else ()
+        best = min(open_lanes, key=lambda a, looked=looked: (
+            _expected(state, a, looked), a != REVIEW, taken[a] / len(lanes[a])))
         out.append((lanes[best][taken[best]], best))
         taken[best] += 1
         state[best] = _after_taking(counts[best], taken[best])
@@ -220,7 +227,9 @@ class LiveCertificate:
             return head + " (the policy states no target)"
         tail = {HOLDS: "certified", BROKEN: "BROKEN (the lower bound is above it)",
                 UNREACHABLE: "not certifiable at the rates seen (labelling every transcript "
-                             "would leave the bound above it)"}
+                             "would leave the bound above it)" + (
+                    f"; {self.labels_needed} more labels would show it broken"
+                    if self.labels_needed else "")}
         if self.state == NOT_YET:
             more = (f"; {self.beyond_retained} of them past the transcripts kept (raise "
                     f"--review-retain)" if self.beyond_retained else "")
@@ -248,11 +257,11 @@ def certificate(counts: dict[str, Counts], rate: str, alpha: float | None,
         state, need = HOLDS, 0
     elif lower > alpha:
         state, need = BROKEN, None
-    elif p.labels is None:
-        state, need = UNREACHABLE, None
+    elif p.labels is None or p.breaks:
+        state, need = UNREACHABLE, p.labels
     else:
         state, need = NOT_YET, p.labels
-    beyond = p.beyond_retained if state == NOT_YET else 0
+    beyond = p.beyond_retained if state in (NOT_YET, UNREACHABLE) else 0
     return LiveCertificate(rate, alpha, delta, est, upper, lower, state, need, beyond,
                            p.pilot and state == NOT_YET), p
 
@@ -278,7 +287,7 @@ def live_status(decided: Iterable[Decided], targets: Sequence[Target], *, delta:
     for t in targets:
         cert, p = certificate(counts, t.rate, t.alpha, t.delta)
         certs.append(cert)
-        if p is not None and cert.state == NOT_YET:
+        if p is not None and p.labels and cert.state in (NOT_YET, UNREACHABLE):
             ext = {a: max(ext[a], p.extend.get(a, 0)) for a in AUTO}
     for rate in RATES:
         if all(t.rate != rate for t in targets):
