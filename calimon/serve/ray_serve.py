@@ -179,7 +179,7 @@ def start(settings: ServeSettings, replicas: Replicas, *,
         echo(f"calimon serve: starting {replicas.count} replica(s) of policy "
              f"{str(settings.policy)!r} on Ray Serve, {replicas.cpus:g} CPU each; decision log "
              f"{redact(settings.log)}; API key "
-             f"{'required' if settings.key() else 'not set (this machine only)'}")
+             f"{'required' if settings.key() or settings.keys_file else 'not set'}")
         serve.run(deployment(settings, replicas), name=APP_NAME, route_prefix="/")
     except BaseException:
         stop(started)
