@@ -257,6 +257,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
             release(backend)  # a shared backend stays loaded; calimon.backends.drop_backends
     from calimon.curve_outputs import write_curve_run
     from calimon.run_folder import curve_json_doc
+    from calimon.windows import truncation_record
 
     result = write_curve_run(
         out, s, evaluate=evaluate, fit=fit, readings=readings, binary_set=binary.samples,
@@ -267,6 +268,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
                     "template_hash": main.key.template_hash,
                     "max_input_tokens": (getattr(main, "max_input_tokens", None) or getattr(
                         getattr(resolved, "config", None), "max_input_tokens", None)),
+                    "truncation": truncation_record(main),
                     "readout": s.readout, "binary_template_hashes": binary.template_hashes,
                     "benchmark": s.benchmark,
                     "dataset_hash": dataset_hash(evaluate + fit),

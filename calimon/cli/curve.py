@@ -27,6 +27,7 @@ from calimon.cli.options import (
     QuietOpt,
     SeedOpt,
     StoreOpt,
+    TruncationOpt,
     backend_flags,
     settings_from,
 )
@@ -50,6 +51,7 @@ def curve_cmd(
     binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many samples in all (whole pairs, balanced over cells, with 20 of each class in the set a map is fitted on when the limit allows); with --split and maps fitted on 'calib', half from each split (with --calibration-map, all from --split).")] = None,
     max_input_tokens: MaxInputTokensOpt = None,
+    truncation: TruncationOpt = "head_tail",
     split: Annotated[str | None, typer.Option(help="Evaluate on this split with maps fitted on 'calib' (curve.csv then holds both, as `calimon thresholds` and `escalate` need); default: all samples, cross-fitted.")] = None,
     fit_on: Annotated[str, typer.Option(help="With --split: fit the maps on the 'calib' split, or 'crossfit' (pair-grouped, out-of-fold) within the evaluated split.")] = "calib",
     calibration: Annotated[str, typer.Option(help="Calibration map for the curve: temperature, platt, isotonic, histogram, beta.")] = "platt",

@@ -41,6 +41,7 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress bars.")]
 DefenseOpt = Annotated[list[str] | None, typer.Option(help="Prompt defense of a prompted judge, repeatable or comma-separated: spotlight (datamark the transcript), reminder (restate the task after it), strip (neutralise imitated markers and verdicts, recorded); docs/reliability.md.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")]
 MaxInputTokensOpt = Annotated[int | None, typer.Option(help="Read at most this many prompt tokens per transcript (longer ones are cut and flagged truncated); default: the model's own limit. Recorded in curve.json.")]
+TruncationOpt = Annotated[str, typer.Option(help="How a transcript over the input limit is read: head_tail (its middle cut out) or window (overlapping windows of the response, each scored, their maximum kept; window:mean averages, window:max:0.5 sets the overlap). Recorded in curve.json.")]
 
 # the backend and the engine: one flag per field of calimon.engines.BackendSettings, generated
 # by `backend_flags` (its default and help text are declared there, once)

@@ -26,6 +26,7 @@ from calimon.cli.options import (
     PromptOpt,
     QuietOpt,
     StoreOpt,
+    TruncationOpt,
     backend_flags,
     settings_from,
 )
@@ -42,6 +43,7 @@ def score_cmd(
     defense: DefenseOpt = None,
     force: ForceOpt = False,
     limit: LimitOpt = None,
+    truncation: TruncationOpt = "head_tail",
     seed: Annotated[int, typer.Option(help="Seed for --limit's pair selection.")] = DEFAULT_SEED,
     chunk_size: Annotated[int, typer.Option(help="Samples per Ray task, and the most per store commit of a local run (its chunks are paced: the first of one sample, then about 2 s of work each).")] = 32,
     store: StoreOpt = DEFAULT_STORE,

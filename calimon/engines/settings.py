@@ -95,11 +95,16 @@ class RunSettings(BackendSettings):
     defense: tuple[str, ...] = ()
     max_input_tokens: int | None = None  # None: the model's own limit (its config)
     force: bool = False  # use an artifact made for another monitor anyway (recorded)
+    truncation: str = "head_tail"  # or window[:max|mean[:OVERLAP]] (calimon.windows)
 
     def __post_init__(self):
         from calimon.defenses import parse_defenses
 
         object.__setattr__(self, "defense", parse_defenses(self.defense))
+        if self.truncation != "head_tail":
+            from calimon.windows import parse_truncation
+
+            parse_truncation(self.truncation)  # a bad policy fails before any work
         limit = self.max_input_tokens
         if limit is not None and (isinstance(limit, bool) or limit < 1):
             raise InputError(f"expected a token count >= 1, got {limit!r}",
@@ -112,4 +117,6 @@ class RunSettings(BackendSettings):
             spec = replace(spec, max_input_tokens=self.max_input_tokens)
         if self.force:
             spec = replace(spec, force=True)
+        if self.truncation != "head_tail":
+            spec = replace(spec, truncation=self.truncation)
         return replace(spec, defenses=self.defense) if self.defense else spec

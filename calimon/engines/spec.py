@@ -20,7 +20,9 @@ class MonitorSpec:
     ``offline``: answer from the run store only (`calimon.backends.offline`: the backend is
     never called, a server never contacted); not part of the backend's identity. ``force``: a
     probe head or bundle made for another model revision, prompt or defense scores anyway
-    (`calimon.heads.monitor.ProbeMonitor`, what differed recorded in its readings)."""
+    (`calimon.heads.monitor.ProbeMonitor`, what differed recorded in its readings).
+    ``truncation``: how a transcript over the input limit is read, ``head_tail`` (its middle
+    cut) or ``window[:max|mean[:OVERLAP]]`` (overlapping windows, `calimon.windows`)."""
 
     model: str = "smollm2-135m"
     backend: str = "transformers"
@@ -32,6 +34,7 @@ class MonitorSpec:
     defenses: tuple[str, ...] = ()
     offline: bool = False
     force: bool = False
+    truncation: str = "head_tail"
 
     def to_json(self) -> str:
         """The spec as a JSON string (sorted keys), for `from_json`."""
@@ -70,9 +73,14 @@ class MonitorSpec:
             kwargs["decoding"] = self.decoding
         if self.force and self.readout.startswith("probe:"):
             kwargs["force"] = True
-        return make_monitor(backend if backend is not None else self.build_backend(),
-                            load_prompt(self.prompt).with_defenses(self.defenses), self.readout,
-                            **kwargs)
+        monitor = make_monitor(backend if backend is not None else self.build_backend(),
+                               load_prompt(self.prompt).with_defenses(self.defenses),
+                               self.readout, **kwargs)
+        if self.truncation == "head_tail":
+            return monitor
+        from calimon.windows import WindowedMonitor, parse_truncation
+
+        return WindowedMonitor(monitor, parse_truncation(self.truncation))
 
 
 def make_monitor(backend, prompt: PromptTemplate, readout: str, **kwargs):
