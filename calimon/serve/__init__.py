@@ -8,8 +8,9 @@ has the API, the fault behaviour and the measured figures.
 
 Modules: `settings` (what a server is started with), `loading` (policy -> monitor), `batcher`
 (the bounded queue, shared forward passes), `kv` and `sessions` (session caches), `steps`,
-`service` (scoring once, the answer), `decision_log`, `metrics`, `security`, `errors`,
-`schemas`, `messages`, `app` (the FastAPI routes) and `runner` (startup).
+`service` (scoring once, the answer), `decision_log` (with `pg_log`, the log in PostgreSQL),
+`metrics`, `security`, `errors`, `schemas`, `messages`, `app` (the FastAPI routes), `runner`
+(startup) and `ray_serve` (`--replicas N`: the app as a Ray Serve deployment).
 """
 
 from __future__ import annotations
