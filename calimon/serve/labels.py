@@ -11,12 +11,12 @@ recertification read, the reviewers' labels and their sign-in sessions.
   and answered with the stored row; the same id with another body is refused.
 - ``review_sessions``: browser sign-ins (the sha256 of the cookie's token, never the token).
 
-`ReviewStore` is the interface; `SQLiteReviewStore` implements it on a SQLite file (WAL,
-``synchronous=FULL``: a label acknowledged is on disk) with numbered migrations
-(`calimon.migrations`). The tables use only types and statements PostgreSQL has too (``TEXT``,
-``INTEGER``, ``DOUBLE PRECISION``, ``INSERT ... ON CONFLICT DO NOTHING``), like the decision
-log (`calimon.serve.decision_log`), so a PostgreSQL store implements the same methods on the
-same SQL with ``%s`` placeholders and `open_review_store` dispatches its URL.
+`ReviewStore` is the interface. `SqlReviewStore` writes its methods once, in SQL that SQLite and
+PostgreSQL both run (``TEXT``, ``INTEGER``, ``DOUBLE PRECISION``, ``INSERT ... ON CONFLICT DO
+NOTHING``), like the decision log (`calimon.serve.decision_log`); `SQLiteReviewStore` runs it on
+a SQLite file (WAL, ``synchronous=FULL``: a label acknowledged is on disk) with numbered
+migrations (`calimon.migrations`), and `calimon.serve.pg_review.PostgresReviewStore` on a
+PostgreSQL database with the same migrations. `open_review_store` picks one from its target.
 """
 
 from __future__ import annotations
@@ -209,7 +209,95 @@ class ReviewStore(Protocol):
         ...
 
 
-class SQLiteReviewStore:
+class SqlReviewStore:
+    """The store's methods on SQL both SQLite and PostgreSQL run (written with ``?``
+    placeholders; ``mark`` is the connection's). A subclass gives the three primitives:
+    `_rows`, `_run` (one statement, committed) and `_insert_get` (insert unless present, read
+    back, in one transaction)."""
+
+    mark = "?"
+
+    def _q(self, sql: str) -> str:
+        return sql if self.mark == "?" else sql.replace("?", self.mark)
+
+    def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
+        raise NotImplementedError
+
+    def _run(self, sql: str, args: tuple) -> None:
+        raise NotImplementedError
+
+    def _insert_get(self, insert: str, args: tuple, select: str, key: tuple) -> tuple:
+        raise NotImplementedError
+
+    def record_traffic(self, row: TrafficRow) -> None:
+        """Store a decision's row unless its item id is stored already."""
+        self._run(f"INSERT INTO review_traffic ({', '.join(TRAFFIC_COLUMNS)}) VALUES "
+                  f"({', '.join('?' * len(TRAFFIC_COLUMNS))}) ON CONFLICT (item_id) DO NOTHING",
+                  astuple(row))
+
+    def traffic_index(self, policy_hash: str) -> list[TrafficRow]:
+        """Every decision under ``policy_hash`` without its texts, oldest first."""
+        rows = self._rows(f"SELECT {', '.join(INDEX_COLUMNS)} FROM review_traffic WHERE "
+                          "policy_hash = ? ORDER BY received_at, item_id", (policy_hash,))
+        return [TrafficRow(*r) for r in rows]
+
+    def item(self, item_id: str) -> TrafficRow | None:
+        """One decision with its texts; None when unknown."""
+        rows = self._rows(f"SELECT {', '.join(TRAFFIC_COLUMNS)} FROM review_traffic WHERE "
+                          "item_id = ?", (item_id,))
+        return TrafficRow(*rows[0]) if rows else None
+
+    def window(self, policy_hash: str, n: int, max_draw: float) -> list[TrafficRow]:
+        """The latest ``n`` retained decisions under ``policy_hash`` with a draw under
+        ``max_draw``, oldest first."""
+        rows = self._rows(f"SELECT {', '.join(TRAFFIC_COLUMNS)} FROM review_traffic WHERE "
+                          "policy_hash = ? AND retained = 1 AND draw < ? ORDER BY received_at "
+                          "DESC, item_id LIMIT ?", (policy_hash, float(max_draw), int(n)))
+        return [TrafficRow(*r) for r in reversed(rows)]
+
+    def add_label(self, label: Label) -> Label:
+        """Store ``label`` (committed before this returns) unless its id is stored; return
+        the stored one."""
+        row = self._insert_get(
+            f"INSERT INTO review_labels ({', '.join(LABEL_COLUMNS)}) VALUES "
+            f"({', '.join('?' * len(LABEL_COLUMNS))}) ON CONFLICT (label_id) DO NOTHING",
+            astuple(label),
+            f"SELECT {', '.join(LABEL_COLUMNS)} FROM review_labels WHERE label_id = ?",
+            (label.label_id,))
+        return Label(*row)
+
+    def labels(self) -> list[Label]:
+        """Every label, oldest first."""
+        return [Label(*r) for r in self._rows(f"SELECT {', '.join(LABEL_COLUMNS)} FROM "
+                                              "review_labels ORDER BY created_at, label_id")]
+
+    def version(self, policy_hash: str) -> tuple[int, int]:
+        """(decisions under ``policy_hash``, labels)."""
+        n = self._rows("SELECT COUNT(*) FROM review_traffic WHERE policy_hash = ?",
+                       (policy_hash,))[0][0]
+        k = self._rows("SELECT COUNT(*) FROM review_labels")[0][0]
+        return int(n), int(k)
+
+    def open_session(self, token_sha256: str, reviewer: str, now: float,
+                     expires_at: float) -> None:
+        """Remember a sign-in (and forget the expired ones)."""
+        self._run("DELETE FROM review_sessions WHERE expires_at < ?", (now,))
+        self._run("INSERT INTO review_sessions (token_sha256, reviewer, created_at, "
+                  "expires_at) VALUES (?, ?, ?, ?) ON CONFLICT (token_sha256) DO NOTHING",
+                  (token_sha256, reviewer, now, expires_at))
+
+    def session(self, token_sha256: str, now: float) -> str | None:
+        """The reviewer of an unexpired sign-in; None otherwise."""
+        rows = self._rows("SELECT reviewer FROM review_sessions WHERE token_sha256 = ? AND "
+                          "expires_at >= ?", (token_sha256, now))
+        return rows[0][0] if rows else None
+
+    def close_session(self, token_sha256: str) -> None:
+        """Forget a sign-in."""
+        self._run("DELETE FROM review_sessions WHERE token_sha256 = ?", (token_sha256,))
+
+
+class SQLiteReviewStore(SqlReviewStore):
     """The review store in a SQLite file (created with its folder if absent)."""
 
     def __init__(self, path: str | Path):
@@ -226,86 +314,25 @@ class SQLiteReviewStore:
             self._db.close()
             raise
 
-    def _all(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
-    def _write(self, sql: str, args: tuple) -> None:
+    def _run(self, sql: str, args: tuple) -> None:
         with self._lock:
             self._db.execute(sql, args)  # autocommit: one statement, one durable transaction
 
-    def record_traffic(self, row: TrafficRow) -> None:
-        """Store a decision's row unless its item id is stored already."""
-        self._write(f"INSERT INTO review_traffic ({', '.join(TRAFFIC_COLUMNS)}) VALUES "
-                    f"({', '.join('?' * len(TRAFFIC_COLUMNS))}) ON CONFLICT (item_id) DO NOTHING",
-                    astuple(row))
-
-    def traffic_index(self, policy_hash: str) -> list[TrafficRow]:
-        """Every decision under ``policy_hash`` without its texts, oldest first."""
-        rows = self._all(f"SELECT {', '.join(INDEX_COLUMNS)} FROM review_traffic WHERE "
-                         "policy_hash = ? ORDER BY received_at, item_id", (policy_hash,))
-        return [TrafficRow(*r) for r in rows]
-
-    def item(self, item_id: str) -> TrafficRow | None:
-        """One decision with its texts; None when unknown."""
-        rows = self._all(f"SELECT {', '.join(TRAFFIC_COLUMNS)} FROM review_traffic WHERE "
-                         "item_id = ?", (item_id,))
-        return TrafficRow(*rows[0]) if rows else None
-
-    def window(self, policy_hash: str, n: int, max_draw: float) -> list[TrafficRow]:
-        """The latest ``n`` retained decisions under ``policy_hash`` with a draw under
-        ``max_draw``, oldest first."""
-        rows = self._all(f"SELECT {', '.join(TRAFFIC_COLUMNS)} FROM review_traffic WHERE "
-                         "policy_hash = ? AND retained = 1 AND draw < ? ORDER BY received_at "
-                         "DESC, item_id LIMIT ?", (policy_hash, float(max_draw), int(n)))
-        return [TrafficRow(*r) for r in reversed(rows)]
-
-    def add_label(self, label: Label) -> Label:
-        """Store ``label`` (committed before this returns) unless its id is stored; return
-        the stored one."""
+    def _insert_get(self, insert: str, args: tuple, select: str, key: tuple) -> tuple:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute(f"INSERT INTO review_labels ({', '.join(LABEL_COLUMNS)}) "
-                                 f"VALUES ({', '.join('?' * len(LABEL_COLUMNS))}) "
-                                 "ON CONFLICT (label_id) DO NOTHING", astuple(label))
-                row = self._db.execute(f"SELECT {', '.join(LABEL_COLUMNS)} FROM review_labels "
-                                       "WHERE label_id = ?", (label.label_id,)).fetchone()
+                self._db.execute(insert, args)
+                row = self._db.execute(select, key).fetchone()
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-        return Label(*row)
-
-    def labels(self) -> list[Label]:
-        """Every label, oldest first."""
-        return [Label(*r) for r in self._all(f"SELECT {', '.join(LABEL_COLUMNS)} FROM "
-                                             "review_labels ORDER BY created_at, label_id")]
-
-    def version(self, policy_hash: str) -> tuple[int, int]:
-        """(decisions under ``policy_hash``, labels)."""
-        n = self._all("SELECT COUNT(*) FROM review_traffic WHERE policy_hash = ?",
-                      (policy_hash,))[0][0]
-        k = self._all("SELECT COUNT(*) FROM review_labels")[0][0]
-        return int(n), int(k)
-
-    def open_session(self, token_sha256: str, reviewer: str, now: float,
-                     expires_at: float) -> None:
-        """Remember a sign-in (and forget the expired ones)."""
-        self._write("DELETE FROM review_sessions WHERE expires_at < ?", (now,))
-        self._write("INSERT INTO review_sessions (token_sha256, reviewer, created_at, "
-                    "expires_at) VALUES (?, ?, ?, ?) ON CONFLICT (token_sha256) DO NOTHING",
-                    (token_sha256, reviewer, now, expires_at))
-
-    def session(self, token_sha256: str, now: float) -> str | None:
-        """The reviewer of an unexpired sign-in; None otherwise."""
-        rows = self._all("SELECT reviewer FROM review_sessions WHERE token_sha256 = ? AND "
-                         "expires_at >= ?", (token_sha256, now))
-        return rows[0][0] if rows else None
-
-    def close_session(self, token_sha256: str) -> None:
-        """Forget a sign-in."""
-        self._write("DELETE FROM review_sessions WHERE token_sha256 = ?", (token_sha256,))
+        return row
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""
@@ -314,12 +341,13 @@ class SQLiteReviewStore:
 
 
 def open_review_store(target: str) -> ReviewStore:
-    """The review store ``target`` names: a file path or ``sqlite:///PATH``. A
-    ``postgresql://`` URL is a PostgreSQL store, not in this version."""
+    """The review store ``target`` names: a file path or ``sqlite:///PATH`` (SQLite, WAL), or a
+    ``postgresql://`` URL (`calimon.serve.pg_review`, the postgres extra)."""
     if target.startswith(("postgresql://", "postgres://")):
-        raise InputError("a PostgreSQL review store is not available in this version of "
-                         "calimon serve; give a SQLite file path", field="review_store")
+        from calimon.serve.pg_review import PostgresReviewStore
+
+        return PostgresReviewStore(target)
     if "://" in target and not target.startswith("sqlite:///"):
-        raise InputError(f"expected a file path or sqlite:///PATH, got {target!r}",
-                         field="review_store")
+        raise InputError(f"expected a file path, sqlite:///PATH or postgresql://..., got "
+                         f"{target!r}", field="review_store")
     return SQLiteReviewStore(target.removeprefix("sqlite:///"))

@@ -47,7 +47,7 @@ class LabelIn(BaseModel):
     label_id: str = Field(min_length=8, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")
     item_id: str = Field(pattern=ITEM_ID)
     label: Literal["misbehavior", "benign", "unsure"]
-    note: str = Field("", max_length=2000)
+    note: str = Field("", max_length=2000, pattern=r"^[^\x00]*$")
     second_review: bool = False
     transcript_hash: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
 
