@@ -38,7 +38,7 @@ def serve_cmd(
     session_memory_mib: Annotated[float, typer.Option(help="Memory for session caches; past it, the least recently used lose theirs.")] = 512.0,
     keys: Annotated[Path | None, typer.Option(help="API keys with a name each, one 'NAME KEY' (or 'NAME sha256:HEX') per line: clients and reviewers (docs/serve.md, Review).")] = None,
     review: Annotated[bool, typer.Option("--review", help="Serve the review queue at /review: labels, live recertification, drift watch, export (needs --keys or $CALIMON_API_KEY). Keeps the text of the review band and of --review-retain of the automatic decisions.")] = False,
-    review_store: Annotated[str, typer.Option(help="Review store (labels, the traffic's rows, the kept transcripts): a SQLite file.")] = "runs/serve/review.sqlite",
+    review_store: Annotated[str, typer.Option(help="Review store (labels, the traffic's rows, the kept transcripts): a SQLite file, or a postgresql://USER@HOST/DB URL (the postgres extra).")] = "runs/serve/review.sqlite",
     review_retain: Annotated[float | None, typer.Option(help="Share of automatic decisions whose transcript is kept for labelling, by audit draw (default: the policy's audit fraction, at least 0.2).")] = None,
     drift_window: Annotated[int, typer.Option(help="Kept live transcripts the drift watch compares with the calibration run.")] = 500,
     drift_every: Annotated[int, typer.Option(help="Decisions between two drift checks.")] = 100,
