@@ -333,7 +333,7 @@ def _drift(tmp_path, code_share: float):
 
     async def scenario(c):
         waiting = (await c.get("/v1/review/status", headers=auth("ada"))).json()["drift"]
-        for i, s in enumerate(samples):
+        for s in samples:
             r = await c.post("/v1/score", headers=auth("ada"), json={
                 "id": s.id, "request_id": s.id, "request": s.request, "response": s.response})
             assert r.status_code == 200

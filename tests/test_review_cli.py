@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from calimon.cli import app
 from calimon.errors import InputError
 from calimon.migrations import NewerStoreError
-from calimon.serve.labels import SCHEMA, SQLiteReviewStore, open_review_store
+from calimon.serve.labels import SCHEMA, SQLiteReviewStore
+from calimon.serve.review_store import open_review_store
 
 
 def test_the_store_is_migrated_once_and_a_newer_one_refused(tmp_path):

@@ -16,7 +16,8 @@ PostgreSQL both run (``TEXT``, ``INTEGER``, ``DOUBLE PRECISION``, ``INSERT ... O
 NOTHING``), like the decision log (`calimon.serve.decision_log`); `SQLiteReviewStore` runs it on
 a SQLite file (WAL, ``synchronous=FULL``: a label acknowledged is on disk) with numbered
 migrations (`calimon.migrations`), and `calimon.serve.pg_review.PostgresReviewStore` on a
-PostgreSQL database with the same migrations. `open_review_store` picks one from its target.
+PostgreSQL database with the same migrations. `calimon.serve.review_store.open_review_store`
+picks one from its target.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from calimon.errors import InputError
 from calimon.migrations import Schema, migrate
 
 TRAFFIC_SQL = """
@@ -338,16 +338,3 @@ class SQLiteReviewStore(SqlReviewStore):
         """Close the connection; safe to call twice."""
         with self._lock:
             self._db.close()
-
-
-def open_review_store(target: str) -> ReviewStore:
-    """The review store ``target`` names: a file path or ``sqlite:///PATH`` (SQLite, WAL), or a
-    ``postgresql://`` URL (`calimon.serve.pg_review`, the postgres extra)."""
-    if target.startswith(("postgresql://", "postgres://")):
-        from calimon.serve.pg_review import PostgresReviewStore
-
-        return PostgresReviewStore(target)
-    if "://" in target and not target.startswith("sqlite:///"):
-        raise InputError(f"expected a file path, sqlite:///PATH or postgresql://..., got "
-                         f"{target!r}", field="review_store")
-    return SQLiteReviewStore(target.removeprefix("sqlite:///"))

@@ -56,7 +56,7 @@ def attach(service, settings) -> None:
     """Give ``service`` its review side when ``settings.review`` is set, and its key store's
     gate when keys are set (``service.review``, ``service.drift``, ``service.auth``)."""
     from calimon.serve.drift import DriftWatch
-    from calimon.serve.labels import open_review_store
+    from calimon.serve.review_store import open_review_store
 
     keys = KeyStore.load(settings.keys_file, settings.key())
     service.review = service.drift = service.auth = None
