@@ -21,10 +21,11 @@ sys.path.insert(0, str(SCRIPT.parent))
 sys.path.insert(0, str(ROOT / "benchmarks" / "perf"))
 
 import flops  # noqa: E402
+import gpu_plan  # noqa: E402
 import run_gpu_perf as gpu  # noqa: E402
 
 SMALL = ["--tiny", "--lengths", "40", "--batch-sizes", "1", "2", "--padding-batch-sizes", "3",
-         "--samples", "3", "--repeats", "2"]
+         "--samples", "3", "--repeats", "2", "--real-samples", "3", "3"]
 
 
 def tables(text: str) -> dict[str, list[list[str]]]:
@@ -47,7 +48,8 @@ def positive(cell: str) -> float:
 
 
 def check_rows(text: str, args) -> list[dict[str, str]]:
-    """Every planned case has a row with positive, finite figures; returns the rows."""
+    """Every planned case has a row, in order, with positive, finite figures; returns the rows
+    (each with its case under "case")."""
     got = tables(text)
     cases = gpu.plan(args, gpu.Shape.from_config(gpu.TINY))
     assert list(got) == list(dict.fromkeys(c.section for c in cases))
@@ -55,16 +57,19 @@ def check_rows(text: str, args) -> list[dict[str, str]]:
     for section, body in got.items():
         header, *cells = body
         assert tuple(header) == gpu.COLUMNS
-        assert len(cells) == sum(c.section == section for c in cases)
-        rows += [dict(zip(header, r, strict=True)) for r in cells]
+        mine = [c for c in cases if c.section == section]
+        assert len(cells) == len(mine)
+        rows += [{**dict(zip(header, r, strict=True)), "case": c}
+                 for r, c in zip(cells, mine, strict=True)]
     for r in rows:
-        assert r["path"] in ("calimon", "plain")
+        assert r["path"] == r["case"].path
+        assert r["path"] in (*gpu.CALIMON_PATHS, "plain")
         median, low, high = map(float, re.fullmatch(
             r"(\S+) \((\S+)-(\S+)\)", r["s per run (median, min-max)"]).groups())
         assert 0 < low <= median <= high
         for col in ("samples/s", "prompt tokens/s", "TFLOP/s"):
             positive(r[col])
-        assert int(r["samples"]) == args.samples
+        assert int(r["samples"]) == len(r["case"].lengths)
     return rows
 
 
@@ -80,8 +85,12 @@ def test_tiny_run_on_the_cpu_writes_the_table(tmp_path):
     assert {r["peak GiB"] for r in rows} == {"n/a"}  # no CUDA memory to read
     assert "MFU n/a" in text and "Outputs checked finite in the warm-up runs: all, in every case that ran." in text
     assert "calimon 0.1.0" in text  # the calimon rows ran calimon's code, not a stand-in
-    mixed = [r for r in rows if "mean" in r["prompt tokens"]]
+    mixed = [r for r in rows if "mean" in r["prompt tokens"] and r["path"] != "calimon"]
     assert mixed and all(positive(r["padding"].rstrip("%")) for r in mixed)
+    real = [r for r in rows if r["case"].section.startswith("real lengths")]
+    assert {r["path"] for r in real} == {"calimon", "calimon padded", "plain"}
+    for r in real:  # calimon packs batches of different lengths: no padding computed
+        assert (r["padding"] == "0%") == (r["path"] == "calimon"), r
     assert "benchmarks/gpu/run_gpu_perf.py --tiny" in text
 
 
@@ -155,6 +164,29 @@ def test_padding_is_counted_over_length_sorted_batches():
     assert gpu.padding_share([5, 9, 7, 3], 2) == pytest.approx(1 - 24 / 28)
     mixed = gpu.mixed_lengths(600, 32, 0)
     assert min(mixed) == 300 and max(mixed) == 900 and sum(mixed) / 32 == pytest.approx(600)
+
+
+def test_real_lengths_are_humaneval_pairs_own_scaled():
+    pool = json.loads((SCRIPT.parent / "humaneval-pairs-lengths.json").read_text())
+    assert len(pool["lengths"]) == 656 and pool["truncated"] == 0
+    one, four = gpu_plan.real_lengths(32, 1, 0, 218), gpu_plan.real_lengths(32, 4, 0, 218)
+    assert set(one) <= set(pool["lengths"]) and len(set(one)) > 10
+    assert four == tuple(4 * x for x in one)
+
+
+def test_the_default_plan_fits_in_five_minutes_and_runs_nothing(capsys):
+    """The estimate counts computed FLOPs (padding included) at 300 TFLOP/s: the H200 run of
+    2026-11-26 did its then 42 cases (repeats 2) in 216 s of forward passes, where this count
+    estimates 220 s."""
+    gpu.main(["--plan"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    seconds = float(re.search(r"about (\d+) s of forward passes", last).group(1))
+    assert seconds <= 240, last  # + the model build and Python overhead: under 5 minutes
+    args = gpu.parse_args(["--plan"])
+    cases = gpu.plan(args, gpu.Shape.from_config(qwen3_4b()["config"]))
+    scales = {c.label for c in cases if c.section.startswith("real lengths")}
+    assert scales == {"humaneval-pairs x1", "humaneval-pairs x4", "humaneval-pairs x16"}
+    assert 16000 in {max(c.lengths) for c in cases}
 
 
 def test_the_full_model_needs_a_gpu_unless_forced(monkeypatch, capsys):

@@ -104,7 +104,12 @@ def render(bench: Bench, meta: dict, sections: dict, argv: list[str], peak_text:
         f"computes once, before timing, and reuses from its KV cache; the plain path recomputes "
         f"it. Probe: the decoder cut after block {args.probe_layer} of {bench.shape.layers}, mean "
         f"over the second half of each prompt's non-prefix tokens. Mixed lengths: spread evenly "
-        f"over [L/2, 3L/2], sorted by length into batches as calimon sorts them.", "",
+        f"over [L/2, 3L/2], sorted by length into batches as calimon sorts them. Real lengths: "
+        f"humaneval-pairs' own prompt lengths (benchmarks/gpu/humaneval-pairs-lengths.json, "
+        f"drawn with the seed) times {', '.join(f'{x:g}' for x in args.real_scales)}. Paths: "
+        f"calimon (its defaults: no explicit attention mask, a batch of different lengths "
+        f"packed into one sequence), calimon padded (packing off), plain (transformers "
+        f"directly, right-padded with a mask where lengths differ).", "",
         f"Each case: {args.warmup} untimed warm-up run(s), then {args.repeats} timed runs over "
         f"all its samples (torch.cuda.synchronize before and after each); the table gives the "
         f"median. Prompt tokens/s counts every prompt token, the shared prefix included. TFLOP/s "

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import random
 import statistics
 import sys
 import time
@@ -38,6 +37,18 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks" / "perf"))  # flops.py: the FLOP count, stdlib only
 
 import flops  # noqa: E402
+from gpu_plan import (  # noqa: E402,F401 - re-exported for the tests
+    CALIMON_PATHS,
+    Case,
+    estimate_seconds,
+    longest,
+    mixed_lengths,
+    padding_share,
+    plan,
+    plan_text,
+    samples_at,
+    sorted_batches,
+)
 from gpu_report import COLUMNS, PEAKS, device_line, device_peak, render  # noqa: E402,F401
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "perf-gpu.md"
@@ -72,73 +83,10 @@ class Shape(flops.Shape):
         return body + embeddings, body
 
 
-@dataclass(frozen=True)
-class Case:
-    """One measured configuration: which path, on which prompts, in batches of `batch`."""
-
-    section: str
-    path: str  # calimon | plain
-    kind: str  # verdict | probe
-    lengths: tuple[int, ...]
-    batch: int | None  # None: calimon's default batching
-    label: str
-
-    def flops(self, shape: Shape, prefix: int, layer: int) -> float:
-        """Useful FLOPs of one run; calimon computes the shared prefix once, before timing."""
-        start = prefix if self.path == "calimon" else 0
-        depth = layer if self.kind == "probe" else None
-        out = sum(shape.tokens(start, n, depth) for n in self.lengths)
-        if self.kind == "verdict" or self.path == "calimon":  # capture still reads the answer
-            out += shape.logits(len(self.lengths))
-        return out
-
-
-def sorted_batches(lengths, batch: int) -> list[list[int]]:
-    """Indices grouped as calimon groups them: longest first, `batch` at a time."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[i:i + batch] for i in range(0, len(order), batch)]
-
-
-def padding_share(lengths, batch: int) -> float:
-    """Share of padding among the positions computed when `lengths` run in sorted batches."""
-    padded = sum(len(b) * max(lengths[i] for i in b) for b in sorted_batches(lengths, batch))
-    return 1.0 - sum(lengths) / padded if padded else 0.0
-
-
-def mixed_lengths(mean: int, n: int, seed: int) -> tuple[int, ...]:
-    """`n` lengths evenly spread over [mean/2, 3*mean/2], shuffled (mean ~ `mean`)."""
-    lo, hi = mean // 2, (3 * mean) // 2
-    out = [round(lo + (hi - lo) * i / max(1, n - 1)) for i in range(n)]
-    random.Random(seed).shuffle(out)
-    return tuple(out)
-
-
-def plan(args, shape: Shape) -> list[Case]:
-    """Every case of a run, in the order they run and are printed."""
-    n, cases = args.samples, []
-    for L in args.lengths:
-        eq = (L,) * n
-        cases.append(Case("verdict readout", "calimon", "verdict", eq, None, "calimon default"))
-        for b in args.batch_sizes:
-            cases += [Case("verdict readout", p, "verdict", eq, b, "equal") for p in
-                      ("calimon", "plain")]
-    for L in args.lengths:
-        for b in args.batch_sizes:
-            cases += [Case(f"probe stopped at layer {args.probe_layer} of {shape.layers}", p,
-                           "probe", (L,) * n, b, "equal") for p in ("calimon", "plain")]
-    for L in args.lengths:
-        mixed = mixed_lengths(L, n, args.seed)
-        for b in args.padding_batch_sizes:
-            for p in ("calimon", "plain"):
-                cases += [Case("padding (verdict readout)", p, "verdict", (L,) * n, b, "equal"),
-                          Case("padding (verdict readout)", p, "verdict", mixed, b, "mixed")]
-    return cases
-
-
 class Bench:
     """The model, its prompts and the calimon pieces, shared by every case of one run."""
 
-    def __init__(self, args, cfg: dict):
+    def __init__(self, args, cfg: dict, cases: list[Case]):
         import torch
         from transformers import AutoModelForCausalLM, Qwen3Config
 
@@ -156,8 +104,8 @@ class Bench:
         self.weights_bytes = torch.cuda.memory_allocated() if self.cuda else None
         gen = torch.Generator().manual_seed(args.seed)
         self.prefix = torch.randint(0, self.shape.vocab, (args.prefix_tokens,), generator=gen)
-        self.tails = torch.randint(0, self.shape.vocab, (args.samples, max(args.lengths) * 2),
-                                   generator=gen)
+        rows = max(len(c.lengths) for c in cases)
+        self.tails = torch.randint(0, self.shape.vocab, (rows, longest(cases)), generator=gen)
         self.calimon, self.calimon_error = _calimon_parts()
         self.nonfinite: set[str] = set()
         self.checking = False  # outputs are checked in the untimed warm-up runs only
@@ -176,8 +124,9 @@ class Bench:
     def _calimon_runner(self, case: Case):
         parts = self.calimon
         ref = parts.model_ref(self.args)
-        opts = {} if case.batch is None else {"max_batch_size": case.batch,
-                                                "batch_tokens": case.batch * max(case.lengths)}
+        opts = dict(CALIMON_PATHS[case.path])
+        if case.batch is not None:
+            opts.update(max_batch_size=case.batch, batch_tokens=case.batch * max(case.lengths))
         backend = parts.Backend.from_loaded(ref, self.model, types.SimpleNamespace(pad_token_id=0),
                                             **opts)
         prompts, p = self.prompts(case.lengths), self.args.prefix_tokens
@@ -226,7 +175,7 @@ class Bench:
             if self.cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-            run = (self._calimon_runner if case.path == "calimon" else self._plain_runner)(case)
+            run = (self._calimon_runner if case.calimon else self._plain_runner)(case)
             self.checking = True
             for _ in range(self.args.warmup):
                 run()
@@ -286,7 +235,7 @@ def _calimon_parts():
 
     def model_ref(args):
         cfg = ModelConfig(version=1, name=f"{args.config}-random", source=ModelSource(kind="local"),
-                          path=str(HERE), dtype=args.dtype, max_input_tokens=max(args.lengths) * 2)
+                          path=str(HERE), dtype=args.dtype, max_input_tokens=args.longest)
         return ResolvedModel(cfg.name, HERE, f"random-init-seed-{args.seed}", cfg)
 
     return types.SimpleNamespace(Backend=TransformersBackend, CaptureSpec=CaptureSpec,
@@ -297,7 +246,7 @@ def _calimon_parts():
 def run_case(bench: Bench, case: Case) -> dict:
     """The case's measurement, or {"error": why it has none} (calimon missing, out of memory,
     or any other failure, printed in full to stderr) so that one failed case keeps the rest."""
-    if case.path == "calimon" and bench.calimon is None:
+    if case.calimon and bench.calimon is None:
         return {"error": f"not run: calimon not importable ({bench.calimon_error})"}
     try:
         return bench.measure(case)
@@ -329,12 +278,14 @@ def table_row(bench: Bench, case: Case, res: dict, peak: float | None) -> list[s
     mean = sum(lengths) / len(lengths)
     tokens = str(lengths[0]) if len(set(lengths)) == 1 else \
         f"{min(lengths)}-{max(lengths)} (mean {mean:.0f})"
+    if case.label.startswith("humaneval-pairs"):
+        tokens = f"{case.label}: {tokens}"
     if case.batch is not None:
         batch = str(case.batch)
     else:
         batch = f"{default_batch(bench, lengths[0]) if bench.calimon else '?'} (calimon default)"
-    computed = [n - p for n in lengths] if case.path == "calimon" else list(lengths)
-    pad = padding_share(computed, case.batch) if case.batch else 0.0
+    computed = [n - p for n in lengths] if case.calimon else list(lengths)
+    pad = padding_share(computed, case.batch) if case.batch and not case.packed else 0.0
     head = [case.path, tokens, batch, str(len(lengths)), f"{100 * pad:.0f}%"]
     if "error" in res:
         return head + [res["error"]] + ["-"] * 6
@@ -348,12 +299,14 @@ def table_row(bench: Bench, case: Case, res: dict, peak: float | None) -> list[s
 
 # -- command line ----------------------------------------------------------------------------------
 DEFAULTS = {
-    "qwen3-4b": {"dtype": "bfloat16", "lengths": [600, 4000], "batch_sizes": [1, 8, 32],
-                 "padding_batch_sizes": [8, 32], "samples": 32, "prefix_tokens": 218,
-                 "repeats": 3, "warmup": 1},
+    "qwen3-4b": {"dtype": "bfloat16", "lengths": [600, 4000, 16000], "batch_sizes": [8],
+                 "padding_batch_sizes": [32], "padding_max_length": 4000, "samples": 32,
+                 "prefix_tokens": 218, "repeats": 2, "warmup": 1, "real_scales": [1, 4, 16],
+                 "real_samples": [32, 16, 8], "real_batch": 8, "real_unit": 1.0},
     "tiny": {"dtype": "float32", "lengths": [48, 96], "batch_sizes": [1, 2, 4],
-             "padding_batch_sizes": [2, 4], "samples": 4, "prefix_tokens": 8, "repeats": 2,
-             "warmup": 1},
+             "padding_batch_sizes": [2, 4], "padding_max_length": 10**6, "samples": 4,
+             "prefix_tokens": 8, "repeats": 2, "warmup": 1, "real_scales": [1, 4],
+             "real_samples": [4, 3], "real_batch": 2, "real_unit": 0.05},
 }
 
 
@@ -368,13 +321,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--lengths", type=int, nargs="+", help="prompt tokens per transcript")
     ap.add_argument("--batch-sizes", type=int, nargs="+")
     ap.add_argument("--padding-batch-sizes", type=int, nargs="+")
-    ap.add_argument("--samples", type=int, help="prompts per case")
+    ap.add_argument("--padding-max-length", type=int, help="padding section: lengths up to this")
+    ap.add_argument("--samples", type=int, help="prompts per case (fewer above 4,000 tokens)")
+    ap.add_argument("--real-scales", type=float, nargs="+", help="real-length section: "
+                    "humaneval-pairs' lengths times each of these")
+    ap.add_argument("--real-samples", type=int, nargs="+", help="prompts at each --real-scales")
+    ap.add_argument("--real-batch", type=int, help="real-length section: batch size")
+    ap.add_argument("--real-unit", type=float, help="scale applied to the real lengths first "
+                    "(the tiny config shrinks them)")
     ap.add_argument("--prefix-tokens", type=int, help="shared template prefix (default 218: the "
                     "direct prompt's, counted with the embedded SmolLM2 tokenizer)")
     ap.add_argument("--probe-layer", type=int, help="default: half the layers")
     ap.add_argument("--repeats", type=int)
     ap.add_argument("--warmup", type=int)
     ap.add_argument("--peak-tflops", type=float, help="dense peak of this device, TFLOP/s")
+    ap.add_argument("--plan", action="store_true", help="print the cases and the estimated run "
+                    "time at --assume-tflops, and run nothing")
+    ap.add_argument("--assume-tflops", type=float, default=300.0,
+                    help="--plan: computed TFLOP/s assumed (about what an H200 reached)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
@@ -387,21 +351,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    import torch
+    if args.device is None and not args.plan:
+        import torch
 
-    if args.device is None:
         if args.config != "tiny" and not torch.cuda.is_available():
             ap.error("no CUDA device: the Qwen3-4B run needs a GPU (--device cpu forces it; "
-                     "--tiny is the CPU smoke run)")
+                     "--tiny is the CPU smoke run; --plan runs nothing)")
         args.device = "cuda" if args.config != "tiny" else "cpu"
     layers = TINY["num_hidden_layers"] if args.config == "tiny" else 36
     args.probe_layer = args.probe_layer or max(1, layers // 2)
     if not 1 <= args.probe_layer <= layers:
         ap.error(f"--probe-layer must lie in 1..{layers}")
-    if min(args.lengths) // 2 <= args.prefix_tokens:
-        ap.error("every length must exceed twice --prefix-tokens (mixed lengths start at L/2)")
-    if min([args.samples, args.repeats, *args.batch_sizes, *args.padding_batch_sizes]) < 1:
-        ap.error("--samples, --repeats and batch sizes must be at least 1")
+    padded = [x for x in args.lengths if x <= args.padding_max_length]
+    if (padded and min(padded) // 2 <= args.prefix_tokens) or \
+            min(args.lengths) <= args.prefix_tokens:
+        ap.error("every length must exceed --prefix-tokens, and twice it in the padding "
+                 "section (mixed lengths start at L/2)")
+    if len(args.real_scales) != len(args.real_samples):
+        ap.error("--real-samples needs one count per --real-scales value")
+    if min([args.samples, args.repeats, args.real_batch, *args.real_samples, *args.batch_sizes,
+            *args.padding_batch_sizes]) < 1:
+        ap.error("--samples, --repeats, --real-samples and batch sizes must be at least 1")
     if args.warmup < 1:
         ap.error("--warmup must be at least 1 (the calimon path computes its shared prefix then)")
     if args.out is None:
@@ -423,14 +393,20 @@ def main(argv: list[str] | None = None) -> Path:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     cfg, meta = load_config(args.config)
-    bench = Bench(args, cfg)
+    cases = plan(args, Shape.from_config(cfg))
+    if args.plan:
+        print(plan_text(args, Shape.from_config(cfg), cases))
+        return args.out
+    args.longest = longest(cases)
+    bench = Bench(args, cfg, cases)
     peak_text, peak = device_line(bench, device_peak(bench.torch.cuda.get_device_name())
                                   if bench.cuda else None)
     sections: dict[str, list[list[str]]] = {}
-    cases = plan(args, bench.shape)
     work = sum(c.flops(bench.shape, args.prefix_tokens, args.probe_layer) for c in cases)
     print(f"{len(cases)} cases, {work * (args.warmup + args.repeats) / 1e15:.3g} PFLOP of useful "
-          f"work with warm-ups, on {peak_text}", file=sys.stderr, flush=True)
+          f"work with warm-ups, on {peak_text}; estimated "
+          f"{estimate_seconds(cases, args, bench.shape, args.assume_tflops):.0f} s at "
+          f"{args.assume_tflops:g} TFLOP/s", file=sys.stderr, flush=True)
     for case in cases:
         start = time.perf_counter()
         res = run_case(bench, case)
