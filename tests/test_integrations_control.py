@@ -13,7 +13,6 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("control_arena")
 pytestmark = [pytest.mark.integrations,
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -305,11 +305,14 @@ def test_no_score_is_never_zero(world):
 def test_an_approver_needs_a_policy_and_a_monitor_one_source(world):
     from calimon.errors import InputError
     from calimon.integrations import resolve_monitor
+    from calimon.integrations.lazy import LazyMonitor
 
     with pytest.raises(InputError, match="exactly one of policy=PATH, model=NAME or url=URL"):
         resolve_monitor(model=MODEL, url="http://127.0.0.1:9")
     with pytest.raises(InputError, match="exactly one"):
         resolve_monitor()
+    with pytest.raises(InputError, match="acts on the policy's decision: give policy=PATH"):
+        LazyMonitor({"model": MODEL}, need_policy=True).build()  # an approver's monitor
 
 
 def test_inspect_finds_the_approver_and_scorer_by_name(world, tmp_path):

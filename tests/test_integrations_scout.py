@@ -9,10 +9,8 @@ import csv
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 
-pytest.importorskip("inspect_scout")
 pytestmark = [pytest.mark.integrations,
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -63,6 +61,8 @@ def _scan(world, scanner, name, **kwargs):
 
 
 def test_scanner_results_are_calimon_score_s(world):
+    import pandas as pd
+
     from calimon.integrations.scout import monitor_scanner
 
     df = _scan(world, monitor_scanner(model=MODEL, calibration_map=str(world["root"] /
