@@ -14,7 +14,8 @@ def _report_and_rows(n: int = 80, seed: int = 1):
     rng = np.random.default_rng(seed)
     y = np.r_[np.zeros(n), np.ones(n)].astype(int)
     s = np.r_[rng.beta(2, 5, n), rng.beta(5, 2, n)]
-    rep = types.SimpleNamespace(weights=rng.lognormal(0, 0.5, 2 * n), outside_share=0.0)
+    rep = types.SimpleNamespace(weights=rng.lognormal(0, 0.5, 2 * n), outside_share=0.0,
+                                shifted=True)
     return rep, s, y
 
 
