@@ -27,8 +27,7 @@ def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve")
     policy, map_path = write_policy(folder)
     with running(policy, folder / "decisions.sqlite", folder / "server.out",
-                 "--batch-wait-ms", "300", "--max-batch", str(BATCH), "--pass-rows", str(BATCH),
-                 "--max-chars", "20000",
+                 "--batch-wait-ms", "300", "--max-batch", str(BATCH), "--max-chars", "20000",
                  "--max-body-bytes", "200000", "--session-memory-mib", "24",
                  "--max-input-tokens", str(LIMIT),
                  map_path=map_path) as srv:

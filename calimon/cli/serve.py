@@ -30,7 +30,7 @@ def serve_cmd(
     max_batch: Annotated[int, typer.Option(help="Requests gathered into one monitor call (transformers backend), or in flight at once (other backends).")] = 32,
     batch_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for more requests after its first (transformers backend).")] = 5.0,
     max_queue: Annotated[int, typer.Option(help="Requests waiting or running; past it, 429 with Retry-After.")] = 256,
-    pass_rows: Annotated[int | None, typer.Option(help="Transcripts per forward pass of a gathered call (transformers backend; default: the backend's, 1 on CPU where one pass per transcript measured faster, 32 on a GPU).")] = None,
+    pass_rows: Annotated[int | None, typer.Option(help="Transcripts per forward pass of a gathered call (transformers backend; default: the whole gathered batch, within --batch-tokens).")] = None,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body (413 over it).")] = 1 << 20,
     max_chars: Annotated[int, typer.Option(help="Largest transcript, in characters (a session's whole trajectory).")] = 200_000,
     max_messages: Annotated[int, typer.Option(help="Most chat messages in one transcript.")] = 1000,

@@ -122,8 +122,8 @@ class Service:
         self.sessions = SessionStore(max_sessions=self.limits.max_sessions,
                                      memory_bytes=int(settings.session_memory_mib * 2 ** 20),
                                      metrics=self.metrics)
-        if served.gathers and settings.batching.pass_rows:
-            backend.max_batch_size = settings.batching.pass_rows
+        if served.gathers:
+            backend.max_batch_size = settings.batching.pass_rows or settings.batching.max_batch
         self.batcher = Batcher(served.score, settings.batching, self.metrics,
                                gather=served.gathers)
         self.kv = served.kv_capable and _model_supports_kv(backend)

@@ -39,10 +39,12 @@ class Limits:
 class Batching:
     """How requests are gathered. On the transformers backend, requests arriving within
     ``wait_ms`` of the first one of a batch (at most ``max_batch``) are scored in one monitor
-    call, ``pass_rows`` transcripts per forward pass (None: the backend's own default, 1 on CPU
-    where one pass per transcript measured faster, 32 on a GPU); other backends get up to
-    ``max_batch`` requests in flight at once. ``max_queue``: requests waiting or running; one
-    more is refused with 429 and Retry-After."""
+    call, ``pass_rows`` transcripts per forward pass (None: the whole gathered batch in one
+    pass, within the backend's ``batch_tokens``; the backend packs prompts of different lengths
+    without padding, and a shared pass measured faster than one pass per transcript even on 2
+    CPU cores, benchmarks/results/serve.md); other backends get up to ``max_batch`` requests in
+    flight at once. ``max_queue``: requests waiting or running; one more is refused with 429
+    and Retry-After."""
 
     max_batch: int = 32
     wait_ms: float = 5.0
