@@ -63,9 +63,10 @@ def write_map(path: Path, provenance: dict, seed: int = 0):
 
 
 def write_policy(folder: Path, provenance: dict, t_low: float, t_high: float,
-                 name: str = "policy") -> Path:
+                 name: str = "policy", score: str = "p_cal") -> Path:
     """A design run folder (curve.json's provenance, a curve.csv, calibration/platt.json) and a
-    policy file that names it, reading p_cal with thresholds ``t_low`` / ``t_high``."""
+    policy file that names it, reading ``score`` (p_cal through the Platt map, or p_raw) with
+    thresholds ``t_low`` / ``t_high``."""
     from calimon.deploy.policy_file import Policy, save_policy
 
     run = folder / "design-run"
@@ -77,7 +78,8 @@ def write_policy(folder: Path, provenance: dict, t_low: float, t_high: float,
         k: provenance[k] for k in ("model", "model_revision", "prompt", "template_hash",
                                    "readout")}}))
     policy = Policy(version=1, name=name, readout=provenance["readout"],
-                    model=provenance["model"], calibration="platt", score="p_cal",
+                    model=provenance["model"],
+                    calibration="platt" if score == "p_cal" else "none", score=score,
                     t_low=t_low, t_high=t_high, provenance={"source": str(run / "curve.csv")})
     return save_policy(policy, folder / f"{name}.yaml")
 

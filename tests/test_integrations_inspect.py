@@ -160,6 +160,45 @@ def test_spans_land_on_the_messages(world, smol):
         assert all(r["cite"] in score.explanation for r in refs)
 
 
+def test_a_p_raw_policy_decides_on_the_raw_score(world, scored):
+    """A policy designed on p_raw (calibration none) reports and decides on calimon score's raw
+    score: no map is applied, and giving it one is an error."""
+    from calimon.errors import InputError
+    from calimon.integrations import LocalMonitor
+    from calimon.integrations.transcripts import sample_from_messages
+
+    log, ref = scored
+    root = world["root"]
+    raw = {r["transcript_hash"]: r["p_raw"] for r in ref.values()}
+    policy = write_policy(root / "raw", world["prov"], *cuts(raw.values()), score="p_raw")
+    monitor = LocalMonitor.from_policy(policy)
+    samples = [sample_from_messages(s.messages, input=s.input, id=str(s.id))
+               for s in log.samples]
+    got = monitor.assess(samples)
+    want = decisions(policy, [raw[a.transcript_hash] for a in got])
+    for a, d in zip(got, want, strict=True):
+        assert a.p_cal is None and not a.calibrated and a.decision == d
+        assert abs(a.probability - raw[a.transcript_hash]) < TOL
+    assert set(want) == {"pass", "review", "block"}
+    with pytest.raises(InputError, match="reads p_raw .* it applies no map"):
+        LocalMonitor.from_policy(policy, calibration_map=root / "platt.json")
+
+
+def test_a_p_raw_policy_leaves_a_bundle_s_map_alone(world, scored, smol):
+    """The shipped probe bundle brings a map, but a policy on p_raw applies none."""
+    from calimon.integrations import LocalMonitor
+    from calimon.integrations.transcripts import sample_from_messages
+
+    prov = LocalMonitor.from_model("smollm2-135m", readout="probe:amb-open-monitor").provenance
+    assert prov["calibration"] == "platt"  # without a policy, the bundle's map
+    policy = write_policy(world["root"] / "raw-probe", prov, 0.3, 0.7, score="p_raw")
+    s = scored[0].samples[0]
+    [a] = LocalMonitor.from_policy(policy).assess([sample_from_messages(s.messages,
+                                                                        input=s.input)])
+    assert a.provenance["calibration"] is None and a.p_cal is None
+    assert a.probability == a.p_raw and a.decision == decisions(policy, [a.p_raw])[0]
+
+
 def _approval_transcripts(log, root):
     """The transcript each approval saw (the sample's messages up to the assistant message with
     the call), written as a samples file with the log reader's own rendering."""

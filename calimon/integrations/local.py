@@ -111,7 +111,7 @@ class LocalMonitor:
         forced: list[str] = []
         if stored is not None:
             forced += meet("calibration map", stored.extra, mine, force=force, path=stored.path)
-        else:
+        elif policy is None or policy.policy.score != "p_raw":  # a p_raw policy maps nothing
             stored = bundle_map(monitor)
         if policy is not None:
             forced += meet("escalation policy", {"model": policy.policy.model,
