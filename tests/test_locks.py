@@ -13,7 +13,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-LOCKS = ("default", "ray", "lora", "vllm-cpu")
+LOCKS = ("default", "ray", "lora", "vllm-cpu", "integrations")
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==(\S+) \\$")
 
 
