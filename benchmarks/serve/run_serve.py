@@ -1,0 +1,155 @@
+"""Write benchmarks/results/serve.md: `calimon serve` measured on the embedded model.
+
+    .venv/bin/python benchmarks/serve/run_serve.py [--rounds 3] [--n 16] [--steps 20]
+
+1. Throughput and p50/p99 latency at 1, 8 and 32 concurrent clients (loopback), against one
+   `calimon score` process per transcript and one batch `calimon score` of the same transcripts;
+   the server with its defaults (a gathered batch shares one forward pass), and at 8 clients a
+   second one that runs one forward pass per transcript (--pass-rows 1).
+2. A trajectory of --steps steps scored step by step (a session) against rescoring the whole
+   trajectory at each step: tokens computed, seconds, and the scores' largest difference.
+3. SIGKILL during a load of requests with ids, restart, resend everything.
+
+Parts 1 and 2 run in --rounds interleaved rounds (the order of the client counts rotates each
+round); the tables give medians over rounds, and each ratio is taken within a round before its
+median. The policy is `calimon escalate` on runs/demo (`make demo`) when that run is here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # serve_server: start, stop and kill a server
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from load import (  # noqa: E402
+    CALIMON,
+    batch_score,
+    kill_run,
+    process_per_transcript,
+    serve_load,
+    trajectory_run,
+)
+from report import render  # noqa: E402
+from serve_server import KEY, start_server, write_policy  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results" / "serve.md"
+RAW = ROOT / "benchmarks" / "serve" / "out" / "serve.json"
+CLIENTS = (1, 8, 32)
+SHARED = 8  # clients of the second server, which runs one forward pass per transcript
+
+
+def make_policy(folder: Path) -> tuple[Path, Path | None, str]:
+    """(policy, map or None, how it was made): escalate on runs/demo, else a test policy."""
+    demo = ROOT / "runs" / "demo"
+    if (demo / "curve.csv").is_file() and (demo / "calibration").is_dir():
+        out = folder / "policy.yaml"
+        cmd = [CALIMON, "escalate", str(demo), "--budget", "0.2", "--audit-fraction", "0.1",
+               "--out", str(out)]
+        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+        return out, None, "calimon escalate runs/demo --budget 0.2 --audit-fraction 0.1"
+    policy, map_path = write_policy(folder)
+    return policy, map_path, "tests/serve_server.py write_policy (runs/demo absent)"
+
+
+def transcripts(n: int) -> list[dict]:
+    """The first ``n`` humaneval-pairs test transcripts (by id), as sample records."""
+    from calimon.data.registry import load_benchmark
+
+    samples = sorted((s for s in load_benchmark("humaneval-pairs") if s.split == "test"),
+                     key=lambda s: s.id)[:n]
+    return [s.to_dict() for s in samples]
+
+
+def rounds(server, shared, samples, bodies, args, env, head: int, log) -> dict:
+    """Parts 1 and 2, interleaved (module docstring); ``shared``: the --pass-rows 1 server."""
+    out: dict = {"serve": {c: [] for c in CLIENTS}, "shared": [], "proc": [], "batch": [],
+                 "traj": []}
+    per_round = max(1, args.processes)
+    for r in range(args.rounds):
+        order = CLIENTS[r % 3:] + CLIENTS[:r % 3]
+        for c in order:
+            out["serve"][c].append(serve_load(server, bodies, c))
+            log(f"round {r + 1}: serve, {c} clients: {out['serve'][c][-1]['throughput']:.2f}/s")
+        out["shared"].append(serve_load(shared, bodies, SHARED))
+        log(f"round {r + 1}: one pass per transcript: {out['shared'][-1]['throughput']:.2f}/s")
+        chosen = samples[r * per_round:(r + 1) * per_round]
+        out["proc"].append(process_per_transcript(chosen, env))
+        log(f"round {r + 1}: process per transcript: {out['proc'][-1]['seconds']}")
+        out["batch"].append(batch_score(samples, env))
+        log(f"round {r + 1}: batch score: {out['batch'][-1]['wall_s']:.1f} s")
+        out["traj"].append(trajectory_run(server, args.steps, f"traj-{r}", head))
+        log(f"round {r + 1}: trajectory done")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--n", type=int, default=16, help="transcripts per load")
+    ap.add_argument("--processes", type=int, default=2,
+                    help="`calimon score` processes (one transcript each) per round")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--kill-n", type=int, default=32)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    t0 = time.time()
+
+    def log(msg: str) -> None:
+        print(f"[{time.time() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    load_start = os.getloadavg()[0]
+    samples = transcripts(args.n)
+    bodies = [{"request": s["request"], "response": s["response"]} for s in samples]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        policy, map_path, made = make_policy(folder)
+        server = start_server(policy, folder / "decisions.sqlite", folder / "server.out",
+                              key=KEY, map_path=map_path)
+        shared = None
+        try:
+            shared = start_server(policy, folder / "shared.sqlite", folder / "shared.out",
+                                  "--pass-rows", "1",
+                                  key=KEY, map_path=map_path)
+            with server.client() as c:
+                info = c.get("/v1/info").json()
+            with shared.client() as c:
+                info["shared_batching"] = c.get("/v1/info").json()["batching"]
+            measured = rounds(server, shared, samples, bodies, args, env, info["head_tokens"],
+                              log)
+        finally:
+            server.stop()
+            if shared is not None:
+                shared.stop()
+        kill_bodies = [{**b, "request_id": f"kill-{i}"} for i, b in
+                       enumerate((bodies * 4)[:args.kill_n])]
+        for i, b in enumerate(kill_bodies):  # distinct transcripts: nothing reused
+            b["response"] += f"\n# variant {i}"
+        kill = kill_run(lambda: start_server(policy, folder / "kill.sqlite",
+                                             folder / "kill.out", "--max-batch", "8",
+                                             key=KEY, map_path=map_path),
+                        kill_bodies, kill_after=args.kill_n // 4, clients=8)
+        log(f"kill run: {kill}")
+    meta = {"command": shlex.join(["benchmarks/serve/run_serve.py", *sys.argv[1:]]),
+            "policy": made, "info": info, "cores": os.cpu_count(),
+            "load": [load_start, os.getloadavg()[0]], "minutes": (time.time() - t0) / 60,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args)}
+    RAW.parent.mkdir(parents=True, exist_ok=True)
+    RAW.write_text(json.dumps({"meta": meta, "measured": measured, "kill": kill},
+                              indent=1, default=str), encoding="utf-8")
+    args.out.write_text(render(meta, measured, kill), encoding="utf-8")
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
