@@ -135,11 +135,13 @@ def test_recertify_serve_prints_the_live_status(tmp_path, monkeypatch):
      "set $CALIMON_API_KEY to a reviewer's key"),
     (503, {"error": {"message": "review store unavailable"}}, "503 review store unavailable")])
 def test_a_server_that_cannot_answer_is_one_line(monkeypatch, status, body, says):
-    import httpx
+    import json
 
-    def answer(url, **kw):
-        return httpx.Response(status, json=body, request=httpx.Request("GET", url))
+    from calimon.serve import remote
 
-    monkeypatch.setattr(httpx, "get", answer)
+    def answer(full, headers):
+        return remote._Answer(status, json.dumps(body))
+
+    monkeypatch.setattr(remote, "_fetch", answer)
     r = _invoke("recertify", "--serve", "http://127.0.0.1:8000")
     assert r.exit_code != 0 and says in r.output and "Traceback" not in r.output

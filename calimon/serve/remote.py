@@ -15,16 +15,40 @@ from calimon.errors import CalimonError, InputError
 KEY_ENV = "CALIMON_API_KEY"
 
 
-def _get(url: str, path: str, key_env: str, params: dict[str, Any] | None = None):
-    import httpx
+class _Answer:
+    """A server's answer: its status and text (``json()`` parses it)."""
+
+    def __init__(self, status: int, text: str):
+        self.status_code, self.text = status, text
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+def _fetch(full: str, headers: dict[str, str]) -> _Answer:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(full, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:  # noqa: S310 - http(s) checked
+            return _Answer(r.status, r.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        return _Answer(exc.code, exc.read().decode("utf-8", "replace"))
+
+
+def _get(url: str, path: str, key_env: str, params: dict[str, Any] | None = None) -> _Answer:
+    import urllib.error
+    import urllib.parse
 
     if not url.startswith(("http://", "https://")):
         raise InputError(f"expected an http:// or https:// URL, got {url!r}", field="serve")
     key = os.environ.get(key_env, "")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
     try:
-        r = httpx.get(url.rstrip("/") + path, headers=headers, params=params, timeout=120)
-    except httpx.HTTPError as exc:
+        r = _fetch(url.rstrip("/") + path + query, headers)
+    except (urllib.error.URLError, OSError) as exc:
         raise CalimonError(f"{url} did not answer ({type(exc).__name__}: {exc})") from None
     if r.status_code == 404:
         raise CalimonError(f"{url} has no review queue (start it with calimon serve --review)")
