@@ -67,5 +67,9 @@ def test_fold_rows_and_the_report(tmp_path):
     out = tmp_path / "shift.md"
     assert report.main(["--results", str(src), "--out", str(out)]) == 0
     text = out.read_text()
-    assert "## Targets, as measured" in text and text.count("\n| A | verdict |") == 2
+    # two alphas in the per-fold table and two in the verdict table
+    assert "## Targets, as measured" in text and text.count("\n| A | verdict |") == 4
+    assert "## Harmful or harmless shift: the verdict against the realized FAR" in text
+    assert all(r["verdict"] in ("no shift", "shift, certificate holds",
+                                "shift breaks the certificate", "nothing to check") for r in rows)
     assert "Control (no shift" in text
