@@ -12,11 +12,11 @@ uncalibrated score.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from calimon.deploy.design import design_run, run_provenance
 from calimon.errors import InputError
 
 
@@ -46,31 +46,6 @@ def read_policy(path: str | Path) -> PolicyContext:
     run_dir = design_run(policy, p)
     return PolicyContext(policy, str(p), hashlib.sha256(p.read_bytes()).hexdigest(), run_dir,
                          run_provenance(run_dir))
-
-
-def design_run(policy: Any, policy_path: Path) -> Path | None:
-    """The folder of the run a policy was designed on (its provenance ``source``, read from the
-    working directory or next to the policy file), or None."""
-    source = policy.provenance.get("source")
-    if not isinstance(source, str) or not source:
-        return None
-    for candidate in (Path(source), policy_path.parent / source):
-        folder = candidate if candidate.is_dir() else candidate.parent
-        if candidate.exists() and (folder / "curve.json").is_file():
-            return folder
-    return None
-
-
-def run_provenance(run_dir: Path | None) -> dict[str, Any]:
-    """The ``provenance`` block of a run's curve.json ({} when there is none)."""
-    if run_dir is None:
-        return {}
-    try:
-        doc = json.loads((run_dir / "curve.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    prov = doc.get("provenance") if isinstance(doc, dict) else None
-    return prov if isinstance(prov, dict) else {}
 
 
 def policy_map_path(ctx: PolicyContext, given: str | Path | None) -> Path | None:

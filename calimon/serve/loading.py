@@ -22,6 +22,7 @@ import numpy as np
 
 from calimon.calibration.io import StoredMap, load_map
 from calimon.defaults import DEFAULT_PROMPT
+from calimon.deploy.design import design_run, run_provenance
 from calimon.deploy.policy_file import Policy, apply_policy, load_policy
 from calimon.errors import InputError
 from calimon.samples import Sample
@@ -30,29 +31,6 @@ from calimon.verdict import Verdict
 
 DECISIONS = {"auto_pass": "pass", "human_review": "review", "auto_block": "block"}
 KV_READOUTS = ("verdict", "json")
-
-
-def design_run(policy: Policy, policy_path: Path) -> Path | None:
-    """The folder of the run the policy was designed on (its provenance ``source``, read from
-    the working directory or next to the policy file); None when it is not on this machine."""
-    source = policy.provenance.get("source")
-    if not isinstance(source, str) or not source:
-        return None
-    for candidate in (Path(source), policy_path.parent / source):
-        folder = candidate if candidate.is_dir() else candidate.parent
-        if candidate.exists() and (folder / "curve.json").is_file():
-            return folder
-    return None
-
-
-def run_provenance(run_dir: Path | None) -> dict[str, Any]:
-    """The ``provenance`` of a run's curve.json, read by the one typed reader ({} when the run
-    has no curve.json; a broken one is an error naming the file)."""
-    from calimon.run_folder import read_curve_json
-
-    if run_dir is None or not (run_dir / "curve.json").is_file():
-        return {}
-    return read_curve_json(run_dir).provenance.as_dict()
 
 
 def find_map(policy: Policy, given: Path | None, run_dir: Path | None) -> Path | None:
