@@ -92,6 +92,8 @@ def test_tiny_run_on_the_cpu_writes_the_table(tmp_path):
     for r in real:  # calimon packs batches of different lengths: no padding computed
         assert (r["padding"] == "0%") == (r["path"] == "calimon"), r
     assert "benchmarks/gpu/run_gpu_perf.py --tiny" in text
+    agree = re.search(r"max \|dp\| (\S+) \(within 1e-05 for float32\)", text)
+    assert agree and float(agree.group(1)) <= 1e-5, text  # fp32: calimon's pass = a plain one
 
 
 def test_a_given_peak_gives_an_mfu_consistent_with_the_tflops(tmp_path):

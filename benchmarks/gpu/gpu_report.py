@@ -86,8 +86,9 @@ def model_line(bench: Bench, meta: dict) -> str:
     return line
 
 
-def render(bench: Bench, meta: dict, sections: dict, argv: list[str], peak_text: str) -> str:
-    """The whole markdown report."""
+def render(bench: Bench, meta: dict, sections: dict, argv: list[str], peak_text: str,
+           notes: list[str] = ()) -> str:
+    """The whole markdown report (``notes``: paragraphs before the tables)."""
     args = bench.args
     mem = "" if bench.weights_bytes is None else f"; weights {bench.weights_bytes / 2**30:.2f} GiB"
     bad = sorted(bench.nonfinite)
@@ -120,6 +121,8 @@ def render(bench: Bench, meta: dict, sections: dict, argv: list[str], peak_text:
         "Outputs checked finite in the warm-up runs: " +
         ("all, in every case that ran" if not bad else "NOT FINITE in " + "; ".join(bad)) + ".",
         ""]
+    for note in notes:
+        lines += [note, ""]
     for title, rows in sections.items():
         lines += [f"## {title}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]

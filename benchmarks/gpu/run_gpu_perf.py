@@ -37,6 +37,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks" / "perf"))  # flops.py: the FLOP count, stdlib only
 
 import flops  # noqa: E402
+from gpu_agree import agreement, agreement_line  # noqa: E402
 from gpu_plan import (  # noqa: E402,F401 - re-exported for the tests
     CALIMON_PATHS,
     Case,
@@ -414,8 +415,17 @@ def main(argv: list[str] | None = None) -> Path:
         sections.setdefault(case.section, []).append(row)
         print(f"{case.section} | {' | '.join(row)} [{time.perf_counter() - start:.1f} s]",
               file=sys.stderr, flush=True)
+    try:
+        agree = agreement(bench)
+    except Exception as exc:  # noqa: BLE001 - recorded in the report, traceback on stderr
+        import traceback
+
+        traceback.print_exc()
+        agree = {"error": f"{type(exc).__name__}: {exc}"[:160]}
+    print(agreement_line(agree, args.dtype), file=sys.stderr, flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(bench, meta, sections, argv, peak_text), encoding="utf-8")
+    args.out.write_text(render(bench, meta, sections, argv, peak_text,
+                               notes=[agreement_line(agree, args.dtype)]), encoding="utf-8")
     print(f"wrote {args.out}", file=sys.stderr)
     return args.out
 
