@@ -1,0 +1,32 @@
+"""Start-up: the command line imports no heavy package until a command needs it, and `calimon
+curve` reaches its first forward pass without the plotting and learning packages
+(benchmarks/perf/startup.py measures how long that takes; perf.md, section Start-up)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ["torch", "transformers", "sklearn", "matplotlib"]
+
+
+def test_importing_the_cli_and_its_commands_imports_no_heavy_package():
+    code = ("import json, sys, calimon.cli, calimon.cli.curve, calimon.cli.score; "
+            f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.model
+def test_curve_reaches_its_first_forward_pass_without_sklearn_or_matplotlib():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "perf"))
+    import startup
+
+    rec = startup.one_run()
+    assert rec["wall"] > 0 and rec["cpu"] > 0
+    assert {"torch", "transformers"} <= set(rec["loaded"])  # the forward pass needs them
+    assert not {"sklearn", "matplotlib"} & set(rec["loaded"])
