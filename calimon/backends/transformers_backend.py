@@ -102,9 +102,8 @@ class TransformersBackend(LazyTokenizer, BackendBase):
     @property
     def max_batch_size(self) -> int:
         """Prompts per forward pass; default 1 on CPU, 32 elsewhere. On CPU one prefill of a
-        few hundred tokens already keeps the cores busy, and batching only adds padding and an
-        explicit attention mask: every batch size above 1 measured slower
-        (benchmarks/results/perf.md, batch table)."""
+        few hundred tokens already keeps the cores busy: padded batches measured slower and a
+        packed batch only as fast (benchmarks/results/perf.md, batch table and scoring pass)."""
         if self._max_batch_size is not None:
             return self._max_batch_size
         return 1 if self._resolved_device() == "cpu" else 32
