@@ -200,3 +200,12 @@ def test_smollm2_real_prompts_packed_and_prefix_equal_a_plain_pass(smol, smol_ba
             assert _close(got.pooled[i, 1, j], resp.mean(0))
             if layer in spec.token_layers:
                 assert _close(got.tokens[i][:, 0], resp)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_without_a_shared_prefix_rows_and_packed_batches_match_a_plain_pass(batch):
+    model = _random_model("qwen3")
+    prompts = _prompts([30, 17, 44])
+    ref = _plain(model, prompts)
+    got = _backend(model, max_batch_size=batch).next_token_logprobs(prompts, 0)
+    assert np.abs(np.exp(got) - np.exp(ref)).max() < 1e-5 and _close(got, ref)
