@@ -16,10 +16,12 @@ KEY_ENV = "CALIMON_API_KEY"
 
 
 class _Answer:
-    """A server's answer: its status and text (``json()`` parses it)."""
+    """A server's answer: its status, headers (names in lower case) and text (``json()``
+    parses it)."""
 
-    def __init__(self, status: int, text: str):
+    def __init__(self, status: int, text: str, headers: dict[str, str] | None = None):
         self.status_code, self.text = status, text
+        self.headers = headers or {}
 
     def json(self) -> Any:
         return json.loads(self.text)
@@ -32,7 +34,8 @@ def _fetch(full: str, headers: dict[str, str]) -> _Answer:
     req = urllib.request.Request(full, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=120) as r:  # noqa: S310 - http(s) checked
-            return _Answer(r.status, r.read().decode("utf-8"))
+            return _Answer(r.status, r.read().decode("utf-8"),
+                           {k.lower(): v for k, v in r.headers.items()})
     except urllib.error.HTTPError as exc:
         return _Answer(exc.code, exc.read().decode("utf-8", "replace"))
 
