@@ -83,3 +83,20 @@ def migrate(db: sqlite3.Connection, schema: Schema, path: str | Path) -> int:
             db.execute("ROLLBACK")
         raise
     return schema.version - found
+
+
+def open_durable(path: str | Path, schema: Schema) -> sqlite3.Connection:
+    """A SQLite file for a service's durable store (created with its folder): autocommit, WAL,
+    ``synchronous=FULL`` (a commit survives a killed process), usable from several threads
+    under the caller's lock, migrated to ``schema``."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(p, timeout=60.0, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        migrate(db, schema, p)
+    except BaseException:
+        db.close()
+        raise
+    return db

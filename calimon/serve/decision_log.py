@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from calimon.errors import InputError
-from calimon.migrations import Schema, migrate
+from calimon.migrations import Schema, open_durable
 
 TABLE_SQL = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -120,17 +120,8 @@ class SQLiteDecisionLog:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
-                                   check_same_thread=False)
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            migrate(self._db, SCHEMA, self.path)
-        except BaseException:
-            self._db.close()
-            raise
+        self._db = open_durable(self.path, SCHEMA)
 
     def lookup(self, request_id: str) -> LoggedDecision | None:
         """The entry logged under ``request_id``; None when there is none."""

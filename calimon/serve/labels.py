@@ -30,7 +30,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from calimon.migrations import Schema, migrate
+from calimon.migrations import Schema, open_durable
 
 TRAFFIC_SQL = """
 CREATE TABLE IF NOT EXISTS review_traffic (
@@ -302,17 +302,8 @@ class SQLiteReviewStore(SqlReviewStore):
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
-                                   check_same_thread=False)
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            migrate(self._db, SCHEMA, self.path)
-        except BaseException:
-            self._db.close()
-            raise
+        self._db = open_durable(self.path, SCHEMA)
 
     def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
