@@ -17,7 +17,7 @@ layer), batch sizes, equal- against mixed-length (padded) batches; samples/s, pr
 TFLOP/s of useful FLOPs, MFU against the GPU's dense bf16 peak (n/a for a device missing from
 PEAKS unless --peak-tflops is given) and torch.cuda.max_memory_allocated. Each case: --warmup
 untimed runs, then the median of --repeats timed runs (torch.cuda.synchronize around each).
-benchmarks/results/perf-gpu.md does not exist until this script has run on a GPU.
+benchmarks/results/perf-gpu.md is its run on an H100 (benchmarks/gpu/README.md).
 """
 
 from __future__ import annotations
