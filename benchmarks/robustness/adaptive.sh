@@ -5,6 +5,8 @@
 #
 #   LIMIT=80 BUDGET=64 bash benchmarks/robustness/adaptive.sh
 #
+# HEADS (environment): the probe heads attacked beside the verdict (default: the plain and the
+# augmented head of BENCH); e.g. HEADS=amb-open-monitor for the shipped monitor on amb-open.
 # Size flags (environment): BENCH (humaneval-pairs), LIMIT (test and calib samples each, whole
 # pairs; 80), FAR (the operating point; 0.10), BUDGET (queries per transcript; 64), BEAM (2), WIDTH (4), MAX_EDITS (3), SEED (0),
 # DEVICE (auto), CALIMON and PYTHON (the commands to run), STORE (runs/store.sqlite), REPORT (benchmarks/results/robustness.md; "none":
@@ -25,6 +27,7 @@ STORE=${STORE:-runs/store.sqlite}
 REPORT=${REPORT:-benchmarks/results/robustness.md}
 OUT=${OUT:-runs/adaptive}
 CALIMON=${CALIMON:-calimon}
+HEADS=${HEADS-"$BENCH-seq-plain $BENCH-seq-aug"}
 
 common=(--benchmark "$BENCH" --limit "$LIMIT" --far "$FAR" --budget "$BUDGET" --beam "$BEAM"
         --width "$WIDTH" --max-edits "$MAX_EDITS" --seed "$SEED" --device "$DEVICE"
@@ -33,10 +36,11 @@ report=()
 [ "$REPORT" != none ] && report=(--report "$REPORT")
 
 $CALIMON robustness --adaptive "${common[@]}" --out "$OUT/verdict" "${report[@]}"
-for head in "$BENCH-seq-plain" "$BENCH-seq-aug"; do
+outs=("$OUT/verdict")
+for head in $HEADS; do
+    outs+=("$OUT/$head")
     $CALIMON robustness --adaptive --head "$head" "${common[@]}" --out "$OUT/$head" \
         "${report[@]}"
 done
-${PYTHON:-python} benchmarks/robustness/adaptive_table.py "$OUT/verdict" \
-    "$OUT/$BENCH-seq-plain" "$OUT/$BENCH-seq-aug" "${report[@]}" --command \
-    "BENCH=$BENCH LIMIT=$LIMIT FAR=$FAR BUDGET=$BUDGET BEAM=$BEAM WIDTH=$WIDTH MAX_EDITS=$MAX_EDITS SEED=$SEED bash benchmarks/robustness/adaptive.sh"
+${PYTHON:-python} benchmarks/robustness/adaptive_table.py "${outs[@]}" "${report[@]}" --command \
+    "BENCH=$BENCH HEADS='$HEADS' LIMIT=$LIMIT FAR=$FAR BUDGET=$BUDGET BEAM=$BEAM WIDTH=$WIDTH MAX_EDITS=$MAX_EDITS SEED=$SEED bash benchmarks/robustness/adaptive.sh"
