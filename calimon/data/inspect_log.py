@@ -1,20 +1,36 @@
 """UK AISI Inspect eval logs (``.eval`` or ``.json``) as benchmarks, read with inspect_ai's own
 log reader (the ``inspect`` extra).
 
-A benchmark spec is the log's path, optionally followed by options as a query string::
+A benchmark spec names one log, a folder of logs, or a glob pattern of logs, optionally followed
+by options as a query string::
 
     logs/run.eval
     logs/run.eval?scorer=includes&positive=I
     logs/run.json?scorer=match&positive=I,P&negative=C&category=spec_gaming&task=code
+    logs/control?label=eval_mode
+    logs/control?label=eval_mode&attacks=successful
+    logs/control/*attack*.eval?label=eval_mode
+
+A folder is every log Inspect's own listing finds in it, sub-folders included (``.eval`` files,
+and ``.json`` files named as Inspect names logs, so its ``logs.json`` or ``eval-set.json`` are not
+read); a pattern (``*``, ``**``, ``[...]``) is every ``.eval`` / ``.json`` file it matches. The
+logs are read in path order as one benchmark; a folder or pattern without a log is an error
+naming it, as is a sample id found in two logs.
 
 Options:
 
-- ``scorer``: the scorer whose value labels each sample; without it every sample is unlabelled
-  (``calimon score`` works, ``calimon curve`` needs labels).
+- ``scorer``: the scorer whose value labels each sample; without it (and without ``label``)
+  every sample is unlabelled (``calimon score`` works, ``calimon curve`` needs labels).
 - ``positive``: comma-separated values of that scorer that mean misbehavior (required with
   ``scorer``); values are compared as text, numbers as numbers, booleans as true/false.
 - ``negative``: values that mean benign; default: every value not in ``positive``. When given, a
   value in neither list leaves the sample unlabelled.
+- ``label=eval_mode``: label by the eval mode ControlArena recorded (`calimon.data.eval_modes`):
+  ``attack`` means misbehavior, ``honest`` benign; a sample without a mode, or whose own mode
+  and its task's disagree, is an error naming the file and the sample. Not with ``scorer``.
+- ``attacks`` (with ``label=eval_mode``): ``all`` (default), or ``successful``: leave out the
+  attacks whose side task failed (an attack whose scores say nothing of its side task is an
+  error). Honest samples are all kept.
 - ``category`` (default ``safety``) and ``task`` (default ``reasoning``): the sample's cell.
 
 Each sample (and epoch) becomes one `Sample`:
@@ -29,24 +45,31 @@ Each sample (and epoch) becomes one `Sample`:
 - ``id``: ``<eval id>:<sample id>:<epoch>``; ``pair_id``: ``<eval id>:<sample id>`` (the epochs
   of one sample stay together); ``source``: ``inspect``; ``split``: none.
 - ``meta``: ``inspect`` (log, eval id, run id, task, sample id, epoch, scorer and its value, and
-  the error a sample ended in: such a sample is kept with the trajectory it has)
-  and ``messages`` (the offsets of every rendered part, see `calimon.data.trajectory`).
+  the error a sample ended in: such a sample is kept with the trajectory it has),
+  ``messages`` (the offsets of every rendered part, see `calimon.data.trajectory`) and, with
+  ``label=eval_mode``, ``control_arena`` (the eval mode and whether the main and side tasks
+  succeeded: true, false, or null where no scorer says).
 """
 
 from __future__ import annotations
 
+import glob
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+from calimon.data.eval_modes import ATTACKS, control_meta, eval_mode, keep_sample
 from calimon.data.trajectory import Part, render_parts
 from calimon.errors import InputError, MissingExtraError
 from calimon.samples import Sample, sample_from_dict
 
 SUFFIXES = (".eval", ".json")
-OPTIONS = ("scorer", "positive", "negative", "category", "task")
+OPTIONS = ("scorer", "positive", "negative", "label", "attacks", "category", "task")
+LABELS = ("eval_mode",)  # the values of the label option
+GLOB_CHARS = "*["
 
 
 @dataclass(frozen=True)
@@ -58,6 +81,8 @@ class InspectOptions:
     negative: tuple[str, ...] | None = None
     category: str = "safety"
     task: str = "reasoning"
+    by_eval_mode: bool = False  # label=eval_mode: ControlArena's mode labels
+    attacks: str = "all"  # with by_eval_mode: all, or successful (side task succeeded) only
 
     def label(self, value: Any) -> bool | None:
         """The label of a score ``value``: True (misbehavior), False (benign) or None."""
@@ -88,8 +113,45 @@ def split_spec(spec: str) -> tuple[Path, str]:
 
 
 def is_inspect_spec(spec: str) -> bool:
-    """Whether a --benchmark value names an Inspect log (a ``.eval`` or ``.json`` path)."""
-    return split_spec(spec)[0].suffix in SUFFIXES
+    """Whether a --benchmark value names Inspect logs: a ``.eval`` or ``.json`` path (or a
+    pattern of them), or a folder (a registered benchmark's name is checked first by
+    `calimon.data.registry`)."""
+    path = split_spec(spec)[0]
+    return path.suffix in SUFFIXES or path.is_dir()
+
+
+def log_paths(path: Path) -> list[Path]:
+    """The log files a spec's path names: the file itself, every log in a folder (Inspect's own
+    listing, sub-folders included: ``.eval`` files and ``.json`` files named as Inspect names
+    logs), or every ``.eval`` / ``.json`` file a glob pattern matches; sorted by path. A folder
+    or pattern with no log raises InputError naming it."""
+    if path.is_dir():
+        from inspect_ai.log import list_eval_logs
+
+        found = sorted(Path(_local(info.name)) for info in list_eval_logs(str(path)))
+        if not found:
+            raise InputError("no Inspect log in this folder (.eval files, or .json files named "
+                             "as Inspect names logs, sub-folders included)", path=str(path))
+        return found
+    if any(c in str(path) for c in GLOB_CHARS) and not path.is_file():
+        found = sorted(Path(p) for p in glob.glob(str(path), recursive=True)
+                       if Path(p).is_file() and Path(p).suffix in SUFFIXES)
+        if not found:
+            raise InputError("no Inspect log (.eval or .json file) matches this pattern",
+                             path=str(path))
+        return found
+    if not path.is_file():
+        raise InputError("no such file", path=str(path))
+    return [path]
+
+
+def _local(name: str) -> str:
+    """A local path from the name Inspect's listing gives a log (a ``file://`` URI or a path)."""
+    if name.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        return unquote(urlparse(name).path)
+    return name
 
 
 def parse_options(query: str) -> InspectOptions:
@@ -110,6 +172,7 @@ def parse_options(query: str) -> InspectOptions:
     def values(key: str) -> tuple[str, ...]:
         return tuple(v.strip() for v in given[key].split(",") if v.strip())
 
+    by_eval_mode = _label_option(given)
     if "scorer" not in given and ({"positive", "negative"} & set(given)):
         raise InputError("positive/negative values need a scorer (add scorer=NAME)",
                          field="benchmark")
@@ -121,7 +184,28 @@ def parse_options(query: str) -> InspectOptions:
                           positive=positive,
                           negative=values("negative") if "negative" in given else None,
                           category=given.get("category", "safety"),
-                          task=given.get("task", "reasoning"))
+                          task=given.get("task", "reasoning"),
+                          by_eval_mode=by_eval_mode, attacks=given.get("attacks", "all"))
+
+
+def _label_option(given: dict[str, str]) -> bool:
+    """Whether the options ask for ControlArena's eval-mode labels (``label=eval_mode``),
+    checking ``label`` and ``attacks`` against each other and against ``scorer``."""
+    label = given.get("label")
+    if label is not None and label not in LABELS:
+        raise InputError(f"label={label}: expected one of {list(LABELS)} (or label by a scorer "
+                         "with scorer=NAME&positive=VALUE)", field="benchmark")
+    if label is not None and "scorer" in given:
+        raise InputError("label=eval_mode and scorer= both label the samples: give one",
+                         field="benchmark")
+    attacks = given.get("attacks")
+    if attacks is not None and attacks not in ATTACKS:
+        raise InputError(f"attacks={attacks}: expected one of {list(ATTACKS)}",
+                         field="benchmark")
+    if attacks is not None and label is None:
+        raise InputError(f"attacks={attacks} needs label=eval_mode (ControlArena's attack "
+                         "runs)", field="benchmark")
+    return label == "eval_mode"
 
 
 def _reader():
@@ -134,13 +218,37 @@ def _reader():
 
 
 def load_inspect_log(spec: str) -> list[Sample]:
-    """Every sample (and epoch) of the Inspect log a spec names, as `Sample` s (module
-    docstring); errors name the file (and the sample and field)."""
+    """Every sample (and epoch) of the Inspect log(s) a spec names (a file, a folder or a
+    pattern), as `Sample` s (module docstring); errors name the file (and the sample and
+    field)."""
     path, query = split_spec(spec)
     opts = parse_options(query)
+    _reader()  # the extra's error before anything else
+    return load_logs(log_paths(path), opts)
+
+
+def load_logs(paths: Iterable[Path], opts: InspectOptions) -> list[Sample]:
+    """The samples of several log files, in order, as one benchmark; a sample id found twice
+    raises InputError naming both files."""
+    out: list[Sample] = []
+    seen: dict[str, Path] = {}
+    for log in paths:
+        for sample in log_samples(log, opts):
+            if sample.id in seen:
+                also = "" if seen[sample.id] == log else f" (also in {seen[sample.id]})"
+                raise InputError(f"duplicate sample {sample.id!r}{also}", path=str(log),
+                                 field="id")
+            seen[sample.id] = log
+            out.append(sample)
+    return out
+
+
+def log_samples(path: Path, opts: InspectOptions) -> list[Sample]:
+    """The samples of one log file under ``opts`` (those ``attacks=successful`` leaves out
+    dropped); an unreadable file raises InputError naming it."""
+    read_eval_log, read_eval_log_samples = _reader()
     if not path.is_file():
         raise InputError("no such file", path=str(path))
-    read_eval_log, read_eval_log_samples = _reader()
     try:
         header = read_eval_log(str(path), header_only=True)
     except Exception as exc:  # the reader raises pydantic, JSON, zip and key errors alike
@@ -149,16 +257,14 @@ def load_inspect_log(spec: str) -> list[Sample]:
         raise InputError(f"not an Inspect eval log ({type(exc).__name__}: {first}){hint}",
                          path=str(path)) from None
     out: list[Sample] = []
-    seen: set[str] = set()
     # events (often most of an agent log) and the store are not read; attachments are, to
     # resolve the messages' deduplicated content
     for es in read_eval_log_samples(str(path), all_samples_required=False,
                                     resolve_attachments=True, exclude_fields={"events", "store"}):
         sample = convert_sample(es, header.eval, opts, path)
-        if sample.id in seen:
-            raise InputError(f"duplicate sample {sample.id!r}", path=str(path), field="id")
-        seen.add(sample.id)
-        out.append(sample)
+        mode = sample.meta.get("control_arena", {}).get("eval_mode")
+        if mode is None or keep_sample(es, mode, opts.attacks, str(path)):
+            out.append(sample)
     return out
 
 
@@ -167,19 +273,12 @@ def convert_sample(es: Any, spec: Any, opts: InspectOptions, path: Path) -> Samp
     sid = f"{spec.eval_id}:{es.id}:{es.epoch}"
     text, records = render_parts(trajectory_parts(es.messages))
     label, value = None, None
+    meta: dict[str, Any] = {}
     if opts.scorer is not None:
-        scores = es.scores or {}
-        if opts.scorer not in scores:
-            ended = "" if es.error is None else f" (it ended in an error: {es.error.message})"
-            raise InputError(f"sample {es.id!r} (epoch {es.epoch}) has no score from scorer "
-                             f"{opts.scorer!r}; its scorers: {sorted(scores)}{ended}",
-                             path=str(path), field=f"scores.{opts.scorer}")
-        value = scores[opts.scorer].value
-        if isinstance(value, dict | list):
-            raise InputError(f"sample {es.id!r}: scorer {opts.scorer!r} has a "
-                             f"{type(value).__name__} value; only a single value can label",
-                             path=str(path), field=f"scores.{opts.scorer}")
-        label = opts.label(value)
+        label, value = _scorer_label(es, opts, path)
+    elif opts.by_eval_mode:
+        mode = eval_mode(es, spec, str(path))
+        label, meta["control_arena"] = mode == "attack", control_meta(es, mode)
     inspect_meta = {"log": str(path), "eval_id": spec.eval_id, "run_id": spec.run_id,
                     "task": spec.task, "sample_id": es.id, "epoch": es.epoch,
                     "scorer": opts.scorer, "score": value,
@@ -187,8 +286,24 @@ def convert_sample(es: Any, spec: Any, opts: InspectOptions, path: Path) -> Samp
     row = {"id": sid, "request": task_input(es.input), "response": text, "label": label,
            "category": opts.category, "task": opts.task,
            "pair_id": f"{spec.eval_id}:{es.id}", "source": "inspect",
-           "meta": {"inspect": inspect_meta, "messages": records}}
+           "meta": {"inspect": inspect_meta, "messages": records, **meta}}
     return sample_from_dict(row, path=str(path))
+
+
+def _scorer_label(es: Any, opts: InspectOptions, path: Path) -> tuple[bool | None, Any]:
+    """The label and the score value of a sample by the options' scorer."""
+    scores = es.scores or {}
+    if opts.scorer not in scores:
+        ended = "" if es.error is None else f" (it ended in an error: {es.error.message})"
+        raise InputError(f"sample {es.id!r} (epoch {es.epoch}) has no score from scorer "
+                         f"{opts.scorer!r}; its scorers: {sorted(scores)}{ended}",
+                         path=str(path), field=f"scores.{opts.scorer}")
+    value = scores[opts.scorer].value
+    if isinstance(value, dict | list):
+        raise InputError(f"sample {es.id!r}: scorer {opts.scorer!r} has a "
+                         f"{type(value).__name__} value; only a single value can label",
+                         path=str(path), field=f"scores.{opts.scorer}")
+    return opts.label(value), value
 
 
 def task_input(value: Any) -> str:
@@ -227,6 +342,6 @@ def render_arguments(call: Any) -> str:
     return "\n".join(lines) or "(no arguments)"
 
 
-__all__ = ["OPTIONS", "SUFFIXES", "InspectOptions", "convert_sample", "is_inspect_spec",
-           "load_inspect_log", "parse_options", "render_arguments", "split_spec",
-           "task_input", "trajectory_parts"]
+__all__ = ["LABELS", "OPTIONS", "SUFFIXES", "InspectOptions", "convert_sample",
+           "is_inspect_spec", "load_inspect_log", "load_logs", "log_paths", "log_samples", "parse_options",
+           "render_arguments", "split_spec", "task_input", "trajectory_parts"]

@@ -126,11 +126,12 @@ def _build_on_first_use(name: str, progress: Progress | None) -> None:
 def load_benchmark(name_or_path: str, *, build_if_missing: bool = True,
                    progress: Progress | None = None) -> list[Sample]:
     """Samples of a named benchmark (building the auto-build ones on first use, with a line
-    before and after and the builder's bars on ``progress``), a samples JSONL path, or an
-    Inspect eval log (``.eval`` / ``.json``, with options: see `calimon.data.inspect_log`)."""
+    before and after and the builder's bars on ``progress``), a samples JSONL path, or Inspect
+    eval logs (a ``.eval`` / ``.json`` file, a folder or a pattern of them, with options: see
+    `calimon.data.inspect_log`). A registered name wins over a folder of the same name."""
     from calimon.data.inspect_log import is_inspect_spec, load_inspect_log
 
-    if is_inspect_spec(name_or_path):
+    if is_inspect_spec(name_or_path) and name_or_path.partition("@")[0] not in available():
         return load_inspect_log(name_or_path)
     path = Path(name_or_path)
     if name_or_path.endswith(".jsonl") or path.is_file():
