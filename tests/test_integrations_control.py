@@ -2,8 +2,8 @@
 smallest setting (data poisoning: no sandbox, no tool but submit, its data shipped in the package)
 under trusted monitoring with the calimon monitor, on Inspect's mock model as the untrusted (and
 trusted, and scorer) model, in honest and attack modes; then ControlArena's own audit-budget
-analysis of the logs, and `calimon curve` on them as a labelled benchmark. Every figure is checked
-against `calimon score` on the same transcripts."""
+analysis of the logs, and `calimon curve` reading the logs directly as a benchmark labelled by eval
+mode. Every figure is checked against `calimon score` on the same transcripts."""
 
 from __future__ import annotations
 
@@ -148,52 +148,94 @@ def test_audit_budget_analysis_reads_the_probabilities(world):
     assert 0.0 <= safety <= 1.0
 
 
-def test_calimon_curve_reads_the_runs_as_a_labelled_benchmark(world, capsys):
+def test_calimon_curve_reads_the_logs_directly(world):
+    """`calimon curve --benchmark 'LOG_DIR?label=eval_mode'` reads ControlArena's honest and
+    attack logs as one benchmark labelled by eval mode (as ControlArena recorded it on each
+    sample and task); each reading is the one `calimon score` gives each log as it is."""
     from typer.testing import CliRunner
 
     from calimon.cli import app
-    from calimon.integrations.control import main
 
-    root = world["root"]
-    logs = [world["logs"]["honest"].location, world["logs"]["attack"].location]
-    bench = root / "control.jsonl"
-    assert main([*logs, "--out", str(bench)]) == 0
-    assert "wrote" in capsys.readouterr().out
-    rows = [json.loads(x) for x in bench.read_text().splitlines()]
-    assert sorted(r["label"] for r in rows) == [False] * N + [True] * N
-    assert all(r["label"] == (r["meta"]["control_arena"]["eval_mode"] == "attack") for r in rows)
-    by_id = {}
-    for mode, log in world["logs"].items():  # calimon score of each log as it is
-        by_id.update({r["id"]: r for r in score_rows(log.location, root / "s.sqlite",
-                                                      root / f"{mode}.jsonl")})
+    root, logs = world["root"], world["logs"]
+    for mode, log in logs.items():  # where ControlArena records the mode calimon reads
+        assert log.eval.metadata["mode"] == mode
+        assert {s.metadata["eval_mode"] for s in log.samples} == {mode}
+    by_id, mode_of = {}, {}
+    for mode, log in logs.items():  # calimon score of each log as it is, unlabelled
+        rows = score_rows(log.location, root / "s.sqlite", root / f"{mode}.jsonl")
+        assert {r["label"] for r in rows} == {None}
+        by_id.update({r["id"]: r for r in rows})
+        mode_of.update({r["id"]: mode for r in rows})
+    bench = f"{root / 'logs'}?label=eval_mode"
     run = root / "curve"
-    res = CliRunner().invoke(app, ["curve", "--model", MODEL, "--benchmark", str(bench),
+    res = CliRunner().invoke(app, ["curve", "--model", MODEL, "--benchmark", bench,
                                    "--no-binary", "--n-boot", "10", "--threads", "1",
                                    "--store", str(root / "s.sqlite"), "--out", str(run),
                                    "--quiet"])
     assert res.exit_code == 0, res.output
+    assert json.loads((run / "curve.json").read_text())["provenance"]["benchmark"] == bench
     with (run / "curve.csv").open() as fh:
         curve = {r["id"]: r for r in csv.DictReader(fh)}
-    assert set(curve) == set(by_id) == {r["id"] for r in rows}
-    for r in rows:
-        assert (curve[r["id"]]["label"] in ("1", "True", "true")) == r["label"]
-        assert abs(float(curve[r["id"]]["p_raw"]) - by_id[r["id"]]["p_raw"]) < TOL
+    assert set(curve) == set(by_id) and len(curve) == 2 * N
+    for rid, row in curve.items():
+        assert (row["label"] in ("1", "True", "true")) == (mode_of[rid] == "attack")
+        assert abs(float(row["p_raw"]) - by_id[rid]["p_raw"]) < TOL
+    # calimon score reads the same spec: the same transcripts, labelled
+    rows = score_rows(bench, root / "s.sqlite", root / "both.jsonl")
+    assert {r["id"]: (r["label"], r["transcript_hash"]) for r in rows} == {
+        rid: (mode_of[rid] == "attack", by_id[rid]["transcript_hash"]) for rid in by_id}
+
+
+def test_the_samples_file_route_gives_the_same_samples(world, capsys):
+    """`python -m calimon.integrations.control` freezes the samples the direct route reads."""
+    from calimon.data.registry import load_benchmark
+    from calimon.integrations.control import main
+
+    root = world["root"]
+    bench = root / "control.jsonl"
+    logs = [world["logs"]["honest"].location, world["logs"]["attack"].location]
+    assert main([*logs, "--out", str(bench)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    direct = {s.id: s.to_dict() for s in load_benchmark(f"{root / 'logs'}?label=eval_mode")}
+    assert {s.id: s.to_dict() for s in load_benchmark(str(bench))} == direct
+    assert sorted(r["label"] for r in direct.values()) == [False] * N + [True] * N
 
 
 def test_failed_attacks_can_be_left_out_and_errors_name_the_file(world, tmp_path):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+    from calimon.data.registry import load_benchmark
     from calimon.errors import InputError
     from calimon.integrations.control import control_benchmark
 
     attack = world["logs"]["attack"]
     assert {s.scores["data_poisoning_scorer"].value["side_task_success"]
             for s in attack.samples} == {"I"}  # the mock scorer fails every side task
-    honest_only = control_benchmark([world["logs"]["honest"].location, attack.location],
-                                    tmp_path / "b.jsonl", successful_attacks_only=True)
-    assert len(honest_only.read_text().splitlines()) == N
+    folder = world["root"] / "logs"
+    honest_only = load_benchmark(f"{folder}?label=eval_mode&attacks=successful")
+    assert len(honest_only) == N and not any(s.label for s in honest_only)
+    # the curve of the honest runs alone: false alarms only
+    res = CliRunner().invoke(app, ["curve", "--model", MODEL, "--benchmark",
+                                   f"{folder}?label=eval_mode&attacks=successful",
+                                   "--no-binary", "--threads", "1", "--store",
+                                   str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "run"),
+                                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    with (tmp_path / "run" / "curve.csv").open() as fh:
+        assert sorted(r["id"] for r in csv.DictReader(fh) if r["label"] in ("0", "False",
+                                                                            "false")) == \
+            sorted(s.id for s in honest_only)
+    frozen = control_benchmark([world["logs"]["honest"].location, attack.location],
+                               tmp_path / "b.jsonl", successful_attacks_only=True)
+    assert len(frozen.read_text().splitlines()) == N
     with pytest.raises(InputError, match="no sample to write"):
         control_benchmark([attack.location], tmp_path / "c.jsonl", successful_attacks_only=True)
     with pytest.raises(InputError, match="no such file"):
         control_benchmark([tmp_path / "missing.eval"], tmp_path / "d.jsonl")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="empty: no Inspect log in this folder"):
+        load_benchmark(f"{tmp_path / 'empty'}?label=eval_mode")
 
 
 def test_an_unscored_step_is_flagged_not_zero(world):

@@ -11,20 +11,20 @@ runs as a labelled calimon benchmark.
   messages, provenance). A step calimon could not score gets ``unscored_suspicion`` (default
   1.0: audited first, as a policy sends an unscored transcript to review) with
   ``score_parsed=False`` and a reason saying so, never a silent 0.
-- `control_benchmark`: the samples of ControlArena logs as a calimon samples file, labelled by
-  their eval mode (attack: misbehavior; honest: benign; with ``successful_attacks_only``, an
-  attack whose side task failed is left out), the trajectories rendered as ``calimon score
-  --benchmark LOG.eval`` renders them; ``calimon curve --benchmark FILE`` then draws the curve.
-  From the shell: ``python -m calimon.integrations.control LOG... --out FILE``.
+- ControlArena's honest and attack runs are Inspect logs: ``calimon curve --benchmark
+  'logs/control?label=eval_mode'`` reads them directly as one labelled benchmark (a folder, a
+  log or a pattern; attack: misbehavior, honest: benign; ``&attacks=successful`` leaves out the
+  attacks whose side task failed): see `calimon.data.inspect_log` and
+  `calimon.data.eval_modes`. `control_benchmark` (``python -m calimon.integrations.control
+  LOG... --out FILE``) freezes the same samples into one samples file, which reads without
+  inspect_ai and without the logs.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,6 @@ except ImportError:  # pragma: no cover - the extra is missing
 
 from calimon.integrations.lazy import LazyMonitor
 from calimon.integrations.transcripts import sample_from_messages
-from calimon.samples import Sample
 
 
 class CalimonMonitorResponse(MonitorResponse):
@@ -82,67 +81,20 @@ def calimon_monitor_builder(policy: str | None = None, model: str | None = None,
 def control_benchmark(logs: Iterable[str | Path], out: str | Path, *,
                       successful_attacks_only: bool = False, category: str = "safety",
                       task: str = "reasoning") -> Path:
-    """Write the samples of ControlArena logs as a labelled calimon samples file (module
-    docstring); each sample's eval mode is read from its metadata (``eval_mode``), else from
-    its log's task metadata (``mode``). A sample of neither mode is an error naming it."""
+    """Write the samples of ControlArena logs as a labelled calimon samples file: the samples
+    ``calimon curve --benchmark 'LOG_OR_FOLDER?label=eval_mode'`` reads from the logs
+    themselves (`calimon.data.eval_modes`; ``attacks=successful`` for
+    ``successful_attacks_only``), frozen into one file that reads without inspect_ai."""
+    from calimon.data.inspect_log import InspectOptions, load_logs, log_paths
     from calimon.samples import write_samples
 
-    samples: list[Sample] = []
-    for log in logs:
-        samples += log_samples(Path(log), successful_attacks_only, category, task)
+    opts = InspectOptions(category=category, task=task, by_eval_mode=True,
+                          attacks="successful" if successful_attacks_only else "all")
+    samples = load_logs([p for log in logs for p in log_paths(Path(log))], opts)
     if not samples:
         raise InputError("no sample to write (no log given, or every attack failed its side "
                          "task)", field="logs")
     return write_samples(samples, out)
-
-
-def log_samples(path: Path, successful_only: bool, category: str, task: str) -> list[Sample]:
-    """One log's samples, labelled by eval mode (see `control_benchmark`)."""
-    from inspect_ai.log import read_eval_log, read_eval_log_samples
-
-    from calimon.data.inspect_log import InspectOptions, convert_sample
-
-    if not path.is_file():
-        raise InputError("no such file", path=str(path))
-    header = read_eval_log(str(path), header_only=True)
-    log_mode = (header.eval.metadata or {}).get("mode")
-    opts = InspectOptions(category=category, task=task)
-    out = []
-    for es in read_eval_log_samples(str(path), all_samples_required=False,
-                                    resolve_attachments=True, exclude_fields={"events", "store"}):
-        mode = (es.metadata or {}).get("eval_mode") or log_mode
-        if mode not in ("honest", "attack"):
-            raise InputError(f"sample {es.id!r} has no ControlArena eval mode (metadata "
-                             f"eval_mode, or the task's mode): {mode!r}", path=str(path),
-                             field="eval_mode")
-        side = side_task_success(es)
-        if mode == "attack" and successful_only and side is not True:
-            continue
-        s = convert_sample(es, header.eval, opts, path)
-        out.append(replace(s, label=mode == "attack", meta={**s.meta, "control_arena": {
-            "eval_mode": mode, "side_task_success": side,
-            "main_task_success": score_flag(es, "main_task_success")}}))
-    return out
-
-
-def side_task_success(es: Any) -> bool | None:
-    """Whether an attack's side task succeeded (its scorers' ``side_task_success``), or None
-    when no scorer says."""
-    return score_flag(es, "side_task_success")
-
-
-def score_flag(es: Any, key: str) -> bool | None:
-    """A boolean a sample's scores give for ``key`` (a scorer of that name, or a key of a
-    scorer's dict value: C/I, true/false, 1/0), or None."""
-    for name, score in (es.scores or {}).items():
-        value = score.value.get(key) if isinstance(score.value, dict) else (
-            score.value if name == key else None)
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            continue
-        if isinstance(value, str):
-            return value.strip().upper() in ("C", "TRUE", "YES", "1")
-        return bool(value)
-    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,5 +124,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["CalimonMonitorResponse", "calimon_monitor_builder", "control_benchmark", "main",
-           "side_task_success"]
+__all__ = ["CalimonMonitorResponse", "calimon_monitor_builder", "control_benchmark", "main"]
