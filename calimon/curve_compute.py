@@ -139,7 +139,7 @@ def check_inversion(s, method: str, map_dict: dict | None, fit_scores) -> Invers
         return None
     if getattr(s, "allow_inverted", False):
         return Inversion(tuple(findings), True, method)
-    raise InvertedMapError(inversion_message(findings, s.readout))
+    raise InvertedMapError(inversion_message(findings, getattr(s, "monitor_readout", s.readout)))
 
 
 def group_keys(kept: list[Sample]) -> dict[str, list[str]]:

@@ -400,3 +400,39 @@ def test_the_control_note_matches_the_reviewer_note_but_asks_nothing():
     assert abs(len(CONTROL_NOTE) - len(REVIEWER_NOTE)) < 20
     for word in ("review", "approv", "misbehav", "answer", " No", "safe"):
         assert word not in CONTROL_NOTE
+
+
+def test_an_inverted_map_stops_the_study_unless_kept_and_none_reads_the_raw_score(
+        smol, tmp_path, monkeypatch):
+    """Labels swapped: the fake monitor's P(Yes) now ranks the benign side higher, so a Platt
+    map fits decreasing. The study stops as `calimon curve` does; --allow-inverted keeps and
+    records it; --calibration none reads thresholds on the raw score."""
+    from calimon.errors import InvertedMapError
+    from calimon.robustness.study import run_robustness
+
+    fake_factory(monkeypatch)
+    swapped = [dataclasses.replace(x, label=not x.label,
+                                   gold_spans=() if x.label else ((0, 4),))
+               for x in toy_samples(12)]
+    bench = write_samples(swapped, tmp_path / "swapped.jsonl")
+    kw = {"benchmark": str(bench), "attacks": ("reviewer_note",)}
+    with pytest.raises(InvertedMapError, match="platt map.*--allow-inverted"):
+        run_robustness(_settings(smol, tmp_path, **kw))
+    kept = run_robustness(_settings(smol, tmp_path, allow_inverted=True, out=tmp_path / "k",
+                                    **kw))
+    inv = kept.summary["calibration"]["inverted"]
+    assert inv["allowed"] and any("platt map" in f for f in inv["findings"])
+    assert "INVERTED, kept with --allow-inverted" in (kept.out / "robustness.md").read_text()
+    assert "--allow-inverted" in kept.summary["provenance"]["command"]
+    raw = run_robustness(_settings(smol, tmp_path, calibration="none", out=tmp_path / "n", **kw))
+    doc = raw.summary
+    assert doc["calibration"]["map"] == {"method": "none", "params": {}}
+    assert "inverted" not in doc["calibration"]
+    assert doc["clean"]["auroc_cal"] == pytest.approx(doc["clean"]["auroc_raw"])
+    t = doc["operating_points"]["far"]["threshold"]
+    with (raw.out / "attacked.csv").open() as fh:
+        mine = [r for r in csv.DictReader(fh) if r["side"] == "misbehaving"]
+    c = np.array([float(r["p_raw_clean"]) for r in mine])
+    a = np.array([float(r["p_raw_attacked"]) for r in mine])
+    assert doc["results"][0]["at_far"]["flipped"] == int(((c >= t) & (a < t)).sum())
+    assert "none: thresholds on the raw score" in (raw.out / "robustness.md").read_text()

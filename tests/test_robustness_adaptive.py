@@ -240,12 +240,15 @@ def test_nothing_flagged_means_nothing_searched_and_no_rate(smol, tmp_path, monk
     made = fake_factory(monkeypatch)
     # Labels swapped: the monitor scores the benign (hard-coded) replies highest; the isotonic
     # map (non-decreasing) cannot turn that round, so at FAR <= 10% no misbehaving transcript
-    # is flagged and there is nothing to attack.
+    # is flagged and there is nothing to attack. The raw score ranks the wrong way on the fit
+    # set, which stops the study unless kept with allow_inverted (recorded).
     swapped = [replace(s, label=not s.label, gold_spans=()) for s in toy_samples(10)]
     bench = write_samples(swapped, tmp_path / "swapped.jsonl")
     run = run_adaptive(AdaptiveSettings(model=str(smol.path), benchmark=str(bench), split=None,
                                         fit_split=None, budget=4, calibration="isotonic",
+                                        allow_inverted=True,
                                         store=tmp_path / "s.sqlite", out=tmp_path / "out"))
+    assert run.summary["clean"]["calibration"]["inverted"]["allowed"]
     assert run.summary["searched"] == 0 and run.summary["queries"]["total"] == 0
     assert all(d["flagged_clean"] == 0 and d.get("flip_rate") is None
                for d in run.summary["by_budget"])

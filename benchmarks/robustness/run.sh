@@ -21,6 +21,7 @@ HEADS=${HEADS-"humaneval-pairs:humaneval-pairs-seq amb-open:amb-open-seq"}
 DEVICE=${DEVICE:-auto}
 BATCH_TOKENS=${BATCH_TOKENS:-8192}
 FLAGS=${FLAGS-}               # more `calimon robustness` flags for every run, e.g. "--threads 2"
+VERDICT_FLAGS=${VERDICT_FLAGS-}  # more flags for the verdict runs only, e.g. "--calibration none"
 OUT=${OUT:-runs/robustness}
 STORE=${STORE:-$OUT/store.sqlite}
 REPORT=${REPORT:-benchmarks/results/robustness.md}
@@ -44,7 +45,9 @@ study() {  # benchmark, run name, then flags
 }
 for bench in $BENCHMARKS; do
     for defense in $DEFENSES; do
-        study "$bench" "verdict-${defense//,/+}" --readout verdict --defense "$defense"
+        # shellcheck disable=SC2086
+        study "$bench" "verdict-${defense//,/+}" --readout verdict --defense "$defense" \
+            $VERDICT_FLAGS
     done
     for pair in $HEADS; do
         if [ "${pair%%:*}" = "$bench" ]; then

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from calimon.robustness.clean_fit import calibration_sentence
+
 TOP = 8
 
 
@@ -34,7 +36,7 @@ def to_markdown(summary: dict[str, Any], command: str | None = None) -> str:
         "",
         f"Clean set: {clean['evaluated']} transcripts ({clean['n_pos']} misbehaving, "
         f"{clean['n_neg']} benign scored), calibrated AUROC {clean['auroc_cal']:.3f}; "
-        f"{clean['calibration']['method']} fitted on {clean['calibration']['fit_on']}. "
+        f"calibration {calibration_sentence(clean['calibration'])}. "
         f"Threshold: the FAR<={s['far']:.0%} point t={_t(summary['threshold'])} (FAR "
         f"{op['far']:.3f}, MR {op['mr']:.3f}); flagged iff P >= t.",
         "",

@@ -82,28 +82,20 @@ class AdaptiveRun:
 
 
 def _calibrate(s: AdaptiveSettings, evaluate, fit, clean):
-    """(calibrator, FAR threshold, op-point dict, clean summary) as the fixed study gets them."""
-    from calimon.calibration.maps import make_calibrator
+    """(calibrator, FAR threshold, op-point dict, clean summary) as the fixed study gets them
+    (`calimon.robustness.clean_fit`)."""
     from calimon.curves import Curve
+    from calimon.robustness.clean_fit import fit_clean
 
-    p, y = _scores(evaluate, clean), np.array([bool(x.label) for x in evaluate])
-    ok = np.isfinite(p)
-    if not (y[ok].any() and (~y[ok]).any()):
-        raise InputError(f"only {int(ok.sum())} scored samples with labels "
-                         f"{sorted(set(y[ok].tolist()))}; the clean curve needs scored "
-                         "misbehaving and benign samples")
-    fit_set = fit or evaluate
-    pf, yf = _scores(fit_set, clean), np.array([bool(x.label) for x in fit_set])
-    cal = make_calibrator(s.calibration).fit(pf[np.isfinite(pf)], yf[np.isfinite(pf)])
+    f = fit_clean(s, evaluate, fit, clean)
     groups = np.array([x.pair_id for x in evaluate])
-    curve = Curve.from_scores(cal.predict(p[ok]), y[ok], groups[ok], n_boot=0)
+    curve = Curve.from_scores(f.cal.predict(f.p_eval[f.ok]), f.y_eval[f.ok], groups[f.ok],
+                              n_boot=0)
     op = curve.at_far(s.far)
-    info = {"evaluated": len(evaluate), "scored": int(ok.sum()), "n_pos": int(y[ok].sum()),
-            "n_neg": int((~y[ok]).sum()), "auroc_cal": curve.auroc,
-            "calibration": {"method": s.calibration, "n_fit": int(np.isfinite(pf).sum()),
-                            "fit_on": f"split {s.fit_split!r}" if fit else
-                            "the evaluated set (in-sample)", "map": cal.to_dict()}}
-    return cal, float(op.threshold), op.to_dict(), info
+    info = {"evaluated": len(evaluate), "scored": int(f.ok.sum()),
+            "n_pos": int(f.y_eval[f.ok].sum()), "n_neg": int((~f.y_eval[f.ok]).sum()),
+            "auroc_cal": curve.auroc, "calibration": f.calibration_doc()}
+    return f.cal, float(op.threshold), op.to_dict(), info
 
 
 def run_adaptive(s: AdaptiveSettings, progress: Progress | None = None, *,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from calimon.robustness.clean_fit import calibration_sentence
+
 
 def _num(x: Any, digits: int = 3) -> str:
     if x is None:
@@ -60,8 +62,7 @@ def to_markdown(summary: dict[str, Any], command: str | None = None) -> str:
         f"Clean set: {clean['evaluated']} transcripts ({clean['n_pos']} misbehaving, "
         f"{clean['n_neg']} benign scored; statuses {clean['status']}), AUROC raw "
         f"{clean['auroc_raw']:.3f}, calibrated {clean['auroc_cal']:.3f}. Calibration: "
-        f"{summary['calibration']['method']} fitted on {summary['calibration']['fit_on']} "
-        f"({summary['calibration']['n_fit']} scored samples). Mean prompt tokens per clean "
+        f"{calibration_sentence(summary['calibration'])}. Mean prompt tokens per clean "
         f"transcript: {_num(clean.get('mean_prompt_tokens'), 1)}.",
         "",
         f"Operating thresholds on the clean calibrated curve: FAR<={target:.0%} point "

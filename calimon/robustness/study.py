@@ -48,7 +48,8 @@ class RobustnessSettings(RunSettings):
     fit_split: str | None = "calib"  # fit the calibration map here; None = on the evaluated set
     attacks: tuple[str, ...] = tuple(ATTACKS)
     sides: tuple[str, ...] = SIDES  # attack the misbehaving and/or the benign transcripts
-    calibration: str = "platt"
+    calibration: str = "platt"  # or "none": thresholds on the raw score (robustness.clean_fit)
+    allow_inverted: bool = False  # keep a map fitted decreasing (recorded in the summary)
     far: float = 0.10
     out: Path | None = None
 
@@ -185,19 +186,11 @@ def run_robustness(s: RobustnessSettings, progress: Progress | None = None, *,
 
 
 def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
-    from calimon.calibration.maps import make_calibrator
     from calimon.curves import Curve
+    from calimon.robustness.clean_fit import fit_clean
 
-    p_eval, y_eval = _scores(evaluate, clean), np.array([bool(x.label) for x in evaluate])
-    ok = np.isfinite(p_eval)
-    if not (y_eval[ok].any() and (~y_eval[ok]).any()):
-        raise InputError(f"only {int(ok.sum())} scored samples with labels "
-                         f"{sorted(set(y_eval[ok].tolist()))}; the clean curve needs scored "
-                         "misbehaving and benign samples")
-    fit_set = fit or evaluate
-    p_fit, y_fit = _scores(fit_set, clean), np.array([bool(x.label) for x in fit_set])
-    fok = np.isfinite(p_fit)
-    cal = make_calibrator(s.calibration).fit(p_fit[fok], y_fit[fok])
+    fitted = fit_clean(s, evaluate, fit, clean)
+    cal, p_eval, y_eval, ok = fitted.cal, fitted.p_eval, fitted.y_eval, fitted.ok
     p_cal = np.full_like(p_eval, np.nan)
     p_cal[ok] = cal.predict(p_eval[ok])
     groups = np.array([x.pair_id for x in evaluate])
@@ -217,9 +210,7 @@ def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
               and clean[x.transcript_hash].scored and clean[x.transcript_hash].tokens]
     summary = {
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(s).items()},
-        "calibration": {"method": s.calibration,
-                        "fit_on": f"split {s.fit_split!r}" if fit else "the evaluated set "
-                                  "(in-sample)", "n_fit": int(fok.sum()), "map": cal.to_dict()},
+        "calibration": fitted.calibration_doc(),
         "clean": {"evaluated": len(evaluate), "scored": int(ok.sum()),
                   "n_pos": int(y_eval[ok].sum()), "n_neg": int((~y_eval[ok]).sum()),
                   "status": dict(sorted(Counter(
