@@ -161,6 +161,9 @@ def test_errors_name_the_file(runs, tmp_path):
         load_benchmark(f"{root}/control/*nothing*.eval?label=eval_mode")
     with pytest.raises(InputError, match="no such file"):
         load_benchmark(str(tmp_path / "missing.eval"))
+    with pytest.raises(InputError) as e:  # a mistyped folder is a path, not a benchmark name
+        load_benchmark(f"{tmp_path / 'contrl'}?label=eval_mode")
+    assert str(e.value) == f"{tmp_path / 'contrl'}: no such file or folder"
     import shutil
 
     path = log_paths(root / "control")[0]

@@ -29,7 +29,7 @@ __all__ = ["DEFAULT_BENCHMARK", "DEFAULT_MODEL", "DEFAULT_PROMPT", "DEFAULT_READ
 
 # the monitor and the run
 ModelOpt = Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")]
-BenchmarkOpt = Annotated[str, typer.Option(help="Benchmark name (calimon data list), a samples .jsonl path, or an Inspect log: path.eval or .json, options as ?scorer=NAME&positive=VALUE (docs/inspect.md).")]
+BenchmarkOpt = Annotated[str, typer.Option(help="Benchmark name (calimon data list), a samples .jsonl path, or Inspect logs: path.eval or .json, a folder or a pattern of them, options as ?scorer=NAME&positive=VALUE or ?label=eval_mode (ControlArena) (docs/inspect.md).")]
 PromptOpt = Annotated[str, typer.Option(help="Prompt template of the monitor (configs/prompts).")]
 ReadoutOpt = Annotated[str, typer.Option(help="Confidence readout: verdict (P(Yes)), json (P(true)), verbal (a stated 0-100 probability) or sampled (share of Yes in k sampled answers; --backend chat).")]
 LimitOpt = Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).")]

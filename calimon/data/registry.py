@@ -82,7 +82,7 @@ def builder(name: str):
     table = available()
     if name not in table:
         raise InputError(f"unknown benchmark {name!r}; known: {sorted(table)} "
-                         "(or pass a path to a samples .jsonl file)", field="benchmark")
+                         "(or pass a samples .jsonl path, or an Inspect log, folder or pattern)", field="benchmark")
     module, attr = table[name].split(":")
     return getattr(importlib.import_module(module), attr)
 
@@ -136,6 +136,8 @@ def load_benchmark(name_or_path: str, *, build_if_missing: bool = True,
     path = Path(name_or_path)
     if name_or_path.endswith(".jsonl") or path.is_file():
         return load_samples(path)
+    if "/" in name_or_path or "?" in name_or_path:  # a path, not a name
+        raise InputError("no such file or folder", path=name_or_path.partition("?")[0])
     target = samples_path(name_or_path)
     if not target.is_file():
         if name_or_path in AUTO_BUILD and build_if_missing:
