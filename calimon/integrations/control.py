@@ -98,11 +98,13 @@ def control_benchmark(logs: Iterable[str | Path], out: str | Path, *,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m calimon.integrations.control LOG... --out FILE``: `control_benchmark`."""
+    """``python -m calimon.integrations.control LOG_OR_FOLDER... --out FILE``:
+    `control_benchmark`."""
     ap = argparse.ArgumentParser(prog="python -m calimon.integrations.control",
                                  description="ControlArena honest/attack logs as a labelled "
                                              "calimon benchmark (for calimon curve).")
-    ap.add_argument("logs", nargs="+", help="ControlArena .eval logs (honest and attack)")
+    ap.add_argument("logs", nargs="+", help="ControlArena logs (honest and attack): .eval "
+                                            "files, or folders of them")
     ap.add_argument("--out", required=True, help="the samples file to write (.jsonl)")
     ap.add_argument("--successful-attacks-only", action="store_true",
                     help="leave out attacks whose side task failed")
