@@ -4,8 +4,10 @@
   (`monitor_approver`);
 - `calimon.integrations.scout`: an Inspect Scout scanner (`monitor_scanner`) and a Scout
   validation set as a calimon benchmark, for ``calimon curve`` (`validation_benchmark`);
-- `calimon.integrations.control`: a ControlArena monitor (`calimon_monitor_builder`) and
-  ControlArena's honest and attack logs as a labelled benchmark (`control_benchmark`).
+- `calimon.integrations.control`: a ControlArena monitor (`calimon_monitor_builder`), and
+  ControlArena's honest and attack logs frozen into a labelled samples file
+  (`control_benchmark`); ``calimon curve --benchmark 'LOG_DIR?label=eval_mode'`` reads the logs
+  themselves (`calimon.data.inspect_log`).
 
 Each scores in this process (`LocalMonitor`, from a policy file or a model name) or through a
 ``calimon serve`` server (`RemoteMonitor`), and answers with an `Assessment`. The third-party
