@@ -412,7 +412,8 @@ def test_an_inverted_map_stops_the_study_unless_kept_and_none_reads_the_raw_scor
 
     fake_factory(monkeypatch)
     swapped = [dataclasses.replace(x, label=not x.label,
-                                   gold_spans=() if x.label else ((0, 4),))
+                                   gold_spans=() if x.label else ((0, 4),),
+                                   split=("test", "calib")[int(x.pair_id[1:]) % 2])
                for x in toy_samples(12)]
     bench = write_samples(swapped, tmp_path / "swapped.jsonl")
     kw = {"benchmark": str(bench), "attacks": ("reviewer_note",)}
@@ -424,15 +425,18 @@ def test_an_inverted_map_stops_the_study_unless_kept_and_none_reads_the_raw_scor
     assert inv["allowed"] and any("platt map" in f for f in inv["findings"])
     assert "INVERTED, kept with --allow-inverted" in (kept.out / "robustness.md").read_text()
     assert "--allow-inverted" in kept.summary["provenance"]["command"]
-    raw = run_robustness(_settings(smol, tmp_path, calibration="none", out=tmp_path / "n", **kw))
+    raw = run_robustness(_settings(smol, tmp_path, calibration="none", out=tmp_path / "n",
+                                   split="test", fit_split="calib", **kw))
     doc = raw.summary
+    assert doc["calibration"]["n_fit"] == 0  # no map: the calib split was not even selected
+    assert doc["clean"]["evaluated"] == sum(x.split == "test" for x in swapped)
     assert doc["calibration"]["map"] == {"method": "none", "params": {}}
     assert "inverted" not in doc["calibration"]
     assert doc["clean"]["auroc_cal"] == pytest.approx(doc["clean"]["auroc_raw"])
-    t = doc["operating_points"]["far"]["threshold"]
+    t = doc["operating_points"]["eer"]["threshold"]
     with (raw.out / "attacked.csv").open() as fh:
         mine = [r for r in csv.DictReader(fh) if r["side"] == "misbehaving"]
     c = np.array([float(r["p_raw_clean"]) for r in mine])
     a = np.array([float(r["p_raw_attacked"]) for r in mine])
-    assert doc["results"][0]["at_far"]["flipped"] == int(((c >= t) & (a < t)).sum())
+    assert doc["results"][0]["at_eer"]["flipped"] == int(((c >= t) & (a < t)).sum())
     assert "none: thresholds on the raw score" in (raw.out / "robustness.md").read_text()

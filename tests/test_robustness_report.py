@@ -68,7 +68,10 @@ def test_report_refuses_runs_on_different_samples(smol, tmp_path, monkeypatch):
     runs = _runs(smol, tmp_path, monkeypatch)
     doc_path = runs / "toy" / "verdict-none" / "robustness.json"
     doc = json.loads(doc_path.read_text())
-    doc["provenance"]["dataset_hash"] = "something-else"
+    doc["provenance"]["dataset_hash"] = "something-else"  # the fit set differs: allowed
+    doc_path.write_text(json.dumps(doc))
+    report.main([str(runs), "--out", str(tmp_path / "r.md")])
+    doc["provenance"]["evaluated_hash"] = "something-else"  # the evaluated samples differ
     doc_path.write_text(json.dumps(doc))
     with pytest.raises(SystemExit, match="different samples"):
         report.main([str(runs), "--out", str(tmp_path / "r.md")])

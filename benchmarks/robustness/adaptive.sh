@@ -28,6 +28,7 @@ REPORT=${REPORT:-benchmarks/results/robustness.md}
 OUT=${OUT:-runs/adaptive}
 CALIMON=${CALIMON:-calimon}
 HEADS=${HEADS-"$BENCH-seq-plain $BENCH-seq-aug"}
+VERDICT_FLAGS=${VERDICT_FLAGS-}  # more flags for the verdict's search, e.g. "--calibration none"
 
 common=(--benchmark "$BENCH" --limit "$LIMIT" --far "$FAR" --budget "$BUDGET" --beam "$BEAM"
         --width "$WIDTH" --max-edits "$MAX_EDITS" --seed "$SEED" --device "$DEVICE"
@@ -35,7 +36,8 @@ common=(--benchmark "$BENCH" --limit "$LIMIT" --far "$FAR" --budget "$BUDGET" --
 report=()
 [ "$REPORT" != none ] && report=(--report "$REPORT")
 
-$CALIMON robustness --adaptive "${common[@]}" --out "$OUT/verdict" "${report[@]}"
+# shellcheck disable=SC2086
+$CALIMON robustness --adaptive "${common[@]}" --out "$OUT/verdict" "${report[@]}" $VERDICT_FLAGS
 outs=("$OUT/verdict")
 for head in $HEADS; do
     outs+=("$OUT/$head")

@@ -16,6 +16,7 @@ import math
 import sys
 from pathlib import Path
 
+from calimon.robustness.clean_fit import calibration_sentence
 from calimon.robustness.report import defense_label
 
 DOCS_BEGIN, DOCS_END = "<!-- robustness-summary -->", "<!-- /robustness-summary -->"
@@ -71,11 +72,17 @@ def load_runs(root: Path) -> dict[str, list[dict]]:
         out.setdefault(doc["provenance"]["benchmark"], []).append(doc)
     for bench, docs in out.items():
         docs.sort(key=_order)
-        hashes = {d["provenance"]["dataset_hash"] for d in docs}
+        hashes = {_evaluated(d) for d in docs}
         if len(hashes) > 1:
             sys.exit(f"{root}: the runs of {bench} evaluated different samples "
                      f"({sorted(hashes)}); rerun them with the same --limit and --seed")
     return out
+
+
+def _evaluated(doc: dict) -> str:
+    """The hash of the evaluated samples (runs before it was recorded: of evaluated + fit)."""
+    prov = doc["provenance"]
+    return prov.get("evaluated_hash", prov["dataset_hash"])
 
 
 def _order(doc: dict) -> tuple:
@@ -175,12 +182,14 @@ def rewrite_rows(docs: list[dict]) -> list[str]:
 
 def clean_lines(docs: list[dict]) -> list[str]:
     d = docs[0]
-    c, cal = d["clean"], d["calibration"]
+    c = d["clean"]
+    cals = sorted({(doc["provenance"]["readout"], calibration_sentence(doc["calibration"]))
+                   for doc in docs})
     return [f"Clean test set: {c['evaluated']} transcripts ({c['n_pos']} misbehaving, "
-            f"{c['n_neg']} benign scored by the first run); calibration {cal['method']} fitted on "
-            f"{cal['fit_on']}; dataset hash `{d['provenance']['dataset_hash']}`; model "
-            f"{d['provenance']['model']} ({d['provenance']['model_revision']}), prompt "
-            f"{d['provenance']['prompt']}."]
+            f"{c['n_neg']} benign scored by the first run); evaluated-samples hash "
+            f"`{_evaluated(d)}`; model {d['provenance']['model']} "
+            f"({d['provenance']['model_revision']}), prompt {d['provenance']['prompt']}. "
+            "Calibration: " + "; ".join(f"{r}: {s}" for r, s in cals) + "."]
 
 
 def section(bench: str, docs: list[dict]) -> list[str]:

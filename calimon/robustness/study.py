@@ -31,6 +31,7 @@ from calimon.progress import Progress
 from calimon.readings import scores as _scores
 from calimon.robustness.attacks import ATTACKS, SIDES, attack_all
 from calimon.robustness.benign import BenignResult, benign_result
+from calimon.robustness.clean_fit import NO_MAP
 from calimon.robustness.flips import FlipStats, ShiftStats, flip_stats, shift_stats
 from calimon.samples import Sample
 from calimon.selection import dataset_hash, select
@@ -128,6 +129,8 @@ def _select(samples: list[Sample], s: RobustnessSettings) -> tuple[list[Sample],
         raise InputError(f"benchmark {s.benchmark!r} has no labelled samples in split "
                          f"{s.split!r}; pass --split all to use every sample", field="split")
     fit: list[Sample] = []
+    if s.calibration == NO_MAP:  # no map to fit: the fit split is not scored
+        return evaluate, fit
     if s.fit_split is not None and s.fit_split != s.split:
         fit = select(samples, s.fit_split, limit=s.limit, seed=s.seed)
         if not fit:
@@ -174,6 +177,7 @@ def run_robustness(s: RobustnessSettings, progress: Progress | None = None, *,
         "template_hash": monitor.key.template_hash, "readout": monitor.readout,
         "defenses": list(s.defense),
         "benchmark": s.benchmark, "dataset_hash": dataset_hash(evaluate + fit),
+        "evaluated_hash": dataset_hash(evaluate),
         "calimon_version": __version__, "store": str(s.store), "command": s.command(),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     from calimon.robustness.report import to_markdown
