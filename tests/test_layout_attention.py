@@ -209,3 +209,35 @@ def test_without_a_shared_prefix_rows_and_packed_batches_match_a_plain_pass(batc
     ref = _plain(model, prompts)
     got = _backend(model, max_batch_size=batch).next_token_logprobs(prompts, 0)
     assert np.abs(np.exp(got) - np.exp(ref)).max() < 1e-5 and _close(got, ref)
+
+
+def test_a_gpu_recomputes_a_prefix_too_short_to_pay_and_a_cpu_always_reuses_it():
+    from calimon.backends.transformers_backend import GPU_PREFIX_MIN_SHARE, reuse_prefix
+
+    assert reuse_prefix("cpu", 218, [16000] * 8)
+    assert reuse_prefix("cuda", 218, [600] * 8) and reuse_prefix("cuda:0", 218, [4000, 4000])
+    assert not reuse_prefix("cuda", 218, [16000] * 8)
+    edge = 218 / GPU_PREFIX_MIN_SHARE
+    assert reuse_prefix("cuda", 218, [edge]) and not reuse_prefix("cuda", 218, [edge + 1])
+    assert not reuse_prefix("cpu", 0, [100]) and not reuse_prefix("cuda", 5, [])
+
+
+def test_a_batch_that_skips_its_prefix_gives_the_same_readings_and_states(monkeypatch):
+    """Where the rule says recompute, the whole prompt runs as one tail: log-probs, pooled and
+    per-token states (their spans shifted by the prefix) equal the prefix path's."""
+    import calimon.backends.transformers_backend as tb
+
+    model = _random_model("qwen3")
+    lengths = [40, 13, 57, 26]
+    prompts = _prompts(lengths, seed=2)
+    spans = [(PREFIX + (n - PREFIX) // 3, n) for n in lengths]
+    spec = CaptureSpec(layers=(0, 2), token_layers=(1,))
+    reused = _backend(model, max_batch_size=8).capture(prompts, PREFIX, spec, spans)
+    monkeypatch.setattr(tb, "reuse_prefix", lambda *a: False)
+    backend = _backend(model, max_batch_size=8)
+    recomputed = backend.capture(prompts, PREFIX, spec, spans)
+    assert not backend._prefix_cache  # the prefix was never run on its own
+    assert _close(recomputed.logprobs, reused.logprobs) and _close(recomputed.pooled, reused.pooled)
+    for a, b in zip(recomputed.tokens, reused.tokens, strict=True):
+        assert a.shape == b.shape and _close(a, b)
+    assert _close(backend.next_token_logprobs(prompts, PREFIX), reused.logprobs)

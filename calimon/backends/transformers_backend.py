@@ -135,9 +135,15 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         out = np.empty((len(prompts), self.vocab_size), dtype=np.float32)
         self._govern()
         for idx in self._batches(prompts):
-            out[idx] = self._forward_last(
-                [prompts[i] for i in idx], prefix_len)
+            batch = [prompts[i] for i in idx]
+            out[idx] = self._forward_last(batch, self._prefix_for(batch, prefix_len))
         return out
+
+    def _prefix_for(self, batch: Sequence[Sequence[int]], prefix_len: int) -> int:
+        """The prefix this batch reuses from the KV cache: `prefix_len`, or 0 where recomputing
+        it is cheaper (`reuse_prefix`)."""
+        device = getattr(self, "_device", None) or self._resolved_device()
+        return prefix_len if reuse_prefix(device, prefix_len, [len(p) for p in batch]) else 0
 
     def greedy_among(self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int]],
                      prefix_len: int = 0) -> list[int]:
@@ -168,9 +174,10 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         pooled = np.empty((n, len(spec.pooling), len(spec.layers), hidden), dtype=np.float32)
         tokens: list[np.ndarray] = [np.empty((0, len(spec.token_layers), hidden), np.float32)] * n
         for idx in self._batches(prompts):
-            rel = [(spans[i][0] - prefix_len, spans[i][1] - prefix_len) for i in idx]
-            lp, got = self._forward_last([prompts[i] for i in idx], prefix_len,
-                                         capture=(spec, rel))
+            batch = [prompts[i] for i in idx]
+            reused = self._prefix_for(batch, prefix_len)
+            rel = [(spans[i][0] - reused, spans[i][1] - reused) for i in idx]
+            lp, got = self._forward_last(batch, reused, capture=(spec, rel))
             logprobs[idx] = lp
             if spec.layers:
                 pooled[idx] = got["pooled"]
@@ -346,6 +353,24 @@ class TransformersBackend(LazyTokenizer, BackendBase):
                 cut = next((k for k, t in enumerate(new) if t in stops), len(new))
                 results[i] = new[:cut]
         return results
+
+
+# On a GPU a reused prefix saves its share of the pass and costs a query shorter than its keys
+# (the mask-free layout pads it back): on an H100 (benchmarks/results/perf-gpu.md and
+# perf-gpu-noprefix.md, a 218-token prefix) it won 1.37x at 600 tokens (36% of the prompt),
+# broke even at 4,000 (5%) and lost 2.7% at 16,000 (1.4%). On a CPU it won 1.10x at 4,000.
+GPU_PREFIX_MIN_SHARE = 0.05
+
+
+def reuse_prefix(device: str, prefix_len: int, lengths: Sequence[int]) -> bool:
+    """Whether a batch of prompts of these token `lengths` reuses its shared `prefix_len`
+    tokens from the KV cache: always on a CPU; on a GPU when the prefix is at least
+    `GPU_PREFIX_MIN_SHARE` of the batch's mean prompt length."""
+    if prefix_len <= 0 or not lengths:
+        return False
+    if not str(device).startswith("cuda"):
+        return True
+    return prefix_len >= GPU_PREFIX_MIN_SHARE * (sum(lengths) / len(lengths))
 
 
 def _read_only_prefix(prefix_cache, rows: int):
