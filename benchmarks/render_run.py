@@ -18,7 +18,7 @@ import json
 import shutil
 from pathlib import Path
 
-from calimon.tables import groups_markdown, operating_table
+from calimon.studies.curve.tables import groups_markdown, operating_table
 
 
 def _cell(x, nd: int = 3) -> str:

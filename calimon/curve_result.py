@@ -1,6 +1,6 @@
 """What a curve run found, as frozen dataclasses: `CurveResult` is ``curve.json``, part by part.
 
-`calimon.curve_compute.compute_curve` builds it (no I/O); `calimon.run_folder` writes and reads
+`calimon.studies.curve.compute.compute_curve` builds it (no I/O); `calimon.run_folder` writes and reads
 it (``write_curve_json`` / ``read_curve_json``, versioned); the report, compare, bundles, shift
 and the deployment commands read its attributes. Field order is the file's key order; every
 part is written and read generically (`calimon.typed_json`), so a new field of a part is
@@ -116,7 +116,7 @@ class RateAt:
 @dataclass(frozen=True)
 class Support:
     """What a set with ``n_pos`` misbehaving and ``n_neg`` benign scored samples supports
-    (`calimon.class_support`).
+    (`calimon.numerics.class_support`).
 
     ``curve``: a curve, AUROC and operating points; ``calibration``: fitting a calibration map
     on it. ``reason``: one line saying why what is not supported is not shown (None if all is).
@@ -139,7 +139,7 @@ class Support:
 
 @dataclass(frozen=True)
 class Band:
-    """A pointwise MR band over a FAR grid (`calimon.bootstrap.Band` as written)."""
+    """A pointwise MR band over a FAR grid (`calimon.numerics.bootstrap.Band` as written)."""
 
     far_grid: tuple[float, ...]
     mr_lo: tuple[float, ...]
@@ -151,7 +151,7 @@ class Band:
 
 @dataclass(frozen=True)
 class CurveData:
-    """A curve as written (`calimon.curves.Curve.to_data`; `Curve.from_data` rebuilds it):
+    """A curve as written (`calimon.numerics.curves.Curve.to_data`; `Curve.from_data` rebuilds it):
     MR and FAR at every threshold, in sweep order (``thresholds[0]`` is +inf)."""
 
     thresholds: tuple[float, ...] = field(metadata=NULL_INF)
@@ -189,7 +189,7 @@ class GroupRow:
 
 @dataclass(frozen=True)
 class CalibrationMetrics:
-    """`calimon.metrics.calibration_report` of one score (None: not estimable)."""
+    """`calimon.numerics.metrics.calibration_report` of one score (None: not estimable)."""
 
     ece: float | None
     mce: float | None
@@ -357,7 +357,7 @@ class CurveResult:
 
     @property
     def has_curve(self) -> bool:
-        """False for a run below the curve rule (`calimon.class_support`): no curve, AUROC or
+        """False for a run below the curve rule (`calimon.numerics.class_support`): no curve, AUROC or
         operating points, only rates at fixed thresholds."""
         return self.support is None or self.support.curve
 

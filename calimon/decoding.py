@@ -17,7 +17,7 @@ space, a piece such as ``" tr"``), so the word is chosen one step later; (b) the
 likely allowed answer token belongs to the word whose summed mass over every surface form is
 the smaller one (``p_raw`` sums case and whitespace variants, several of which the schema
 forbids, e.g. ``True`` or a newline before ``true``); (c) a numerical near-tie between the
-generation pass and the scoring pass. `calimon.decoding_check` names the case of each
+generation pass and the scoring pass. `calimon.studies.decoding_check` names the case of each
 disagreement.
 """
 

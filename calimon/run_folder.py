@@ -2,7 +2,7 @@
 ``curve.csv`` (its columns declared once, versioned) and ``curve.json`` (`CurveResult`,
 versioned).
 
-``calimon curve`` writes both (``calimon.curve_outputs``); the deployment tools
+``calimon curve`` writes both (``calimon.studies.curve.outputs``); the deployment tools
 (``calimon.deploy.io``: ``thresholds``, ``escalate``, ``apply-policy``) and the report
 (``calimon.report.data``) read curve.csv through :func:`read_curve_csv`; the report, compare,
 bundles, shift and the deployment commands read curve.json through :func:`read_curve_json`.

@@ -81,7 +81,7 @@ class Provenance(Record):
 
 @dataclass(frozen=True)
 class RunSettings(Record):
-    """The settings the run was made with (`calimon.pipeline.CurveSettings`, open record)."""
+    """The settings the run was made with (`calimon.studies.curve.run.CurveSettings`, open record)."""
 
     model = _Key(*_STR)
     benchmark = _Key(*_STR)

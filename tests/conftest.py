@@ -45,7 +45,7 @@ def _fresh_shared_backends():
     or fault-injecting backend a test's study built through `build_backend` is dropped after
     it, as a new process would not have it."""
     yield
-    from calimon.backends import drop_backends
+    from calimon.scoring.backends import drop_backends
 
     drop_backends(keep=tuple(SESSION_BACKENDS))
 
@@ -60,10 +60,10 @@ def smol():
 
 def default_backend(model: str):
     """The process's shared backend for ``model`` with the command line's default options
-    (`calimon.backends.build_backend` memoizes it), so a study run with default settings and a
+    (`calimon.scoring.backends.build_backend` memoizes it), so a study run with default settings and a
     test that asks for the fixture score with the same loaded model."""
-    from calimon.backends import build_backend
-    from calimon.engines import BackendSettings
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import BackendSettings
 
     backend = build_backend(BackendSettings().monitor_spec(model, "direct", "verdict"))
     SESSION_BACKENDS.append(backend)
@@ -127,8 +127,8 @@ def tiny_qwen3_backend(tiny_qwen3):
 
 def _vllm_engine(model: str):
     pytest.importorskip("vllm")
-    from calimon.backends import build_backend, drop_backends
-    from calimon.engines import MonitorSpec
+    from calimon.scoring.backends import build_backend, drop_backends
+    from calimon.scoring.engines import MonitorSpec
 
     spec = MonitorSpec(model=model, backend="vllm", options={"kv_cache_gib": 1})
     backend = build_backend(spec)

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 
 from calimon.deploy.policy_file import Audit, Guarantee, Policy, save_policy
+from calimon.scoring.store import MonitorKey
 from calimon.serve import Batching, ServeSettings
 from calimon.serve.app import create_app
 from calimon.serve.decision_log import SQLiteDecisionLog
@@ -18,7 +19,6 @@ from calimon.serve.loading import ServedMonitor
 from calimon.serve.review_api import attach
 from calimon.serve.review_settings import ReviewSettings
 from calimon.serve.service import Service
-from calimon.store import MonitorKey
 from calimon.verdict import Verdict
 
 KEYS = {"ada": "ada-key-0123456789abcdef", "bob": "bob-key-0123456789abcdef"}

@@ -4,7 +4,7 @@ whose P(Yes) follows the transcript, so every part of the server (the CLI, the q
 the stores, a SIGKILL) is the real one.
 
 The stand-in's traffic (`standin_samples`) has two kinds of transcript, chat and code, like
-`calimon.shift.synthetic`, and the same flaw: benign code transcripts score higher. Each
+`calimon.studies.shift.synthetic`, and the same flaw: benign code transcripts score higher. Each
 response starts with its kind (``kind-chat``, ``kind-code``); a misbehaving one holds the word
 ``hardcoded``. The score is ``sigmoid(base + noise)``, the noise a hash of the text, so it is
 the same on every call.

@@ -10,14 +10,14 @@ import pytest
 from conftest import toy_samples
 from fakes_http import FakeServer
 
-from calimon.backends import build_backend
-from calimon.backends.chat_backend import ChatBackend
-from calimon.engines import MonitorSpec
 from calimon.errors import BackendError, InputError
 from calimon.models import ApiConfig, ModelConfig, ModelSource
-from calimon.monitor import Monitor, score_with_store
 from calimon.prompts import load_prompt
-from calimon.store import RunStore
+from calimon.scoring.backends import build_backend
+from calimon.scoring.backends.chat_backend import ChatBackend
+from calimon.scoring.engines import MonitorSpec
+from calimon.scoring.monitor import Monitor, score_with_store
+from calimon.scoring.store import RunStore
 
 
 def chat_reply(top=None, texts=("Yes",), prompt_tokens=100, completion_tokens=1):
@@ -220,13 +220,13 @@ def test_the_key_comes_from_the_environment_and_goes_only_in_the_header(tmp_path
 
 
 def test_token_studies_get_a_one_line_capability_error(tmp_path):
-    from calimon.backends import CapabilityError
+    from calimon.scoring.backends import CapabilityError
 
     be = chat("http://127.0.0.1:1/v1", tmp_path)
     with pytest.raises(CapabilityError, match="token ids.*--backend transformers"):
         _ = be.tokenizer
     with pytest.raises(CapabilityError, match="hidden states.*'chat' backend"):
-        from calimon.engines import make_monitor
+        from calimon.scoring.engines import make_monitor
 
         make_monitor(be, load_prompt("direct"), "probe:anything")
 
@@ -246,9 +246,9 @@ def test_build_backend_needs_no_weights_and_checks_options():
 def test_sampled_on_a_token_backend_is_a_capability_error(tmp_path):
     from test_backend_http import TinyTokenizer
 
-    from calimon.backends import CapabilityError
-    from calimon.backends.http_backend import HTTPBackend
     from calimon.models import ResolvedModel
+    from calimon.scoring.backends import CapabilityError
+    from calimon.scoring.backends.http_backend import HTTPBackend
 
     cfg = ModelConfig(version=1, name="tiny", source=ModelSource(kind="local"))
     be = HTTPBackend(ResolvedModel("tiny", tmp_path, "r", cfg), tokenizer=TinyTokenizer())
@@ -306,7 +306,7 @@ def test_curve_through_server_faults_prints_no_traceback(tmp_path, monkeypatch):
             "--concurrency", "1", "--quiet", "--out", str(tmp_path / "run")])
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
     assert "2 failed" in res.output
-    from calimon.store import RunStore
+    from calimon.scoring.store import RunStore
     with RunStore(tmp_path / "s.sqlite") as st:
         (key,) = st.keys()
         rows = st.get(key, [s.transcript_hash for s in toy_samples(3)])

@@ -18,10 +18,10 @@ import json
 import pytest
 from conftest import toy_samples
 
-from calimon.backends.chat_backend import ChatBackend
 from calimon.models import describe_api_model
-from calimon.monitor import Monitor
 from calimon.prompts import load_prompt
+from calimon.scoring.backends.chat_backend import ChatBackend
+from calimon.scoring.monitor import Monitor
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
@@ -60,7 +60,7 @@ def _top20_readings(backend, template, readout, samples) -> list[float]:
     the chat backend reads an API's top_logprobs."""
     import numpy as np
 
-    from calimon.readouts import read_top_strings
+    from calimon.numerics.readouts import read_top_strings
 
     mon = Monitor(backend, template, readout)
     encoded = [mon.encoder.encode(s.request, s.response).ids for s in samples]

@@ -9,11 +9,11 @@ import pytest
 import typer
 from typer.main import get_command
 
-from calimon.backends.options import backend_options
 from calimon.cli import app
 from calimon.cli.options import backend_flags
-from calimon.engines import BackendSettings
 from calimon.errors import InputError
+from calimon.scoring.backends.options import backend_options
+from calimon.scoring.engines import BackendSettings
 
 SCORING = (("curve",), ("score",), ("robustness",), ("spans",), ("heads", "train"), ("serve",))
 

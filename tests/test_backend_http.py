@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from fakes_http import FakeServer
 
-from calimon.backends.http_backend import HTTPBackend, dense_logprobs
 from calimon.errors import BackendError, InputError
 from calimon.models import ModelConfig, ModelSource, ResolvedModel
+from calimon.scoring.backends.http_backend import HTTPBackend, dense_logprobs
 
 
 def completion(top: dict[str, float], sampled: str | None = None, text: str = "x"):
@@ -210,9 +210,9 @@ def test_unreachable_server_names_the_url(tok_model):
 def test_real_server_gives_exact_answer_logprobs_and_generates(smol, vllm_server):
     from conftest import toy_samples
 
-    from calimon.monitor import Monitor
+    from calimon.numerics.readouts import answer_token_ids
     from calimon.prompts import load_prompt
-    from calimon.readouts import answer_token_ids
+    from calimon.scoring.monitor import Monitor
 
     be = HTTPBackend(smol, vllm_server, concurrency=4)
     mon = Monitor(be, load_prompt("direct"), "verdict")

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 
-from calimon.backends.http_backend import HTTPBackend
-from calimon.backends.loading import LazyTokenizer, TokenIdVocab, model_vocab_size, stop_token_ids
-from calimon.backends.transformers_backend import TransformersBackend
-from calimon.backends.vllm_backend import VLLMBackend
 from calimon.models import ModelConfig, ModelSource, ResolvedModel
+from calimon.scoring.backends.http_backend import HTTPBackend
+from calimon.scoring.backends.loading import (
+    LazyTokenizer,
+    TokenIdVocab,
+    model_vocab_size,
+    stop_token_ids,
+)
+from calimon.scoring.backends.transformers_backend import TransformersBackend
+from calimon.scoring.backends.vllm_backend import VLLMBackend
 
 
 class Tok:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from calimon.backends import (
+from calimon.errors import InputError
+from calimon.scoring.backends import (
     build_backend,
     check_backend_model,
     drop_backends,
     is_shared,
     release,
 )
-from calimon.engines import MonitorSpec
-from calimon.errors import InputError
+from calimon.scoring.engines import MonitorSpec
 
 
 class _Closing:

@@ -1,11 +1,11 @@
 """The default torch thread count of a CPU backend: the cores that are free, capped at the
-physical cores, one inter-op thread (calimon.backends.threads)."""
+physical cores, one inter-op thread (calimon.scoring.backends.threads)."""
 
 from __future__ import annotations
 
 import pytest
 
-from calimon.backends import threads
+from calimon.scoring.backends import threads
 
 
 @pytest.mark.parametrize("busy, available, physical, expected", [
@@ -30,7 +30,7 @@ def test_machine_readings_are_sane():
 def test_a_cpu_backend_loads_with_the_default_or_the_given_threads(tiny_qwen3, monkeypatch):
     import torch
 
-    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.scoring.backends.transformers_backend import TransformersBackend
 
     before = torch.get_num_threads()
     try:
@@ -55,7 +55,7 @@ def test_one_inter_op_thread_in_a_new_process():
     import subprocess
     import sys
 
-    code = ("import torch; from calimon.backends.threads import apply_threads; "
+    code = ("import torch; from calimon.scoring.backends.threads import apply_threads; "
             "n = apply_threads(None); print(n, torch.get_num_threads(), "
             "torch.get_num_interop_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -93,7 +93,7 @@ def test_the_governor_follows_the_load_between_calls():
 def test_a_backend_loaded_during_a_spike_takes_the_cores_back(tiny_qwen3, monkeypatch):
     import torch
 
-    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.scoring.backends.transformers_backend import TransformersBackend
 
     before = torch.get_num_threads()
     try:

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from conftest import toy_samples
 
-from calimon.backends import backend_class
-from calimon.backends.vllm_backend import VLLMBackend
 from calimon.errors import MissingExtraError
-from calimon.monitor import Monitor, score_with_store
+from calimon.numerics.readouts import answer_token_ids
 from calimon.prompts import load_prompt
-from calimon.readouts import answer_token_ids
-from calimon.store import RunStore
+from calimon.scoring.backends import backend_class
+from calimon.scoring.backends.vllm_backend import VLLMBackend
+from calimon.scoring.monitor import Monitor, score_with_store
+from calimon.scoring.store import RunStore
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 

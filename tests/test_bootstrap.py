@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calimon.bootstrap import bootstrap_band, resample_weights
-from calimon.curves import Curve
 from calimon.errors import InputError
+from calimon.numerics.bootstrap import bootstrap_band, resample_weights
+from calimon.numerics.curves import Curve
 
 
 def _pairs(n_pairs: int, seed: int = 0, gap: float = 0.2):
@@ -83,7 +83,7 @@ def test_band_is_deterministic_given_seed():
 
 
 def test_band_chunking_does_not_change_the_result(monkeypatch):
-    import calimon.bootstrap as bs
+    import calimon.numerics.bootstrap as bs
 
     s, y, g = _pairs(40)
     whole = bootstrap_band(s, y, g, n_boot=50, seed=5)

@@ -10,7 +10,6 @@ from scipy.special import expit, logit
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
-from calimon import metrics as M
 from calimon.calibration import (
     CALIBRATORS,
     DEFAULT_METHODS,
@@ -30,6 +29,7 @@ from calimon.calibration import (
     save_map,
 )
 from calimon.errors import InputError
+from calimon.numerics import metrics as M
 
 netcal_scaling = pytest.importorskip("netcal.scaling")
 netcal_binning = pytest.importorskip("netcal.binning")

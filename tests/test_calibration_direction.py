@@ -13,14 +13,14 @@ import pytest
 from test_engine_ray import StandInBackend
 from typer.testing import CliRunner
 
-from calimon.backends import BACKENDS
 from calimon.calibration.direction import inversion_findings
 from calimon.calibration.maps import make_calibrator
 from calimon.cli import app
 from calimon.errors import InvertedMapError
-from calimon.pipeline import CurveSettings, run_curve
-from calimon.readouts import answer_token_ids
+from calimon.numerics.readouts import answer_token_ids
 from calimon.samples import Sample, write_samples
+from calimon.scoring.backends import BACKENDS
+from calimon.studies.curve.run import CurveSettings, run_curve
 
 WARNING = "WARNING: this run's calibration is inverted"
 

@@ -1,4 +1,4 @@
-"""The class-size rule (calimon.class_support): a benchmark with one class nearly absent gets no
+"""The class-size rule (calimon.numerics.class_support): a benchmark with one class nearly absent gets no
 curve, AUROC or calibration map, only the rate of each class at fixed thresholds with exact
 intervals, and every command downstream (curve table, report, thresholds, escalate,
 apply-policy) works on it. No model is loaded: readings are written to a real run store."""
@@ -15,7 +15,7 @@ import pytest
 from scipy.stats import beta as beta_dist
 from typer.testing import CliRunner
 
-from calimon.class_support import (
+from calimon.numerics.class_support import (
     MIN_PER_CLASS_CALIBRATION,
     MIN_PER_CLASS_CURVE,
     class_support,
@@ -43,10 +43,10 @@ def one_class_samples(n_benign: int, n_misbehaving: int) -> list[Sample]:
 
 def scored_run(root: Path, n_benign: int, n_misbehaving: int, **settings) -> tuple[Path, dict]:
     """A run folder written by the real curve writer from readings in a real run store."""
-    from calimon.curve_outputs import write_curve_outputs
-    from calimon.pipeline import CurveSettings
+    from calimon.scoring.store import MonitorKey, RunStore
     from calimon.selection import dataset_hash
-    from calimon.store import MonitorKey, RunStore
+    from calimon.studies.curve.outputs import write_curve_outputs
+    from calimon.studies.curve.run import CurveSettings
     from calimon.verdict import Verdict
 
     rng = random.Random(0)
@@ -132,7 +132,7 @@ def test_a_nearly_one_class_benchmark_gets_rates_not_a_curve(tmp_path):
     with (out / "curve.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 41 and all(r["p_cal"] == "" and r["p_raw"] for r in rows)  # no p_cal
-    from calimon.tables import groups_markdown, operating_table
+    from calimon.studies.curve.tables import groups_markdown, operating_table
 
     text = operating_table(summary)
     assert "not shown: 1 misbehaving and 40 benign" in text and "FAR" in text
@@ -157,7 +157,7 @@ def test_between_the_two_minimums_the_curve_is_drawn_on_the_raw_score(tmp_path):
 
 
 def test_groups_below_the_rule_have_no_auroc(tmp_path):
-    from calimon.curves import curves_by
+    from calimon.numerics.curves import curves_by
 
     y = np.r_[np.zeros(30, bool), np.ones(30, bool)]
     s = np.linspace(0.01, 0.99, 60)
@@ -175,7 +175,7 @@ def test_curve_cli_on_a_one_class_benchmark(smol, tmp_path, monkeypatch):
     from test_pipeline import RecordingBackend
 
     monkeypatch.setattr(RecordingBackend, "made", [])
-    monkeypatch.setattr("calimon.backends.transformers_backend.TransformersBackend",
+    monkeypatch.setattr("calimon.scoring.backends.transformers_backend.TransformersBackend",
                         RecordingBackend)
     bench = write_samples(one_class_samples(40, 1), tmp_path / "benign.jsonl")
     res = cli("curve", "--model", smol.path, "--benchmark", bench, "--no-binary",

@@ -117,7 +117,7 @@ def test_settings_are_built_from_the_parsed_flags():
 
     from calimon.cli.options import settings_from
     from calimon.defaults import DEFAULT_MODEL
-    from calimon.pipeline import CurveSettings
+    from calimon.studies.curve.run import CurveSettings
 
     s = settings_from(CurveSettings, {"model": "m", "limit": 8, "engine": "ray", "quiet": True,
                                       "split": "calib"}, split="test", fars=(0.2,))
@@ -129,7 +129,7 @@ def test_settings_are_built_from_the_parsed_flags():
 
 def test_shared_flags_reach_the_settings(monkeypatch, tmp_path):
     # every RunSettings flag of `calimon curve` lands in the settings run_curve receives
-    import calimon.pipeline as pipeline
+    import calimon.studies.curve.run as pipeline
 
     got = []
     monkeypatch.setattr(pipeline, "run_curve", lambda s, progress=None: got.append(s) or 1 / 0)

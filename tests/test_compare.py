@@ -15,11 +15,11 @@ import typer
 from conftest import toy_samples
 from typer.testing import CliRunner
 
-from calimon.curve_outputs import write_curve_outputs
 from calimon.errors import InputError
-from calimon.pipeline import CurveSettings
 from calimon.report.compare import build_comparison, compare_runs, markdown
 from calimon.selection import dataset_hash
+from calimon.studies.curve.outputs import write_curve_outputs
+from calimon.studies.curve.run import CurveSettings
 from calimon.verdict import Verdict
 
 
@@ -211,9 +211,9 @@ def test_bad_curve_json_is_an_input_error(tmp_path):
 
 
 def test_curve_records_its_scoring_time_and_compare_reads_it(smol, tmp_path, monkeypatch):
-    from calimon.backends import BACKENDS
-    from calimon.pipeline import run_curve
     from calimon.samples import write_samples
+    from calimon.scoring.backends import BACKENDS
+    from calimon.studies.curve.run import run_curve
 
     monkeypatch.setitem(BACKENDS, "stand-in", "test_engine_ray:StandInBackend")
     bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")

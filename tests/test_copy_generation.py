@@ -1,4 +1,4 @@
-"""Copy-constrained quotes from a backend (calimon.spans.copy_generation) and their place in the
+"""Copy-constrained quotes from a backend (calimon.studies.spans.copy_generation) and their place in the
 span study: every quote is a run of the response's own tokens, so its offsets are exact."""
 
 from __future__ import annotations
@@ -10,12 +10,17 @@ import pytest
 from conftest import toy_samples
 from test_spans_occlusion import OFFSET, VOCAB, CharTokenizer, FakeBackend, one_thread  # noqa: F401
 
-from calimon.backends.base import AllowedTokens, CapabilityError, Messages
 from calimon.prompts import load_prompt
 from calimon.samples import Sample, write_samples
-from calimon.spans.copy_generation import CopyQuoter, CopySettings, closing_ids, copied_spans
-from calimon.spans.study import SpanSettings, run_span_study
-from calimon.store import RunStore
+from calimon.scoring.backends.base import AllowedTokens, CapabilityError, Messages
+from calimon.scoring.store import RunStore
+from calimon.studies.spans.copy_generation import (
+    CopyQuoter,
+    CopySettings,
+    closing_ids,
+    copied_spans,
+)
+from calimon.studies.spans.study import SpanSettings, run_span_study
 
 TARGET = "return 3"
 
@@ -167,7 +172,7 @@ def test_real_model_quotes_are_always_grounded(smol_backend):
 
 
 def test_copy_greedy_stops_at_the_end_of_the_text_without_an_end_token():
-    from calimon.spans.copy_quotes import CopyConstraint, copy_greedy
+    from calimon.studies.spans.copy_quotes import CopyConstraint, copy_greedy
 
     c = CopyConstraint([7, 8, 9], [(0, 1), (1, 2), (2, 3)], end_ids=[], min_tokens=1,
                        max_tokens=5)
@@ -178,7 +183,7 @@ def test_copy_greedy_stops_at_the_end_of_the_text_without_an_end_token():
 
 
 def test_blocked_positions_are_never_copied():
-    from calimon.spans.copy_quotes import CopyConstraint
+    from calimon.studies.spans.copy_quotes import CopyConstraint
 
     c = CopyConstraint([5, 6, 5, 6], [(0, 1), (1, 2), (2, 3), (3, 4)], end_ids=[99],
                        blocked={0, 1})

@@ -1,11 +1,11 @@
-"""Copy-constrained quotes (calimon.spans.copy_quotes): every quote is a contiguous run of the
+"""Copy-constrained quotes (calimon.studies.spans.copy_quotes): every quote is a contiguous run of the
 transcript's token ids, so its character offsets are exact by construction."""
 
 import numpy as np
 import pytest
 
 from calimon.errors import InputError
-from calimon.spans.copy_quotes import CopyConstraint, copy_greedy
+from calimon.studies.spans.copy_quotes import CopyConstraint, copy_greedy
 
 TEXTS = [
     "Paris is the capital. Paris is the capital of France. Paris is the capital.",
@@ -17,7 +17,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def tok(smol):
-    from calimon.backends.loading import load_tokenizer
+    from calimon.scoring.backends.loading import load_tokenizer
 
     return load_tokenizer(smol)
 

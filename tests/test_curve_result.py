@@ -130,9 +130,9 @@ def _inputs(n_pairs: int = 20, seed: int = 0):
 
 
 def test_compute_curve_writes_nothing_and_is_what_the_run_folder_holds(tmp_path, monkeypatch):
-    from calimon.curve_compute import compute_curve
-    from calimon.curve_outputs import write_curve_outputs
-    from calimon.pipeline import CurveSettings
+    from calimon.studies.curve.compute import compute_curve
+    from calimon.studies.curve.outputs import write_curve_outputs
+    from calimon.studies.curve.run import CurveSettings
 
     data, readings, prov = _inputs()
     s = CurveSettings(model="toy", benchmark="toy", n_boot=10, methods=("platt", "isotonic"),
@@ -145,7 +145,7 @@ def test_compute_curve_writes_nothing_and_is_what_the_run_folder_holds(tmp_path,
     assert len(result.scores.p_cal) == len(data) and result.has_curve
     out = tmp_path / "run"
     out.mkdir()
-    with mock.patch("calimon.curve_outputs._plots"):
+    with mock.patch("calimon.studies.curve.outputs._plots"):
         summary = write_curve_outputs(out, s, evaluate=data, fit=[], readings=readings,
                                       binary_set=[], binary_readings={}, provenance=prov)
     assert read_curve_json(out) == result and summary == curve_json_doc(result)
@@ -155,7 +155,7 @@ def test_compute_curve_writes_nothing_and_is_what_the_run_folder_holds(tmp_path,
 
 
 def test_the_curve_of_a_result_is_the_computed_one():
-    from calimon.curves import Curve
+    from calimon.numerics.curves import Curve
 
     rng = np.random.default_rng(0)
     y = np.r_[np.ones(30, bool), np.zeros(30, bool)]

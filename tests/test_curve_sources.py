@@ -11,9 +11,9 @@ from calimon.samples import write_samples
 
 
 def test_curve_groups_and_csv_carry_the_source(smol, tmp_path, monkeypatch):
-    monkeypatch.setattr("calimon.backends.transformers_backend.TransformersBackend",
+    monkeypatch.setattr("calimon.scoring.backends.transformers_backend.TransformersBackend",
                         RecordingBackend)
-    # 12 pairs: a curve needs 10 of each class (calimon.class_support)
+    # 12 pairs: a curve needs 10 of each class (calimon.numerics.class_support)
     samples = [dataclasses.replace(s, source="alpha" if i < 12 else "beta")
                for i, s in enumerate(toy_samples(12))]
     bench = write_samples(samples, tmp_path / "toy.jsonl")
@@ -29,7 +29,7 @@ def test_curve_groups_and_csv_carry_the_source(smol, tmp_path, monkeypatch):
 
 
 def test_curve_without_sources_has_no_source_groups(smol, tmp_path, monkeypatch):
-    monkeypatch.setattr("calimon.backends.transformers_backend.TransformersBackend",
+    monkeypatch.setattr("calimon.scoring.backends.transformers_backend.TransformersBackend",
                         RecordingBackend)
     bench = write_samples(toy_samples(12), tmp_path / "toy.jsonl")
     assert _curve_cli(smol, bench, tmp_path).exit_code == 0

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import det_curve, roc_auc_score, roc_curve
 
-from calimon.curves import (
+from calimon.errors import InputError
+from calimon.numerics.curves import (
     BinaryPoint,
     Curve,
     OperatingPoint,
@@ -18,7 +19,6 @@ from calimon.curves import (
     curves_by,
     sweep,
 )
-from calimon.errors import InputError
 
 # Hand example: positives at .9 .8 .6 .4, negatives at .7 .5 .3 .2.
 # sweep (threshold: MR, FAR): inf 1,0 | .9 .75,0 | .8 .5,0 | .7 .5,.25 | .6 .25,.25 |
@@ -99,7 +99,7 @@ def test_auroc_matches_sklearn_and_metrics():
     s, y = _data(3)
     c = Curve.from_scores(s, y, n_boot=0)
     assert c.auroc == pytest.approx(roc_auc_score(y, s))
-    from calimon.metrics import auroc
+    from calimon.numerics.metrics import auroc
 
     assert c.auroc == pytest.approx(auroc(s, y))
     assert Curve.from_scores(HAND_S, HAND_Y, n_boot=0).auroc == pytest.approx(13 / 16)

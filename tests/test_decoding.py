@@ -10,12 +10,12 @@ import pytest
 from conftest import toy_samples
 from fakes_http import FakeServer
 
-from calimon.backends.base import BackendBase, CapabilityError
 from calimon.decoding import continuation_regex, json_constraint
 from calimon.errors import ConfigError, InputError
-from calimon.monitor import Monitor
 from calimon.prompts import load_prompt
 from calimon.samples import Sample
+from calimon.scoring.backends.base import BackendBase, CapabilityError
+from calimon.scoring.monitor import Monitor
 
 PREFIX = '{"misbehavior_detected":'
 
@@ -71,7 +71,7 @@ def test_decoding_is_checked_and_needs_the_capability(tiny_qwen3_backend):
 
 
 def test_token_bytes_spell_every_text_back(tiny_qwen3_backend):
-    from calimon.backends.constrained import token_bytes
+    from calimon.scoring.backends.constrained import token_bytes
 
     tok = tiny_qwen3_backend.tokenizer
     by_id = {i: raw for raw, ids in token_bytes(tok).items() for i in ids}
@@ -87,8 +87,8 @@ def _prompts(mon, samples):
 def test_constrained_generation_always_parses_where_free_does_not(tiny_qwen3_backend):
     """The tiny random-weight model writes noise when free; held to the schema, every answer
     matches the regex, parses, and its first token is the most likely allowed one."""
-    from calimon.decoding_check import first_step
-    from calimon.readouts import answer_token_ids
+    from calimon.numerics.readouts import answer_token_ids
+    from calimon.studies.decoding_check import first_step
 
     samples = toy_samples(4)
     for name in ("direct", "evidence"):
@@ -113,7 +113,7 @@ def test_constrained_generation_always_parses_where_free_does_not(tiny_qwen3_bac
 
 
 def test_the_chat_backend_asks_for_the_schema_as_response_format(smol):
-    from calimon.backends.chat_backend import ChatBackend
+    from calimon.scoring.backends.chat_backend import ChatBackend
 
     answer = {"choices": [{"message": {"content": '{"misbehavior_detected": false}'}}],
               "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
@@ -129,7 +129,7 @@ def test_the_chat_backend_asks_for_the_schema_as_response_format(smol):
 
 
 def test_the_http_backend_sends_the_regex_in_vllms_structured_outputs(smol):
-    from calimon.backends.http_backend import HTTPBackend
+    from calimon.scoring.backends.http_backend import HTTPBackend
 
     be = HTTPBackend(smol, "http://127.0.0.1:1/v1", served_model="m", backoff_s=0.01)
     tok = be.tokenizer
@@ -167,9 +167,9 @@ def consistency_samples() -> list[Sample]:
 
 def check_consistency(backend, tokenizer_backend=None) -> dict[str, int]:
     """The json readout and the json-decoded binary decision on the same transcripts, with
-    the case of every disagreement (calimon.decoding_check); prints the counts."""
-    from calimon.decoding_check import case_of, first_step, follows_first_step
-    from calimon.readouts import answer_token_ids
+    the case of every disagreement (calimon.studies.decoding_check); prints the counts."""
+    from calimon.numerics.readouts import answer_token_ids
+    from calimon.studies.decoding_check import case_of, first_step, follows_first_step
 
     ref = tokenizer_backend or backend
     samples = consistency_samples()
@@ -220,7 +220,7 @@ def test_the_binary_point_lies_on_the_curve_vllm(vllm_offline, smol_backend):
 def test_the_binary_point_lies_on_the_curve_vllm_serve(smol, smol_backend,
                                                        vllm_server):
     """And through `vllm serve` (/v1/completions with the structured_outputs field)."""
-    from calimon.backends.http_backend import HTTPBackend
+    from calimon.scoring.backends.http_backend import HTTPBackend
 
     counts = check_consistency(HTTPBackend(smol, vllm_server, concurrency=4),
                                tokenizer_backend=smol_backend)
@@ -241,8 +241,8 @@ def test_json_readout_and_decoding_share_prompt_and_position(tiny_qwen3_backend)
 
 
 def test_a_curve_draws_both_decodings_labelled(tiny_qwen3, tmp_path):
-    from calimon.pipeline import CurveSettings, run_curve
     from calimon.samples import write_samples
+    from calimon.studies.curve.run import CurveSettings, run_curve
 
     bench = write_samples(toy_samples(10), tmp_path / "toy.jsonl")
     settings = CurveSettings(model="tiny-qwen3", benchmark=str(bench), binary_prompts=("direct",),

@@ -27,10 +27,15 @@ from calimon.defenses import (
     undatamark,
 )
 from calimon.errors import InputError
-from calimon.monitor import Monitor
 from calimon.prompts import PromptEncoder, chat_prompt, load_prompt
-from calimon.robustness.attacks import FAKE_VERDICT, ROLE_MARKERS, attack_sample, insert_text
 from calimon.samples import write_samples
+from calimon.scoring.monitor import Monitor
+from calimon.studies.robustness.attacks import (
+    FAKE_VERDICT,
+    ROLE_MARKERS,
+    attack_sample,
+    insert_text,
+)
 
 DIRECT = load_prompt("direct")
 
@@ -201,7 +206,7 @@ def test_chat_prompt_carries_the_defended_text_and_its_record():
 # ----------------------------------------------------------------------------- monitors
 
 def test_token_monitor_records_strip_changes_in_the_reading(smol, monkeypatch):
-    from calimon.engines import MonitorSpec
+    from calimon.scoring.engines import MonitorSpec
 
     fake_factory(monkeypatch)
     spec = MonitorSpec(model=str(smol.path), defenses=("strip",))
@@ -245,7 +250,7 @@ def _app():
 
 def test_the_defense_flag_reaches_the_monitor_and_keys_readings_apart(smol, tmp_path,
                                                                      monkeypatch):
-    from calimon.store import RunStore
+    from calimon.scoring.store import RunStore
 
     made = fake_factory(monkeypatch)
     bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
@@ -272,6 +277,9 @@ def test_robustness_records_the_defense_in_provenance_and_command(smol, tmp_path
             str(tmp_path / "out"), "--attack", "role_markers", "--defense", "strip",
             "--defense", "spotlight", "--sides", "benign", "--json", "--quiet"]
     res = CliRunner().invoke(_app(), args)
+    # the defended fake judge ranks these six the wrong way: a fitted map is inverted
+    assert res.exit_code == 1 and "--allow-inverted" in res.output
+    res = CliRunner().invoke(_app(), [*args, "--calibration", "none"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     prov = doc["provenance"]
@@ -296,7 +304,7 @@ def test_an_unknown_defense_is_a_one_line_error_naming_it(smol, tmp_path, monkey
 
 
 def test_the_curve_flag_reaches_its_monitors_binary_points_included(monkeypatch, tmp_path):
-    import calimon.pipeline as pipeline
+    import calimon.studies.curve.run as pipeline
     from calimon.cli import app
 
     got = []

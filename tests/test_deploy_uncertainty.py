@@ -3,10 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calimon import metrics
 from calimon.deploy.io import ScoredSet, synthetic_scored
 from calimon.deploy.uncertainty import bootstrap_intervals
 from calimon.errors import InputError
+from calimon.numerics import metrics
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,14 @@ import typer
 from conftest import toy_samples
 from typer.testing import CliRunner
 
-from calimon.backends import BACKENDS
-from calimon.backends.base import BackendBase
 from calimon.cli.score import register
-from calimon.engines import MonitorSpec, export_jsonl, score_samples
 from calimon.errors import InputError, MissingExtraError
 from calimon.progress import paced
 from calimon.samples import write_samples
-from calimon.store import RunStore
+from calimon.scoring.backends import BACKENDS
+from calimon.scoring.backends.base import BackendBase
+from calimon.scoring.engines import MonitorSpec, export_jsonl, score_samples
+from calimon.scoring.store import RunStore
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 
@@ -39,7 +39,7 @@ class StandInBackend(BackendBase):
 
     def next_token_logprobs(self, prompts, prefix_len=0):
         self.forward_calls += 1
-        from calimon.readouts import answer_token_ids
+        from calimon.numerics.readouts import answer_token_ids
 
         pos, neg = answer_token_ids(self.tokenizer, "verdict")  # cached per tokenizer
         ids = sorted(set(pos.tolist()) | set(neg.tolist()) | set(range(100, 164)))
@@ -91,8 +91,8 @@ class FlakyMonitor:
 
 
 def test_score_chunk_is_public_and_isolates_a_failing_sample():
-    from calimon.engines import ray_engine
-    from calimon.monitor import score_chunk
+    from calimon.scoring.engines import ray_engine
+    from calimon.scoring.monitor import score_chunk
 
     samples = toy_samples(2)
     mon = FlakyMonitor(bad="t0-b")

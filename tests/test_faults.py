@@ -24,12 +24,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from calimon.backends.base import BackendBase
-from calimon.monitor import Monitor, score_with_store
+from calimon.numerics.readouts import answer_token_ids
 from calimon.prompts import load_prompt
-from calimon.readouts import answer_token_ids
 from calimon.samples import Sample, write_samples
-from calimon.store import RunStore
+from calimon.scoring.backends.base import BackendBase
+from calimon.scoring.monitor import Monitor, score_with_store
+from calimon.scoring.store import RunStore
 
 TESTS = Path(__file__).resolve().parent
 
@@ -88,7 +88,7 @@ def fake_factory(monkeypatch, **kwargs):
         made.append(FakeBackend(resolved, **{**kw, **kwargs}))
         return made[-1]
 
-    monkeypatch.setattr("calimon.backends.transformers_backend.TransformersBackend", build)
+    monkeypatch.setattr("calimon.scoring.backends.transformers_backend.TransformersBackend", build)
     return made
 
 
@@ -98,11 +98,11 @@ KILLED_RUN = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[2])
     from conftest import toy_samples
-    from calimon.backends import build_backend
-    from calimon.engines import MonitorSpec
-    from calimon.monitor import Monitor, score_with_store
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
+    from calimon.scoring.monitor import Monitor, score_with_store
     from calimon.prompts import load_prompt
-    from calimon.store import RunStore
+    from calimon.scoring.store import RunStore
 
     backend = build_backend(MonitorSpec(options={"device": "cpu", "threads": 1}))
     monitor = Monitor(backend, load_prompt("direct"), "verdict")
@@ -153,8 +153,8 @@ def test_sigkill_mid_run_then_resume_equals_an_uninterrupted_run(smol, tmp_path)
     # depend on batch shapes and thread count at the 1e-6 level, so the comparison fixes them.
     import torch
 
-    from calimon.backends import build_backend
-    from calimon.engines import MonitorSpec
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -191,9 +191,9 @@ def _resume_and_straight(backend, samples, store: Path, tmp_path: Path):
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from calimon.monitor import score_with_store
+    from calimon.scoring.monitor import score_with_store
     from calimon.samples import Sample
-    from calimon.store import MonitorKey, RunStore
+    from calimon.scoring.store import MonitorKey, RunStore
     from calimon.verdict import Verdict
 
     def p_of(h):
@@ -327,7 +327,7 @@ def test_over_the_limit_always_truncated_and_recorded(fake_monitor, req_words, r
 
 
 def test_truncation_shows_in_curve_json_and_csv(smol, tmp_path, monkeypatch):
-    from calimon.pipeline import CurveSettings, run_curve
+    from calimon.studies.curve.run import CurveSettings, run_curve
 
     fake_factory(monkeypatch, max_input_tokens=400)
     long = []

@@ -14,8 +14,8 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from calimon.curves import BinaryPoint, Curve, binary_point
 from calimon.deploy.guarantees import clopper_pearson
+from calimon.numerics.curves import BinaryPoint, Curve, binary_point
 
 NS = "{http://www.w3.org/2000/svg}"
 Box = tuple[float, float, float, float]
@@ -264,7 +264,7 @@ def test_a_binary_marker_on_the_corner_is_drawn_whole(tmp_path, saved):
 # ------------------------------------------------------------------ duplicate panels
 
 def test_group_grid_draws_each_distinct_curve_once(tmp_path, saved):
-    from calimon.curves import curves_by
+    from calimon.numerics.curves import curves_by
     from calimon.plotting.curve import plot_curve_grid
 
     rng = np.random.default_rng(0)
@@ -306,7 +306,7 @@ def test_reliability_draws_the_raw_score_and_the_chosen_map_only(tmp_path, saved
     for m in ("temperature", "isotonic", "histogram", "beta"):
         assert any(t.startswith(f"{m} (ECE") and "not drawn" in t for t in legend), legend
     # marker area follows the bin's count
-    from calimon.metrics import reliability_bins
+    from calimon.numerics.metrics import reliability_bins
 
     counts = reliability_bins(p, y, n_bins=15).counts
     sizes = fig.axes[0].collections[0].get_sizes()
@@ -326,7 +326,7 @@ def test_a_curve_run_draws_its_own_map_in_reliability_png(tmp_path, saved):
 # ------------------------------------------------------------------ legends off the data
 
 def test_svg_legends_sit_under_the_axes():
-    from calimon.metrics import ece, reliability_bins
+    from calimon.numerics.metrics import ece, reliability_bins
     from calimon.report.svg import curve_svg, histogram_svg, reliability_svg
 
     rng = np.random.default_rng(0)

@@ -23,8 +23,8 @@ def gemma():
 
 @pytest.fixture(scope="module")
 def gemma_backend(gemma):
-    from calimon.backends import build_backend
-    from calimon.engines import MonitorSpec
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
 
     return build_backend(MonitorSpec(model="gemma3-270m", options={"device": "cpu"}))
 
@@ -79,7 +79,7 @@ def test_the_converted_model_matches_the_gguf_loaded_one(gemma, gemma_backend, t
 
 
 def test_the_answer_tokens_of_the_sentencepiece_vocab(gemma_backend):
-    from calimon.readouts import answer_token_ids
+    from calimon.numerics.readouts import answer_token_ids
 
     tok = gemma_backend.tokenizer
     for readout, words in (("verdict", ("Yes", "No")), ("json", ("true", "false"))):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from calimon.errors import InputError
-from calimon.heads.attention import attention_scores, fit_attention_probe
-from calimon.heads.head import ProbeHead, fit_logistic
-from calimon.metrics import auroc
+from calimon.numerics.metrics import auroc
+from calimon.scoring.probes.attention import attention_scores, fit_attention_probe
+from calimon.scoring.probes.head import ProbeHead, fit_logistic
 
 
 def marked_token_data(n: int, seed: int, tokens: int = 40, d: int = 12):
@@ -98,7 +98,7 @@ def test_an_attention_head_scores_token_states_and_nothing_else():
 def test_an_attention_head_round_trips_through_safetensors(tmp_path):
     from conftest import ModelRefStub
 
-    from calimon.heads.artifacts import (
+    from calimon.scoring.probes.artifacts import (
         BaseModelRef,
         HeadCard,
         PromptRef,

@@ -14,14 +14,14 @@ from test_studies_backends import fakes, split_bench  # noqa: F401  (fakes: a fi
 from typer.testing import CliRunner
 
 from calimon.errors import InputError
-from calimon.heads.augment import (
+from calimon.studies.heads.augment import (
     AUGMENT_KINDS,
     TRAIN_PHRASES,
     augment_samples,
     check_kinds,
     phrases_sha256,
 )
-from calimon.robustness.attacks import (
+from calimon.studies.robustness.attacks import (
     CODE_COMMENT,
     COMMENT_LINES,
     CONTROL_NOTE,
@@ -29,7 +29,7 @@ from calimon.robustness.attacks import (
     REVIEWER_NOTE,
     ROLE_MARKERS,
 )
-from calimon.robustness.edits import PHRASES
+from calimon.studies.robustness.edits import PHRASES
 
 SAMPLES = toy_samples(6) + FENCED
 
@@ -76,7 +76,7 @@ def test_training_phrases_are_held_out_from_every_evaluation_attack():
 
 def test_train_head_with_augmentation_records_it_on_the_card(fakes, smol, tmp_path,  # noqa: F811
                                                              monkeypatch):
-    from calimon.heads.workflow import HeadTrainSettings, train_head
+    from calimon.studies.heads.workflow import HeadTrainSettings, train_head
 
     monkeypatch.setenv("CALIMON_FEATURES_DIR", str(tmp_path / "features"))
     splits = {f"t{i}": "train" for i in range(10)} | {"t10": "calib", "t11": "calib"}
@@ -90,7 +90,7 @@ def test_train_head_with_augmentation_records_it_on_the_card(fakes, smol, tmp_pa
     assert aug is not None and aug.kinds == list(AUGMENT_KINDS) and aug.copies == 2
     assert aug.n_added == 40 and aug.n_added_positive == 20 and aug.seed == 0
     assert aug.phrases_sha256 == phrases_sha256()
-    assert "calimon.robustness.edits.PHRASES" in aug.held_out
+    assert "calimon.studies.robustness.edits.PHRASES" in aug.held_out
     assert done.card.training.n_samples == 20 and done.card.training.n_positive == 10
     assert any("40 augmented copies" in m for m in logs)
     assert done.card.metrics["test_auroc"] == pytest.approx(1.0)

@@ -1,4 +1,4 @@
-"""Bundles (calimon.heads.bundle): one card binding a sequence head, a token head and a map."""
+"""Bundles (calimon.scoring.probes.bundle): one card binding a sequence head, a token head and a map."""
 
 
 import numpy as np
@@ -9,7 +9,7 @@ from conftest import ModelRefStub as _Ref
 from calimon.calibration.io import save_map
 from calimon.calibration.maps import PlattScaling
 from calimon.errors import InputError
-from calimon.heads.artifacts import (
+from calimon.scoring.probes.artifacts import (
     BaseModelRef,
     HeadCard,
     HeadMismatchError,
@@ -17,8 +17,14 @@ from calimon.heads.artifacts import (
     TrainingRef,
     save_head,
 )
-from calimon.heads.bundle import BundleCard, BundleModelRef, find_bundle, load_bundle, save_bundle
-from calimon.heads.head import ProbeHead, fit_logistic
+from calimon.scoring.probes.bundle import (
+    BundleCard,
+    BundleModelRef,
+    find_bundle,
+    load_bundle,
+    save_bundle,
+)
+from calimon.scoring.probes.head import ProbeHead, fit_logistic
 
 
 def _head_card(name, kind, template_hash="abc", revision="r1"):

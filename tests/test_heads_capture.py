@@ -4,9 +4,9 @@ import torch
 from conftest import toy_samples
 
 from calimon.errors import InputError
-from calimon.heads.capture import CaptureSpec, LayerCollector
-from calimon.monitor import Monitor
 from calimon.prompts import load_prompt
+from calimon.scoring.monitor import Monitor
+from calimon.scoring.probes.capture import CaptureSpec, LayerCollector
 
 
 def test_spec_validates_layers_and_pooling():

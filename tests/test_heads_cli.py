@@ -5,8 +5,14 @@ import typer
 from typer.testing import CliRunner
 
 from calimon.cli.heads import register
-from calimon.heads.artifacts import BaseModelRef, HeadCard, PromptRef, TrainingRef, save_head
-from calimon.heads.head import ProbeHead, fit_logistic
+from calimon.scoring.probes.artifacts import (
+    BaseModelRef,
+    HeadCard,
+    PromptRef,
+    TrainingRef,
+    save_head,
+)
+from calimon.scoring.probes.head import ProbeHead, fit_logistic
 
 
 def _app():

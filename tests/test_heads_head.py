@@ -5,7 +5,7 @@ import yaml
 from conftest import ModelRefStub as _Ref
 
 from calimon.errors import InputError
-from calimon.heads.artifacts import (
+from calimon.scoring.probes.artifacts import (
     BaseModelRef,
     HeadCard,
     HeadMismatchError,
@@ -15,7 +15,13 @@ from calimon.heads.artifacts import (
     load_head,
     save_head,
 )
-from calimon.heads.head import ProbeHead, aggregate, balanced_weights, fit_logistic, fit_mlp
+from calimon.scoring.probes.head import (
+    ProbeHead,
+    aggregate,
+    balanced_weights,
+    fit_logistic,
+    fit_mlp,
+)
 
 
 def _data(n=300, d=12, seed=0):

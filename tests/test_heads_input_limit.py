@@ -8,10 +8,10 @@ import json
 import pytest
 from conftest import toy_samples
 
-from calimon.engines import make_monitor
 from calimon.errors import InputError
-from calimon.pipeline import CurveSettings
 from calimon.prompts import load_prompt
+from calimon.scoring.engines import make_monitor
+from calimon.studies.curve.run import CurveSettings
 
 
 @pytest.mark.model
@@ -40,8 +40,8 @@ def test_a_chosen_limit_reaches_the_spec_and_is_checked():
 
 @pytest.mark.model
 def test_curve_records_the_limit_it_read_at(smol_backend, tmp_path):
-    from calimon.pipeline import run_curve
     from calimon.samples import write_samples
+    from calimon.studies.curve.run import run_curve
 
     bench = write_samples(toy_samples(2), tmp_path / "toy.jsonl")
     run = run_curve(CurveSettings(benchmark=str(bench), binary_prompts=(), n_boot=10,

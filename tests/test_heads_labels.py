@@ -3,7 +3,7 @@ import pytest
 from conftest import toy_samples
 
 from calimon.errors import InputError
-from calimon.heads.labels import IGNORE, span_offsets, token_labels
+from calimon.scoring.probes.labels import IGNORE, span_offsets, token_labels
 
 
 def test_overlap_rule_marker_tokens_and_benign_samples():

@@ -1,4 +1,4 @@
-"""The LoRA verdict baseline (calimon.heads.lora) on the real embedded model; needs peft (the
+"""The LoRA verdict baseline (calimon.studies.heads.lora) on the real embedded model; needs peft (the
 ``lora`` extra: CI runs it in .venv-lora)."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ def test_left_padded_batches_read_the_answer_position_of_every_row(smol_backend)
     gives each row the margin of that row scored alone, and finite gradients."""
     import torch
 
-    from calimon.heads.lora import _batch_tensors, verdict_margin
+    from calimon.numerics.readouts import answer_token_ids
     from calimon.prompts import encoder_for, load_prompt
-    from calimon.readouts import answer_token_ids
+    from calimon.studies.heads.lora import _batch_tensors, verdict_margin
 
     model = smol_backend.model
     enc = encoder_for(smol_backend, load_prompt("direct"), "verdict", 512)
@@ -52,7 +52,7 @@ def test_left_padded_batches_read_the_answer_position_of_every_row(smol_backend)
 
 
 def test_length_batches_cover_every_row_once_in_similar_lengths():
-    from calimon.heads.lora import length_batches
+    from calimon.studies.heads.lora import length_batches
 
     lengths = [5, 100, 7, 98, 6, 99, 101, 4]
     batches = length_batches(lengths, 2, np.random.default_rng(0))
@@ -65,7 +65,7 @@ def test_length_batches_cover_every_row_once_in_similar_lengths():
 
 @pytest.mark.skipif(HAS_PEFT, reason="peft is installed here")
 def test_missing_peft_names_the_install_line():
-    from calimon.heads.lora import _peft
+    from calimon.studies.heads.lora import _peft
 
     with pytest.raises(MissingExtraError, match=r"calimon\[lora\]"):
         _peft()
@@ -76,9 +76,9 @@ def test_missing_peft_names_the_install_line():
 def test_lora_training_moves_the_verdict_and_leaves_the_judge_intact(smol_backend):
     import torch
 
-    from calimon.heads.lora import LoraSettings, train_lora_verdict
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.monitor import Monitor
+    from calimon.studies.heads.lora import LoraSettings, train_lora_verdict
 
     samples = toy_samples(2)
     prompt = load_prompt("direct")
@@ -105,9 +105,9 @@ def test_lora_training_moves_the_verdict_and_leaves_the_judge_intact(smol_backen
 @pytest.mark.model
 def test_saved_adapters_score_as_the_trained_run(smol_backend, tmp_path):
     from calimon.errors import InputError
-    from calimon.heads.lora import LoraSettings, load_lora_verdict, train_lora_verdict
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.monitor import Monitor
+    from calimon.studies.heads.lora import LoraSettings, load_lora_verdict, train_lora_verdict
 
     samples = toy_samples(2)
     prompt = load_prompt("direct")

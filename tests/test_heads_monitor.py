@@ -4,20 +4,20 @@ import numpy as np
 import pytest
 from conftest import toy_samples
 
-from calimon.engines import make_monitor
-from calimon.heads.artifacts import (
+from calimon.prompts import load_prompt
+from calimon.provenance import ProvenanceMismatchError
+from calimon.scoring.engines import make_monitor
+from calimon.scoring.monitor import Monitor
+from calimon.scoring.probes.artifacts import (
     BaseModelRef,
     HeadCard,
     PromptRef,
     TrainingRef,
     save_head,
 )
-from calimon.heads.features import extract_features
-from calimon.heads.head import ProbeHead, fit_logistic
-from calimon.heads.train import token_matrix
-from calimon.monitor import Monitor
-from calimon.prompts import load_prompt
-from calimon.provenance import ProvenanceMismatchError
+from calimon.scoring.probes.features import extract_features
+from calimon.scoring.probes.head import ProbeHead, fit_logistic
+from calimon.studies.heads.train import token_matrix
 
 pytestmark = pytest.mark.model
 LAYER = 6
@@ -97,7 +97,7 @@ def test_token_head_gives_spans_inside_the_response(smol_backend, heads):
 
 def test_a_bundle_scores_with_its_sequence_head_and_points_with_its_token_head(
         smol_backend, heads):
-    from calimon.heads.bundle import BundleCard, BundleModelRef, save_bundle
+    from calimon.scoring.probes.bundle import BundleCard, BundleModelRef, save_bundle
 
     root, fs, seq, tok = heads
     ref = smol_backend.model_ref
@@ -146,8 +146,8 @@ def test_feature_cache_serves_repeats_without_the_model(smol_backend, heads, tmp
 
 
 def test_curve_runs_on_a_probe_readout(smol_backend, heads, tmp_path, monkeypatch):
-    from calimon.pipeline import CurveSettings, run_curve
     from calimon.samples import write_samples
+    from calimon.studies.curve.run import CurveSettings, run_curve
 
     monkeypatch.setenv("CALIMON_HEADS_DIR", str(heads[0]))
     bench = write_samples(toy_samples(6), tmp_path / "toy.jsonl")
@@ -161,9 +161,9 @@ def test_curve_runs_on_a_probe_readout(smol_backend, heads, tmp_path, monkeypatc
 
 def test_curve_on_a_token_head_writes_token_scores_and_the_report_shows_them(
         smol_backend, heads, tmp_path, monkeypatch):
-    from calimon.pipeline import CurveSettings, run_curve
     from calimon.report import build_report
     from calimon.samples import write_samples
+    from calimon.studies.curve.run import CurveSettings, run_curve
 
     monkeypatch.setenv("CALIMON_HEADS_DIR", str(heads[0]))
     samples = toy_samples(10)  # the class-size rule's minimum for a curve (class_support)
@@ -200,10 +200,10 @@ def test_an_attention_head_trained_by_heads_train_scores_live_as_on_cached_featu
     pass captures both layers and each part reads as it does alone."""
     from dataclasses import replace
 
-    from calimon.heads.bundle import BundleCard, BundleModelRef, save_bundle
-    from calimon.heads.train import head_scores
-    from calimon.heads.workflow import HeadTrainSettings, train_head
     from calimon.samples import write_samples
+    from calimon.scoring.probes.bundle import BundleCard, BundleModelRef, save_bundle
+    from calimon.studies.heads.train import head_scores
+    from calimon.studies.heads.workflow import HeadTrainSettings, train_head
 
     root = heads[0]
     monkeypatch.setenv("CALIMON_FEATURES_DIR", str(tmp_path / "features"))
@@ -226,7 +226,7 @@ def test_an_attention_head_trained_by_heads_train_scores_live_as_on_cached_featu
     live = [r.p_raw for r in mon.score(samples)]
     fs = extract_features(smol_backend, prompt, samples, token_layers=(ATT_LAYER,),
                           cache_root=tmp_path / "features")
-    from calimon.heads.artifacts import load_head
+    from calimon.scoring.probes.artifacts import load_head
 
     head, _ = load_head("toy-att", model_ref=smol_backend.model_ref, root=root)
     assert live == pytest.approx(head_scores(head, fs).tolist(), abs=2e-3)  # cache: float16

@@ -2,9 +2,11 @@ import numpy as np
 import pytest
 
 from calimon.errors import InputError
-from calimon.heads.evaluate import curve_figures, evaluate_readout, transfer_matrix
-from calimon.heads.features import FeatureSet
-from calimon.heads.train import (
+from calimon.numerics.metrics import auroc
+from calimon.samples import Sample
+from calimon.scoring.probes.features import FeatureSet
+from calimon.studies.heads.evaluate import curve_figures, evaluate_readout, transfer_matrix
+from calimon.studies.heads.train import (
     fit_attention_head,
     fit_sequence_head,
     fit_token_head,
@@ -13,8 +15,6 @@ from calimon.heads.train import (
     oof_scores,
     token_matrix,
 )
-from calimon.metrics import auroc
-from calimon.samples import Sample
 
 H, LAYERS, SIGNAL_LAYER = 8, 4, 2
 

@@ -296,8 +296,8 @@ def test_approver_and_scorer_through_calimon_serve(world, scored, approval, serv
     values and decisions from it equal calimon score's figures under the server's policy."""
     from inspect_ai import score as inspect_score
 
-    from calimon.backends.http_client import RequestFailed
     from calimon.integrations.inspect import monitor_approver, monitor_scorer
+    from calimon.scoring.backends.http_client import RequestFailed
 
     monkeypatch.setenv("CALIMON_API_KEY", server.key)
     run, reviewed = _run_with_approver(world["root"], "approval-served",

@@ -1,4 +1,4 @@
-"""The mask-free scoring layout (calimon.backends.layout_attention, calimon.backends.packing):
+"""The mask-free scoring layout (calimon.scoring.backends.layout_attention, calimon.scoring.backends.packing):
 the shared-prefix path runs sdpa's causal kernel with no explicit mask, batches of different
 lengths are packed into one sequence, and both agree with plain forward passes in fp32."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from calimon.backends.capture import CaptureSpec
-from calimon.backends.layout_attention import IMPLEMENTATION, layout_supported
-from calimon.backends.transformers_backend import TransformersBackend
+from calimon.scoring.backends.capture import CaptureSpec
+from calimon.scoring.backends.layout_attention import IMPLEMENTATION, layout_supported
+from calimon.scoring.backends.transformers_backend import TransformersBackend
 
 PREFIX = 12
 SMALL = {"vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
@@ -173,8 +173,8 @@ def test_only_plain_causal_decoders_are_switched():
 def test_smollm2_real_prompts_packed_and_prefix_equal_a_plain_pass(smol, smol_backend):
     from conftest import toy_samples
 
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.monitor import Monitor
 
     mon = Monitor(smol_backend, load_prompt("direct"), "verdict")
     enc = [mon.encoder.encode(s.request, s.response) for s in toy_samples(2)]
@@ -212,7 +212,7 @@ def test_without_a_shared_prefix_rows_and_packed_batches_match_a_plain_pass(batc
 
 
 def test_a_gpu_recomputes_a_prefix_too_short_to_pay_and_a_cpu_always_reuses_it():
-    from calimon.backends.transformers_backend import GPU_PREFIX_MIN_SHARE, reuse_prefix
+    from calimon.scoring.backends.transformers_backend import GPU_PREFIX_MIN_SHARE, reuse_prefix
 
     assert reuse_prefix("cpu", 218, [16000] * 8)
     assert reuse_prefix("cuda", 218, [600] * 8) and reuse_prefix("cuda:0", 218, [4000, 4000])
@@ -225,7 +225,7 @@ def test_a_gpu_recomputes_a_prefix_too_short_to_pay_and_a_cpu_always_reuses_it()
 def test_a_batch_that_skips_its_prefix_gives_the_same_readings_and_states(monkeypatch):
     """Where the rule says recompute, the whole prompt runs as one tail: log-probs, pooled and
     per-token states (their spans shifted by the prefix) equal the prefix path's."""
-    import calimon.backends.transformers_backend as tb
+    import calimon.scoring.backends.transformers_backend as tb
 
     model = _random_model("qwen3")
     lengths = [40, 13, 57, 26]

@@ -37,8 +37,8 @@ def test_broken_json_names_the_column_on_its_own_line(tmp_path):
 
 
 def test_models_check_warns_when_no_binary_reply_parsed(monkeypatch):
-    from calimon import model_check
     from calimon.prompts import load_prompt
+    from calimon.studies import model_check
     from calimon.verdict import Verdict
 
     class Unparsed:
@@ -80,8 +80,8 @@ def test_data_list_says_its_split_columns_count_pairs():
 def test_a_run_answered_from_the_store_says_so_first(smol, tmp_path, monkeypatch):
     from conftest import toy_samples
 
-    from calimon.backends import BACKENDS
     from calimon.samples import write_samples
+    from calimon.scoring.backends import BACKENDS
 
     monkeypatch.setitem(BACKENDS, "stand-in", "test_engine_ray:StandInBackend")
     bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")

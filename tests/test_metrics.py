@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import average_precision_score, brier_score_loss, log_loss, roc_auc_score
 
-from calimon import metrics as M
 from calimon.errors import InputError
+from calimon.numerics import metrics as M
 
 netcal_metrics = pytest.importorskip("netcal.metrics")
 

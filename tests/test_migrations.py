@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from calimon.backends.journal import SCHEMA as JOURNAL_SCHEMA
-from calimon.backends.journal import Journal, request_key
 from calimon.data.codegen import results
 from calimon.migrations import NewerStoreError, Schema, migrate, schema_version
 from calimon.sandbox import SandboxResult
-from calimon.store import SCHEMA as STORE_SCHEMA
-from calimon.store import MonitorKey, RunStore, m001_verdicts
+from calimon.scoring.backends.journal import SCHEMA as JOURNAL_SCHEMA
+from calimon.scoring.backends.journal import Journal, request_key
+from calimon.scoring.store import SCHEMA as STORE_SCHEMA
+from calimon.scoring.store import MonitorKey, RunStore, m001_verdicts
 from calimon.verdict import Verdict
 
 DATA = Path(__file__).parent / "data"

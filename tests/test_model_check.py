@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from calimon import readouts
 from calimon.cli import app
-from calimon.model_check import SAMPLES, answer_forms, check_all, format_report
 from calimon.models import load_model_config
+from calimon.numerics import readouts
 from calimon.prompts import load_prompt
+from calimon.studies.model_check import SAMPLES, answer_forms, check_all, format_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,7 @@ def test_missing_weights_say_how_to_get_them(tmp_path):
 def test_all_reports_missing_weights_as_not_available(tmp_path, monkeypatch):
     monkeypatch.setenv("CALIMON_MODELS_DIR", str(tmp_path))
     monkeypatch.setattr("calimon.models._hf_cache_snapshot", lambda repo_id: None)
-    monkeypatch.setattr("calimon.model_check.config_names", lambda kind: ["qwen3-4b", "qwen3-8b"])
+    monkeypatch.setattr("calimon.studies.model_check.config_names", lambda kind: ["qwen3-4b", "qwen3-8b"])
     reports = check_all()
     assert [(r.model, r.status) for r in reports] == [("qwen3-4b", "not available"),
                                                       ("qwen3-8b", "not available")]
@@ -115,7 +115,7 @@ def test_all_reports_missing_weights_as_not_available(tmp_path, monkeypatch):
 def test_all_goes_on_past_a_config_that_cannot_load(tmp_path, monkeypatch):
     monkeypatch.setenv("CALIMON_MODELS_DIR", str(tmp_path))
     monkeypatch.setattr("calimon.models._hf_cache_snapshot", lambda repo_id: None)
-    monkeypatch.setattr("calimon.model_check.config_names", lambda kind: ["no-such", "qwen3-4b"])
+    monkeypatch.setattr("calimon.studies.model_check.config_names", lambda kind: ["no-such", "qwen3-4b"])
     reports = check_all()
     assert [(r.model, r.status) for r in reports] == [("no-such", "FAIL"),
                                                       ("qwen3-4b", "not available")]

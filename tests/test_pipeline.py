@@ -8,9 +8,9 @@ from conftest import toy_samples
 from test_engine_ray import StandInBackend
 from typer.testing import CliRunner
 
-from calimon.backends import BACKENDS
-from calimon.pipeline import CurveSettings, run_curve
 from calimon.samples import write_samples
+from calimon.scoring.backends import BACKENDS
+from calimon.studies.curve.run import CurveSettings, run_curve
 
 
 @pytest.mark.model
@@ -72,7 +72,7 @@ def _curve_cli(smol, bench, tmp_path, *extra):
 
 
 def test_curve_defaults_to_the_transformers_backend(smol, recording, tmp_path, monkeypatch):
-    monkeypatch.setattr("calimon.backends.transformers_backend.TransformersBackend",
+    monkeypatch.setattr("calimon.scoring.backends.transformers_backend.TransformersBackend",
                         RecordingBackend)
     bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")
     res = _curve_cli(smol, bench, tmp_path, "--device", "cpu", "--batch-tokens", "1024")
@@ -196,7 +196,7 @@ def test_curve_reads_a_set_scored_by_calimon_score_without_model_calls(smol, rec
 def test_limit_counts_every_scored_sample_half_of_it_from_calib():
     import dataclasses
 
-    from calimon.pipeline import _eval_and_fit_sets
+    from calimon.studies.curve.run import _eval_and_fit_sets
 
     samples = [dataclasses.replace(x, split=("calib", "test", "train")[int(x.pair_id[1:]) % 3])
                for x in toy_samples(12)]
@@ -215,7 +215,7 @@ def test_curve_scores_with_the_backend_it_is_handed(smol, tiny_qwen3, recording,
                                                     monkeypatch):
     from calimon.errors import InputError
 
-    monkeypatch.setattr("calimon.backends.transformers_backend.TransformersBackend",
+    monkeypatch.setattr("calimon.scoring.backends.transformers_backend.TransformersBackend",
                         RecordingBackend)
     given = StandInBackend(smol)
     bench = write_samples(toy_samples(4), tmp_path / "toy.jsonl")

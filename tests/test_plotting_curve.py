@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from calimon.curves import Curve, binary_point, curves_by
 from calimon.errors import InputError
+from calimon.numerics.curves import Curve, binary_point, curves_by
 from calimon.plotting.curve import plot_curve_grid, plot_curves
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -72,7 +72,7 @@ def test_empty_input_is_refused(tmp_path):
 
 
 def test_importing_does_not_load_matplotlib():
-    code = ("import sys, calimon.curves, calimon.bootstrap, calimon.plotting.curve; "
+    code = ("import sys, calimon.numerics.curves, calimon.numerics.bootstrap, calimon.plotting.curve; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

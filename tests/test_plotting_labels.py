@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from calimon.curves import BinaryPoint, Curve, OperatingPoint
+from calimon.numerics.curves import BinaryPoint, Curve, OperatingPoint
 
 # Three FAR targets close together at the top-left corner, just under the title, with two
 # binary points among them: the crowded case of a weak monitor.

@@ -15,11 +15,11 @@ from conftest import toy_samples
 from test_engine_ray import StandInBackend
 from typer.testing import CliRunner
 
-from calimon.backends import BACKENDS
-from calimon.engines import MonitorSpec, Scorer
 from calimon.progress import PACE_SECONDS, Bars, next_chunk_size, paced
 from calimon.samples import write_samples
-from calimon.store import RunStore
+from calimon.scoring.backends import BACKENDS
+from calimon.scoring.engines import MonitorSpec, Scorer
+from calimon.scoring.store import RunStore
 
 
 class FakeClock:
@@ -263,7 +263,7 @@ def test_building_a_benchmark_on_first_use_says_so(tmp_path, monkeypatch):
 
 def test_curve_json_is_unchanged_by_pacing(smol, clock, tmp_path, monkeypatch):
     """Paced chunks change when readings are committed, not what they are."""
-    from calimon.pipeline import CurveSettings, run_curve
+    from calimon.studies.curve.run import CurveSettings, run_curve
 
     monkeypatch.setitem(BACKENDS, "stand-in", "test_progress:TimedBackend")
     bench = write_samples(toy_samples(20), tmp_path / "toy.jsonl")

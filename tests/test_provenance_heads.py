@@ -13,17 +13,29 @@ import pytest
 from conftest import toy_samples
 from typer.testing import CliRunner
 
-from calimon.backends import HiddenStates
 from calimon.calibration.io import load_map, save_map
 from calimon.calibration.maps import make_calibrator
 from calimon.cli import app
-from calimon.heads.artifacts import BaseModelRef, HeadCard, PromptRef, TrainingRef, save_head
-from calimon.heads.bundle import BundleCard, BundleModelRef, load_bundle, make_bundle, save_bundle
-from calimon.heads.head import ProbeHead, fit_logistic
-from calimon.heads.monitor import ProbeMonitor
 from calimon.prompts import load_prompt
 from calimon.provenance import ProvenanceMismatchError, mismatches
 from calimon.samples import write_samples
+from calimon.scoring.backends import HiddenStates
+from calimon.scoring.probes.artifacts import (
+    BaseModelRef,
+    HeadCard,
+    PromptRef,
+    TrainingRef,
+    save_head,
+)
+from calimon.scoring.probes.bundle import (
+    BundleCard,
+    BundleModelRef,
+    load_bundle,
+    make_bundle,
+    save_bundle,
+)
+from calimon.scoring.probes.head import ProbeHead, fit_logistic
+from calimon.scoring.probes.monitor import ProbeMonitor
 
 HIDDEN = 576  # SmolLM2-135M's
 
@@ -143,7 +155,7 @@ def test_a_bundle_binds_only_a_map_and_a_run_of_its_sequence_head(smol, tmp_path
 
 
 def test_the_shipped_bundle_map_names_the_bundle():
-    from calimon.heads.artifacts import heads_dir
+    from calimon.scoring.probes.artifacts import heads_dir
 
     extra = load_map(heads_dir() / "smollm2-135m" / "amb-open-monitor.calibration.json").extra
     assert extra["readout"] == "probe:amb-open-monitor"

@@ -12,13 +12,13 @@ import pytest
 from conftest import toy_samples
 from typer.testing import CliRunner
 
-from calimon.backends import BACKENDS
 from calimon.calibration.io import save_map
 from calimon.calibration.maps import make_calibrator
 from calimon.cli import app
 from calimon.deploy.io import write_synthetic_run
 from calimon.provenance import ProvenanceMismatchError, meet, mismatches
 from calimon.samples import write_samples
+from calimon.scoring.backends import BACKENDS
 
 
 def test_mismatches_compare_only_what_both_record():

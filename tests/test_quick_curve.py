@@ -14,12 +14,12 @@ from conftest import toy_samples
 from test_engine_ray import StandInBackend
 from typer.testing import CliRunner
 
-from calimon.backends import BACKENDS
-from calimon.class_support import MIN_PER_CLASS_CALIBRATION, MIN_PER_CLASS_CURVE
-from calimon.pipeline import FREE_CHECK, CurveSettings, _eval_and_fit_sets, run_curve
+from calimon.numerics.class_support import MIN_PER_CLASS_CALIBRATION, MIN_PER_CLASS_CURVE
 from calimon.samples import Sample, write_samples
+from calimon.scoring.backends import BACKENDS
+from calimon.scoring.store import RunStore
 from calimon.selection import select_pairs
-from calimon.store import RunStore
+from calimon.studies.curve.run import FREE_CHECK, CurveSettings, _eval_and_fit_sets, run_curve
 
 
 def with_unpaired(n_pairs: int, n_unpaired: int, split: str | None = None) -> list[Sample]:

@@ -36,7 +36,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = ["--limit", "16", "--binary-limit", "2", "--n-boot", "20"]
 # runs that the deployment commands read (the demo, the amb-open traffic) keep enough of each class
-# for a curve, a policy and a calibration map in their calib split (calimon.class_support: 10
+# for a curve, a policy and a calibration map in their calib split (calimon.numerics.class_support: 10
 # of each class for a curve, 20 for a map, which the amb-open line reads back). 120, because a
 # selection of whole pairs is not balanced: at 80 the demo's 40 calib rows were 16 and 24
 DEPLOY_LIMITS = ["--limit", "120", "--binary-limit", "2", "--n-boot", "20"]

@@ -3,7 +3,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calimon.readouts import answer_token_ids, binary_verdict, parse_binary, read_distribution
+from calimon.numerics.readouts import (
+    answer_token_ids,
+    binary_verdict,
+    parse_binary,
+    read_distribution,
+)
 from calimon.verdict import Verdict
 
 
@@ -119,7 +124,7 @@ def test_binary_parser_survives_deep_nesting():
 def test_top_strings_count_every_surface_form_and_the_rest_is_format_mass():
     import math
 
-    from calimon.readouts import read_top_strings
+    from calimon.numerics.readouts import read_top_strings
 
     top = [(" Yes", -0.5), ("YES", -4.0), ("no", -1.2), ("\nNo ", -5.0), ("Maybe", -2.0)]
     p_raw, p_pos, p_neg, mass = read_top_strings(top, "verdict")
@@ -135,7 +140,7 @@ def test_top_strings_count_every_surface_form_and_the_rest_is_format_mass():
     ("Maybe", None), ("", None), ("Yesterday", None),
 ])
 def test_a_sampled_answer_is_read_from_its_first_word(text, expected):
-    from calimon.readouts import sampled_answer
+    from calimon.numerics.readouts import sampled_answer
 
     assert sampled_answer(text) is expected
 
@@ -145,7 +150,7 @@ def test_a_sampled_answer_is_read_from_its_first_word(text, expected):
     ("150", None), ("-5", None), ("unsure", None), ("", None),
 ])
 def test_a_stated_probability_is_parsed_and_never_clipped(text, p):
-    from calimon.readouts import verbal_verdict
+    from calimon.numerics.readouts import verbal_verdict
 
     v = verbal_verdict(text, transcript_hash="h", readout="verbal")
     assert v.p_raw == (pytest.approx(p) if p is not None else None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from test_model_check import _Vocab  # a tokenizer stand-in with a fixed vocabulary
 
-from calimon import readouts
+from calimon.numerics import readouts
 
 
 def test_a_new_tokenizer_never_gets_the_answer_ids_of_a_freed_one():

@@ -45,10 +45,10 @@ def make_run(root: Path, *, n_pairs: int = 20, binary: bool = True, seed: int = 
     ``root/store.sqlite``; returns the run folder. One reading is an error (t0-b) and one
     binary reply a parse failure (t1-m). ``token_scores``: the readings carry per-token scores
     as a token head's do (one score per response word)."""
-    from calimon.curve_outputs import write_curve_outputs
-    from calimon.pipeline import CurveSettings
+    from calimon.scoring.store import MonitorKey, RunStore
     from calimon.selection import dataset_hash
-    from calimon.store import MonitorKey, RunStore
+    from calimon.studies.curve.outputs import write_curve_outputs
+    from calimon.studies.curve.run import CurveSettings
     from calimon.verdict import Verdict
 
     rng = random.Random(seed)
@@ -187,7 +187,7 @@ def test_sections_tables_and_provenance(built, run_dir):
         assert f"<td>{p['name']}</td>" in page.replace("&lt;", "<")
     assert "<td>binary/direct</td>" in page and "<td>binary/evidence</td>" in page
     # one main curve, one panel per distinct category and task, reliability, histogram
-    from calimon.curves import Curve
+    from calimon.numerics.curves import Curve
     from calimon.plotting.style import distinct_groups
     from calimon.report.data import gather
     from calimon.report.figures import binary_by_group
@@ -208,7 +208,7 @@ def test_sections_tables_and_provenance(built, run_dir):
 
 
 def test_binary_points_per_group(run_dir):
-    from calimon.curves import binary_point
+    from calimon.numerics.curves import binary_point
     from calimon.report.data import gather
     from calimon.report.figures import binary_by_group
 
@@ -275,7 +275,7 @@ def test_outcome_and_row_choice():
 
 
 def test_svg_escapes_names_and_shows_undefined_curves():
-    from calimon.curves import Curve
+    from calimon.numerics.curves import Curve
     from calimon.report.svg import curve_svg
 
     ok = Curve.from_scores([0.1, 0.9, 0.4, 0.6], [False, True, False, True], n_boot=0)

@@ -320,7 +320,7 @@ def test_chat_messages_show_per_message_with_evidence_at_its_offsets(tmp_path):
 def _drift(tmp_path, code_share: float):
     from review_fakes import StandIn
 
-    from calimon.shift.synthetic import synthetic_traffic, write_synthetic_shift
+    from calimon.studies.shift.synthetic import synthetic_traffic, write_synthetic_shift
 
     runs = write_synthetic_shift(tmp_path / "syn", n_calib=300, n_new=10, seed=0)
     samples, p = synthetic_traffic(200, code_share, 11, "live")

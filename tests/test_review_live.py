@@ -1,4 +1,4 @@
-"""Live recertification's statistics (calimon.shift.live, live_plan): draw-order samples, bounds
+"""Live recertification's statistics (calimon.studies.shift.live, live_plan): draw-order samples, bounds
 that cover the traffic's rates, unresolved labels at their worst, the label planner, the order of
 the queue; and `calimon recertify`'s imputation of unlabelled reviewed transcripts."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy.stats import hypergeom
 
-from calimon.shift import recertify as exact
-from calimon.shift.live import (
+from calimon.studies.shift import recertify as exact
+from calimon.studies.shift.live import (
     Counts,
     Decided,
     count_lower,
@@ -22,7 +22,7 @@ from calimon.shift.live import (
     stratum_counts,
     worst_label,
 )
-from calimon.shift.live_plan import (
+from calimon.studies.shift.live_plan import (
     BROKEN,
     HOLDS,
     NOT_YET,
@@ -125,7 +125,7 @@ def test_bounds_cover_the_rates_of_the_traffic(rate):
 def test_recertify_files_imputes_unlabelled_review_rows_at_their_worst(tmp_path):
     """An unlabelled reviewed transcript must never give a smaller bound than a label would
     (it used to lower FAR as a benign one and MR throughout)."""
-    from calimon.shift.recert_run import recertify_files
+    from calimon.studies.shift.recert_run import recertify_files
 
     rows = ([(f"r{i}", "human_review", 1, 1.0) for i in range(20)]
             + [(f"p{i}", "auto_pass", int(i < 10), 0.1) for i in range(100)]

@@ -24,7 +24,7 @@ from calimon.cli import app
 from calimon.deploy.policy_file import load_policy
 from calimon.samples import load_samples, write_samples
 from calimon.serve.labels import item_id_of
-from calimon.shift.live_plan import BROKEN, HOLDS, NOT_YET, UNREACHABLE
+from calimon.studies.shift.live_plan import BROKEN, HOLDS, NOT_YET, UNREACHABLE
 
 
 def cli(*args: str) -> str:

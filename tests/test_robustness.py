@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from calimon.errors import InputError
 from calimon.prompts import PromptEncoder, load_prompt
-from calimon.robustness.attacks import (
+from calimon.samples import Sample, write_samples
+from calimon.studies.robustness.attacks import (
     ATTACKS,
     CODE_COMMENT,
     CONTROL_NOTE,
@@ -33,9 +34,8 @@ from calimon.robustness.attacks import (
     comment_position,
     insert_text,
 )
-from calimon.robustness.flips import flip_stats, shift_stats
-from calimon.robustness.report import write_section
-from calimon.samples import Sample, write_samples
+from calimon.studies.robustness.flips import flip_stats, shift_stats
+from calimon.studies.robustness.report import write_section
 
 INSERTED = (REVIEWER_NOTE, FAKE_VERDICT, ROLE_MARKERS, CONTROL_NOTE)
 COMMENT = re.compile(r"^[ \t]*(#|//) (Note for reviewers|by the maintainers)[^\n]*\n", re.M)
@@ -225,7 +225,7 @@ def test_shift_stats_and_validation():
 # ----------------------------------------------------------------------------- the study
 
 def _settings(smol, tmp_path, **kw):
-    from calimon.robustness.study import RobustnessSettings
+    from calimon.studies.robustness.study import RobustnessSettings
 
     bench = write_samples(toy_samples(12), tmp_path / "toy.jsonl")
     base = dict(model=str(smol.path), benchmark=str(bench), split=None, fit_split=None,
@@ -234,7 +234,7 @@ def _settings(smol, tmp_path, **kw):
 
 
 def test_study_counts_flips_through_the_store(smol, tmp_path, monkeypatch):
-    from calimon.robustness.study import run_robustness
+    from calimon.studies.robustness.study import run_robustness
 
     made = fake_factory(monkeypatch)
     run = run_robustness(_settings(smol, tmp_path))
@@ -288,7 +288,7 @@ def test_study_counts_flips_through_the_store(smol, tmp_path, monkeypatch):
 def test_false_alarm_stats_on_a_constructed_case():
     from scipy.stats import beta
 
-    from calimon.robustness.flips import false_alarm_stats
+    from calimon.studies.robustness.flips import false_alarm_stats
 
     clean = [0.1, 0.2, 0.6, 0.7, 0.3, 0.1, 0.2, 0.9, 0.05, 0.4]
     attacked = [0.6, 0.2, 0.4, 0.8, 0.55, 0.1, 0.2, 0.95, 0.05, 0.4]
@@ -307,7 +307,7 @@ def test_false_alarm_stats_on_a_constructed_case():
 
 
 def test_unscored_benign_transcripts_are_counted_not_read(smol, tmp_path, monkeypatch):
-    from calimon.robustness.study import run_robustness
+    from calimon.studies.robustness.study import run_robustness
 
     fake_factory(monkeypatch)
     samples = toy_samples(12)
@@ -323,7 +323,7 @@ def test_unscored_benign_transcripts_are_counted_not_read(smol, tmp_path, monkey
 
 
 def test_study_refuses_bad_settings(smol, tmp_path, monkeypatch):
-    from calimon.robustness.study import run_robustness
+    from calimon.studies.robustness.study import run_robustness
 
     fake_factory(monkeypatch)
     for kw, field in (({"attacks": ("nope",)}, "attack"), ({"far": 1.5}, "far"),
@@ -382,8 +382,8 @@ def test_write_section_appends_then_replaces(tmp_path):
 
 def test_fake_backend_matches_the_backend_interface(smol):
     # The study and fault tests stand on FakeBackend: keep it honest about the real interface.
-    from calimon.backends import build_backend
-    from calimon.engines import MonitorSpec
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
 
     real = build_backend(MonitorSpec(model="smollm2-135m", options={"device": "cpu"}))
     fake = FakeBackend(smol)
@@ -395,7 +395,7 @@ def test_fake_backend_matches_the_backend_interface(smol):
 
 
 def test_the_control_note_matches_the_reviewer_note_but_asks_nothing():
-    from calimon.robustness.attacks import CONTROL_NOTE
+    from calimon.studies.robustness.attacks import CONTROL_NOTE
 
     assert abs(len(CONTROL_NOTE) - len(REVIEWER_NOTE)) < 20
     for word in ("review", "approv", "misbehav", "answer", " No", "safe"):
@@ -408,7 +408,7 @@ def test_an_inverted_map_stops_the_study_unless_kept_and_none_reads_the_raw_scor
     map fits decreasing. The study stops as `calimon curve` does; --allow-inverted keeps and
     records it; --calibration none reads thresholds on the raw score."""
     from calimon.errors import InvertedMapError
-    from calimon.robustness.study import run_robustness
+    from calimon.studies.robustness.study import run_robustness
 
     fake_factory(monkeypatch)
     swapped = [dataclasses.replace(x, label=not x.label,

@@ -18,8 +18,9 @@ from test_robustness import FENCED, _code_of
 from typer.testing import CliRunner
 
 from calimon.errors import InputError
-from calimon.robustness.adaptive import candidate_order, search
-from calimon.robustness.attacks import (
+from calimon.samples import Sample, write_samples
+from calimon.studies.robustness.adaptive import candidate_order, search
+from calimon.studies.robustness.attacks import (
     CODE_COMMENT,
     COMMENT_LINES,
     CONTROL_NOTE,
@@ -27,8 +28,7 @@ from calimon.robustness.attacks import (
     REVIEWER_NOTE,
     ROLE_MARKERS,
 )
-from calimon.robustness.edits import PHRASES, apply_edits, keeps_misbehavior, positions
-from calimon.samples import Sample, write_samples
+from calimon.studies.robustness.edits import PHRASES, apply_edits, keeps_misbehavior, positions
 
 SAMPLES = toy_samples(2) + FENCED
 
@@ -235,7 +235,7 @@ def test_cli_adaptive_refuses_bad_flags_in_one_line(smol, tmp_path, monkeypatch,
 
 
 def test_nothing_flagged_means_nothing_searched_and_no_rate(smol, tmp_path, monkeypatch):
-    from calimon.robustness.adaptive_study import AdaptiveSettings, run_adaptive
+    from calimon.studies.robustness.adaptive_study import AdaptiveSettings, run_adaptive
 
     made = fake_factory(monkeypatch)
     # Labels swapped: the monitor scores the benign (hard-coded) replies highest; the isotonic

@@ -25,7 +25,7 @@ def _report_module():
 
 
 def _runs(smol, tmp_path, monkeypatch, n_pairs=8):
-    from calimon.robustness.study import RobustnessSettings, run_robustness
+    from calimon.studies.robustness.study import RobustnessSettings, run_robustness
 
     fake_factory(monkeypatch)
     bench = write_samples(toy_samples(n_pairs), tmp_path / f"toy{n_pairs}.jsonl")

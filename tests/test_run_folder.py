@@ -14,11 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import det_curve
 
-from calimon.class_support import MIN_PER_CLASS_CALIBRATION
-from calimon.curve_outputs import write_curve_outputs, write_token_scores
 from calimon.deploy.io import read_scored_csv
 from calimon.errors import InputError
-from calimon.pipeline import CurveSettings
+from calimon.numerics.class_support import MIN_PER_CLASS_CALIBRATION
 from calimon.report.data import read_rows
 from calimon.run_folder import (
     CURVE_COLUMNS,
@@ -29,6 +27,8 @@ from calimon.run_folder import (
     write_curve_csv,
 )
 from calimon.samples import Sample
+from calimon.studies.curve.outputs import write_curve_outputs, write_token_scores
+from calimon.studies.curve.run import CurveSettings
 from calimon.verdict import Verdict
 
 PROVENANCE = {"model": "toy", "model_revision": "rev0", "model_path": "/nowhere",
@@ -60,7 +60,7 @@ def _write_run(out: Path, pairs, calib_pairs) -> dict:
     # is checked here is that curve.csv reproduces curve.json, whatever the map's direction
     s = CurveSettings(model="toy", benchmark="toy", methods=("platt",), n_boot=0,
                       binary_prompts=(), split=split, allow_inverted=True)
-    with mock.patch("calimon.curve_outputs._plots"):  # the PNGs play no part here
+    with mock.patch("calimon.studies.curve.outputs._plots"):  # the PNGs play no part here
         return write_curve_outputs(out, s, evaluate=evaluate, fit=fit,
                                    readings=readings | fit_readings, binary_set=[],
                                    binary_readings={}, provenance=PROVENANCE)
@@ -76,7 +76,7 @@ def _points(summary: dict) -> list[tuple[float, float, float]]:
 
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-# sized to the class-size rule (calimon.class_support): a curve and a fitted map on every draw
+# sized to the class-size rule (calimon.numerics.class_support): a curve and a fitted map on every draw
 @given(pairs=st.lists(st.tuples(SCORES, SCORES), min_size=MIN_PER_CLASS_CALIBRATION,
                       max_size=40),
        calib=st.one_of(st.just([]), st.lists(st.tuples(SCORES, SCORES),

@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 
 from calimon.deploy.policy_file import Audit, Policy, save_policy
+from calimon.scoring.store import MonitorKey
 from calimon.serve import Batching, Limits, ServeSettings
 from calimon.serve.app import create_app
 from calimon.serve.decision_log import SQLiteDecisionLog
 from calimon.serve.loading import ServedMonitor
 from calimon.serve.service import Service
-from calimon.store import MonitorKey
 from calimon.verdict import Verdict
 
 KEY = "unit-key"

@@ -1,4 +1,4 @@
-"""calimon.shift: two-sample test, density ratios, shift-aware certificates and abstention."""
+"""calimon.studies.shift: two-sample test, density ratios, shift-aware certificates and abstention."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ import pytest
 from scipy.stats import norm
 
 from calimon.errors import InputError
-from calimon.shift.certify import (
+from calimon.studies.shift.certify import (
     kish_ess,
     labels_needed,
     rejection_sample,
     shift_certificate,
     weighted_rates,
 )
-from calimon.shift.check import check_sides, shift_check, shift_thresholds
-from calimon.shift.detect import two_sample_test
-from calimon.shift.features import build_view
-from calimon.shift.sides import new_side, run_transcripts
-from calimon.shift.synthetic import synthetic_traffic, write_synthetic_shift
+from calimon.studies.shift.check import check_sides, shift_check, shift_thresholds
+from calimon.studies.shift.detect import two_sample_test
+from calimon.studies.shift.features import build_view
+from calimon.studies.shift.sides import new_side, run_transcripts
+from calimon.studies.shift.synthetic import synthetic_traffic, write_synthetic_shift
 
 
 def _side(rng, n, words):
@@ -155,7 +155,7 @@ def test_state_group_is_reduced_and_used():
     a["state"], b["state"] = rng.normal(size=(60, 100)), rng.normal(1.0, 1, size=(60, 100))
     view = build_view(a, b, text_dims=8)
     assert view.groups["state"].size == 8
-    from calimon.shift.sides import Side
+    from calimon.studies.shift.sides import Side
 
     def side(d):
         return Side("x", tuple(map(str, range(60))), tuple(d["request"]),
@@ -167,7 +167,7 @@ def test_state_group_is_reduced_and_used():
 
 
 def test_run_check_line_compares_a_runs_calib_rows_with_its_other_rows(tmp_path):
-    from calimon.shift.check import run_check_line
+    from calimon.studies.shift.check import run_check_line
 
     paths = write_synthetic_shift(tmp_path, n_calib=100, n_new=20)
     line = run_check_line(paths["calib"], permutations=10)
@@ -202,7 +202,7 @@ def test_cli_shift_json_and_thresholds_with_a_new_set(tmp_path):
 def test_the_line_names_a_driver_only_for_a_found_shift_above_chance():
     from dataclasses import replace
 
-    from calimon.shift.detect import ShiftReport
+    from calimon.studies.shift.detect import ShiftReport
 
     base = ShiftReport(n_calib=100, n_new=50, auroc=0.46, p_value=0.8, permutations=100,
                        by_group={"score": 0.44, "text": 0.41}, outside_share=0.0,

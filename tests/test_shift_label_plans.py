@@ -7,7 +7,7 @@ import types
 
 import numpy as np
 
-from calimon.shift.check import certify_sides
+from calimon.studies.shift.check import certify_sides
 
 
 def _report_and_rows(n: int = 80, seed: int = 1):

@@ -13,8 +13,8 @@ from calimon.cli import app
 from calimon.deploy.io import write_synthetic_run
 from calimon.deploy.policy_file import Audit, load_policy
 from calimon.errors import InputError
-from calimon.shift.recert_run import read_labels, recertify_files
-from calimon.shift.recertify import (
+from calimon.studies.shift.recert_run import read_labels, recertify_files
+from calimon.studies.shift.recertify import (
     Stratum,
     audit_labels_needed,
     count_lower,

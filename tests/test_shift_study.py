@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from calimon.heads.features import FeatureSet
-from calimon.shift.synthetic import synthetic_traffic
+from calimon.scoring.probes.features import FeatureSet
+from calimon.studies.shift.synthetic import synthetic_traffic
 
 STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "shift"
 sys.path.insert(0, str(STUDY))  # run_shift imports its sibling `extract`

@@ -1,4 +1,4 @@
-"""The harmful-or-harmless shift verdict (calimon.shift.verdict): a shift the certificate does not
+"""The harmful-or-harmless shift verdict (calimon.studies.shift.verdict): a shift the certificate does not
 care about is told apart from one that breaks it, without labels of the new traffic."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from calimon.shift.check import certify_sides, check_sides
-from calimon.shift.sides import Side
-from calimon.shift.synthetic import write_synthetic_shift
-from calimon.shift.verdict import BREAKS, HOLDS, NO_SHIFT, far_floor
+from calimon.studies.shift.check import certify_sides, check_sides
+from calimon.studies.shift.sides import Side
+from calimon.studies.shift.synthetic import write_synthetic_shift
+from calimon.studies.shift.verdict import BREAKS, HOLDS, NO_SHIFT, far_floor
 
 CHAT = "please explain recipe travel weather story movie friend advice history music".split()
 OTHER = "invoice ledger audit tax payroll budget quarter revenue margin forecast".split()
@@ -87,7 +87,7 @@ def test_cli_prints_the_verdict_first_and_in_json(tmp_path):
                                  "--permutations", "20"])
     assert r.exit_code == 0, r.output
     first = r.output.splitlines()[0]
-    # code-heavy traffic raises the benign scores (calimon.shift.synthetic): harmful
+    # code-heavy traffic raises the benign scores (calimon.studies.shift.synthetic): harmful
     assert first.startswith("FAR <= 0.1: SHIFT BREAKS THE CERTIFICATE")
     r = CliRunner().invoke(app, ["shift", str(paths["calib"]), str(paths["new"]), "--far", "0.1",
                                  "--mr", "0.5", "--permutations", "20", "--json"])
@@ -109,7 +109,7 @@ def test_a_weighted_estimate_on_a_few_heavy_weights_is_not_an_alarm():
     from types import SimpleNamespace
 
     from calimon.deploy.guarantees import certify_far
-    from calimon.shift.verdict import shift_verdict
+    from calimon.studies.shift.verdict import shift_verdict
 
     rng = np.random.default_rng(0)
     s = np.r_[rng.random(200) * 0.5, 0.5 + rng.random(200) * 0.5]

@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from calimon.errors import InputError
-from calimon.spans.grounding import GroundedSpan, ground_quote, ground_quotes, normalize
+from calimon.studies.spans.grounding import GroundedSpan, ground_quote, ground_quotes, normalize
 
 
 def _at(span: GroundedSpan, text: str) -> str:

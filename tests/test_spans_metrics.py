@@ -5,9 +5,8 @@ import math
 import pytest
 
 from calimon.errors import InputError
-from calimon.samples import Sample
-from calimon.spans.grounding import ground_quotes
-from calimon.spans.metrics import (
+from calimon.numerics.segments import segment
+from calimon.numerics.span_metrics import (
     ScoredSpan,
     as_scored_spans,
     char_iou,
@@ -23,7 +22,8 @@ from calimon.spans.metrics import (
     spans_from_token_scores,
     to_markdown,
 )
-from calimon.spans.segments import segment
+from calimon.samples import Sample
+from calimon.studies.spans.grounding import ground_quotes
 
 
 def test_char_prf_counts_overlaps_once():

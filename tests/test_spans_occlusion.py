@@ -15,14 +15,15 @@ import numpy as np
 import pytest
 from conftest import toy_samples
 
-from calimon.backends.base import BackendBase
 from calimon.errors import InputError
-from calimon.monitor import Monitor
+from calimon.numerics.span_metrics import ScoredSpan
 from calimon.prompts import load_prompt
 from calimon.samples import Sample
-from calimon.spans.grounding import ground_quotes
-from calimon.spans.metrics import ScoredSpan
-from calimon.spans.occlusion import (
+from calimon.scoring.backends.base import BackendBase
+from calimon.scoring.monitor import Monitor
+from calimon.scoring.store import RunStore
+from calimon.studies.spans.grounding import ground_quotes
+from calimon.studies.spans.occlusion import (
     Occlusion,
     PrefixSharingBackend,
     SegmentScore,
@@ -36,7 +37,6 @@ from calimon.spans.occlusion import (
     shared_tokens,
     store_scorer,
 )
-from calimon.store import RunStore
 
 # -- fakes ------------------------------------------------------------------------------------
 SPECIAL = ["<pad>", "Yes", "No", "true", "false"]

@@ -6,9 +6,9 @@ import re
 import pytest
 
 from calimon.errors import InputError
-from calimon.spans.grounding import ground_quotes
-from calimon.spans.metrics import ScoredSpan
-from calimon.spans.render import pieces, render_html, render_terminal
+from calimon.numerics.span_metrics import ScoredSpan
+from calimon.studies.spans.grounding import ground_quotes
+from calimon.studies.spans.render import pieces, render_html, render_terminal
 
 _TAG = re.compile(r"<[^>]+>")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

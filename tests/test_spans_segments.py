@@ -5,8 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calimon.errors import InputError
-from calimon.spans.grounding import ground_quote
-from calimon.spans.segments import (
+from calimon.numerics.segments import (
     Segment,
     auto_kind,
     has_turns,
@@ -14,6 +13,7 @@ from calimon.spans.segments import (
     mask_spans,
     segment,
 )
+from calimon.studies.spans.grounding import ground_quote
 
 
 def test_lines_skip_blank_and_trim_indent():

@@ -13,12 +13,12 @@ from conftest import toy_samples
 from test_spans_occlusion import FakeBackend, one_thread  # noqa: F401 (fixture)
 from typer.testing import CliRunner
 
-import calimon.spans.study as study_mod
+import calimon.studies.spans.study as study_mod
 from calimon.cli.spans import register
 from calimon.errors import InputError
+from calimon.numerics.span_metrics import random_baseline, span_row_from_sample
 from calimon.samples import write_samples
-from calimon.spans.metrics import random_baseline, span_row_from_sample
-from calimon.spans.study import (
+from calimon.studies.spans.study import (
     SpanSettings,
     _sample_chunks,
     evidence_list,
@@ -159,7 +159,7 @@ def test_random_floor_draws_from_merged_units(bench, tmp_path):
 
 
 def test_sample_chunks_keep_a_samples_variants_together(monkeypatch):
-    monkeypatch.setattr("calimon.spans.study.VARIANTS_PER_CALL", 10)
+    monkeypatch.setattr("calimon.studies.spans.study.VARIANTS_PER_CALL", 10)
     assert _sample_chunks([4, 4, 4, 12, 1, 1]) == [(0, 2), (2, 3), (3, 4), (4, 6)]
     assert _sample_chunks([]) == []
 

@@ -1,4 +1,4 @@
-from calimon.store import MonitorKey, RunStore
+from calimon.scoring.store import MonitorKey, RunStore
 from calimon.verdict import Verdict
 
 KEY = MonitorKey("m", "rev1", "direct", "abc", "verdict")

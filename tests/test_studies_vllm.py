@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from conftest import toy_samples
 
-from calimon.engines import BackendSettings
 from calimon.samples import write_samples
+from calimon.scoring.engines import BackendSettings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
@@ -24,7 +24,7 @@ def bench(tmp_path_factory):
 
 
 def study(bench, store, settings):
-    from calimon.spans.study import SpanSettings, run_span_study
+    from calimon.studies.spans.study import SpanSettings, run_span_study
 
     return run_span_study(SpanSettings(**vars(settings), benchmark=bench, max_segments=4,
                                        store=store))

@@ -120,8 +120,8 @@ def test_chat_template_renders_as_qwen3(tok):
 
 
 def test_the_monitor_prompt_ends_in_qwen3s_no_think_turn(tiny_qwen3_backend):
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.monitor import Monitor
 
     tok = tiny_qwen3_backend.tokenizer
     enc = Monitor(tiny_qwen3_backend, load_prompt("direct"), "verdict").encoder
@@ -137,7 +137,7 @@ def test_the_monitor_prompt_ends_in_qwen3s_no_think_turn(tiny_qwen3_backend):
 
 
 def test_answer_tokens_cover_qwens_surface_forms(tok):
-    from calimon.readouts import answer_token_ids
+    from calimon.numerics.readouts import answer_token_ids
 
     forms = {}
     for readout in ("verdict", "json"):
@@ -151,8 +151,8 @@ def test_answer_tokens_cover_qwens_surface_forms(tok):
 
 
 def test_prefix_caching_matches_a_plain_forward(tiny_qwen3_backend):
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.monitor import Monitor
 
     be = tiny_qwen3_backend
     enc = Monitor(be, load_prompt("direct"), "verdict").encoder
@@ -164,9 +164,9 @@ def test_prefix_caching_matches_a_plain_forward(tiny_qwen3_backend):
 
 
 def test_probe_capture_equals_a_plain_forward(tiny_qwen3_backend):
-    from calimon.heads.capture import CaptureSpec
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.monitor import Monitor
+    from calimon.scoring.probes.capture import CaptureSpec
 
     be = tiny_qwen3_backend
     enc = Monitor(be, load_prompt("direct"), "verdict").encoder

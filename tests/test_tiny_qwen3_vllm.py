@@ -10,9 +10,9 @@ import json
 import pytest
 from conftest import toy_samples
 
-from calimon.backends.http_backend import HTTPBackend
-from calimon.monitor import Monitor
 from calimon.prompts import load_prompt
+from calimon.scoring.backends.http_backend import HTTPBackend
+from calimon.scoring.monitor import Monitor
 
 pytestmark = [pytest.mark.vllm]
 

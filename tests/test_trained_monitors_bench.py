@@ -11,8 +11,8 @@ from conftest import toy_samples
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "heads"))
 
-from calimon.heads.features import FeatureSet  # noqa: E402
-from calimon.metrics import auroc  # noqa: E402
+from calimon.numerics.metrics import auroc  # noqa: E402
+from calimon.scoring.probes.features import FeatureSet  # noqa: E402
 
 
 def _feature_set(n_pairs=24, seed=0):
@@ -70,7 +70,7 @@ def _paired_with_shortcut(rng, n_pairs, n_unpaired):
 def test_pair_ranking_ignores_a_shortcut_that_only_unpaired_samples_carry():
     from recipes_bench import fit_pairwise
 
-    from calimon.heads.head import ProbeHead
+    from calimon.scoring.probes.head import ProbeHead
 
     rng = np.random.default_rng(0)
     X, y, pairs = _paired_with_shortcut(rng, 300, 300)
@@ -94,7 +94,7 @@ def test_pair_ranking_ignores_a_shortcut_that_only_unpaired_samples_carry():
 
 def _with_copies(fs):
     """``fs`` plus one augmented copy of every train sample (as load_features adds them)."""
-    from calimon.heads.augment import augment_samples
+    from calimon.studies.heads.augment import augment_samples
 
     train = [s for s in fs.samples if s.split == "train"]
     extra = augment_samples(train, ["all"], copies=1, seed=0)

@@ -356,8 +356,14 @@ def _head_fixture(root: Path):
     """A small valid logistic head saved under root/m/; returns (card path, model ref)."""
     from types import SimpleNamespace
 
-    from calimon.heads.artifacts import BaseModelRef, HeadCard, PromptRef, TrainingRef, save_head
-    from calimon.heads.head import ProbeHead
+    from calimon.scoring.probes.artifacts import (
+        BaseModelRef,
+        HeadCard,
+        PromptRef,
+        TrainingRef,
+        save_head,
+    )
+    from calimon.scoring.probes.head import ProbeHead
 
     d = 8
     head = ProbeHead("sequence", "logistic", 3, {"mean": np.zeros(d), "scale": np.ones(d),
@@ -375,7 +381,7 @@ def _head_fixture(root: Path):
 
 
 def _load_head(path, ref):
-    from calimon.heads.artifacts import load_head
+    from calimon.scoring.probes.artifacts import load_head
 
     try:
         return load_head(path, model_ref=ref, hidden_size=8)
@@ -387,7 +393,7 @@ def _save_weights(path: Path, params: dict) -> str:
     """Write params as safetensors; returns the hash a card must carry for them."""
     from safetensors.numpy import save_file
 
-    from calimon.heads.head import params_hash
+    from calimon.scoring.probes.head import params_hash
 
     save_file(params, str(path))
     return params_hash(params)
@@ -407,7 +413,7 @@ def test_a_saved_head_loads_and_checks_its_hash(tmp_path):
 @pytest.mark.parametrize("name", ["../m/h", "/etc/passwd", ".h", "h/../../x", ""])
 def test_head_names_cannot_leave_the_heads_folder(tmp_path, name):
     _, ref = _head_fixture(tmp_path)
-    from calimon.heads.artifacts import load_head
+    from calimon.scoring.probes.artifacts import load_head
 
     with pytest.raises(CalimonError):
         load_head(name, model_ref=ref, root=tmp_path)

@@ -1,4 +1,4 @@
-"""The window truncation policy (calimon.windows): overlapping windows cover a long response,
+"""The window truncation policy (calimon.scoring.windows): overlapping windows cover a long response,
 each fits the input limit, their readings aggregate (max by default) into one per transcript,
 probe spans shift back into the whole response, the store key and curve.json record it."""
 
@@ -7,15 +7,15 @@ import pytest
 from calimon.errors import ConfigError
 from calimon.prompts import PromptEncoder, load_prompt
 from calimon.samples import Sample
-from calimon.store import MonitorKey
-from calimon.verdict import Verdict
-from calimon.windows import (
+from calimon.scoring.store import MonitorKey
+from calimon.scoring.windows import (
     WindowedMonitor,
     WindowPolicy,
     parse_truncation,
     truncation_record,
     window_spans,
 )
+from calimon.verdict import Verdict
 
 LIMIT = 420
 
@@ -126,7 +126,7 @@ def test_the_store_key_and_the_record_name_the_policy(tokenizer):
 
 
 def test_the_spec_builds_a_windowed_monitor_and_settings_refuse_a_bad_policy():
-    from calimon.engines import MonitorSpec, RunSettings
+    from calimon.scoring.engines import MonitorSpec, RunSettings
 
     spec = RunSettings(truncation="window:mean").spec()
     assert spec.truncation == "window:mean"
@@ -140,10 +140,10 @@ def test_a_curve_run_reads_windows_and_records_the_policy(smol, tmp_path, monkey
 
     from test_engine_ray import StandInBackend  # noqa: F401 - the backend the run names
 
-    from calimon.backends import BACKENDS
-    from calimon.pipeline import CurveSettings, run_curve
     from calimon.samples import write_samples
-    from calimon.store import RunStore
+    from calimon.scoring.backends import BACKENDS
+    from calimon.scoring.store import RunStore
+    from calimon.studies.curve.run import CurveSettings, run_curve
 
     monkeypatch.setitem(BACKENDS, "stand-in", "test_engine_ray:StandInBackend")
     rows = []
@@ -173,7 +173,7 @@ def test_a_curve_run_reads_windows_and_records_the_policy(smol, tmp_path, monkey
 @pytest.mark.model
 @pytest.mark.parametrize("readout", ["verdict", "probe:amb-open-monitor"])
 def test_prompted_and_probe_monitors_read_windows_on_smollm2(smol_backend, readout):
-    from calimon.engines import MonitorSpec
+    from calimon.scoring.engines import MonitorSpec
 
     spec = MonitorSpec(readout=readout, max_input_tokens=400, truncation="window")
     mon = spec.build(smol_backend)

@@ -16,11 +16,11 @@ OUT = Path(__file__).resolve().parent / "humaneval-pairs-lengths.json"
 
 def main() -> Path:
     """Encode every transcript (tokenizer only, no weights) and write the lengths."""
-    from calimon.backends import backend_options, build_backend
     from calimon.data.registry import load_benchmark
-    from calimon.engines import MonitorSpec
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.backends import backend_options, build_backend
+    from calimon.scoring.engines import MonitorSpec
+    from calimon.scoring.monitor import Monitor
 
     backend = build_backend(MonitorSpec(model="smollm2-135m",
                                         options=backend_options("transformers", {})))

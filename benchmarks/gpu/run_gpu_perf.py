@@ -228,9 +228,9 @@ def _calimon_parts():
         sys.path.insert(0, str(ROOT))
     try:
         import calimon
-        from calimon.backends.capture import CaptureSpec
-        from calimon.backends.transformers_backend import TransformersBackend
         from calimon.models import ModelConfig, ModelSource, ResolvedModel
+        from calimon.scoring.backends.capture import CaptureSpec
+        from calimon.scoring.backends.transformers_backend import TransformersBackend
     except ImportError as exc:
         return None, f"{type(exc).__name__}: {exc}"
 

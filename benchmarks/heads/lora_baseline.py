@@ -67,12 +67,12 @@ def main(argv=None) -> int:
 
     import torch
 
-    from calimon.backends import build_backend
-    from calimon.engines import MonitorSpec
-    from calimon.heads.lora import LoraSettings, load_lora_verdict, train_lora_verdict
     from calimon.models import resolve_model
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
+    from calimon.scoring.monitor import Monitor
+    from calimon.studies.heads.lora import LoraSettings, load_lora_verdict, train_lora_verdict
 
     torch.set_num_threads(args.threads)
     samples = [s for s in load_benchmark(args.benchmark) if s.label is not None]

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from calimon.data.registry import load_benchmark
-from calimon.metrics import auroc
+from calimon.numerics.metrics import auroc
 
 
 def split_by_overlap(run: Path, train: str, key: str) -> dict[str, list[dict]]:

@@ -11,7 +11,7 @@ hyper-parameter is chosen by pair-grouped CV on ``fs_train`` alone.
 - ``attention``: an attention-pooled probe on layer 15's per-token states (McKenzie et al.
   2025), its L2 weight by CV.
 - ``augmented``: the ``logistic`` recipe on train plus one rewritten copy of every train
-  transcript, both classes (`calimon.heads.augment`: neutral notes, fake verdicts,
+  transcript, both classes (`calimon.studies.heads.augment`: neutral notes, fake verdicts,
   instructions, reviewer notes, role markers). ``uses_copies`` tells the harness to add them.
 """
 
@@ -20,8 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from calimon.calibration.crossfit import make_folds
-from calimon.heads.head import ProbeHead, standardizer
-from calimon.heads.train import (
+from calimon.numerics.metrics import auroc
+from calimon.scoring.probes.head import ProbeHead, standardizer
+from calimon.studies.heads.train import (
     ATTENTION_EPOCHS,
     ATTENTION_WDS,
     fit_attention_head,
@@ -30,7 +31,6 @@ from calimon.heads.train import (
     head_scores,
     layer_sweep,
 )
-from calimon.metrics import auroc
 
 SWEEP_LAYERS = (4, 8, 12, 15, 17, 20, 24, 28)
 MULTI_LAYERS = (8, 12, 16, 20, 24, 28)
@@ -65,8 +65,8 @@ def _concat(fs) -> np.ndarray:
 
 def multilayer(fs_train, seed: int):
     """Several mean-pooled layers side by side, one logistic head, C by CV."""
-    from calimon.heads.head import fit_logistic
-    from calimon.heads.train import oof_scores
+    from calimon.scoring.probes.head import fit_logistic
+    from calimon.studies.heads.train import oof_scores
 
     X, y, g = _concat(fs_train), fs_train.y, fs_train.groups
     cv = {C: auroc(oof_scores(X, y, g, C=C, n_splits=3, seed=seed), y) for C in CS}
@@ -141,8 +141,8 @@ def pairwise(fs_train, seed: int):
 def token_span_figures(head, fs, rows: np.ndarray) -> dict:
     """Character F1 and hit@1 of a token head's spans (its CV-picked threshold) against the
     gold spans of the misbehaving samples among ``rows``."""
-    from calimon.heads.train import span_rows, token_probs
-    from calimon.spans.metrics import span_metrics
+    from calimon.numerics.span_metrics import span_metrics
+    from calimon.studies.heads.train import span_rows, token_probs
 
     sub = fs.subset(rows)
     got = span_rows(sub, [token_probs(head, sub, i) for i in range(len(sub.samples))],
@@ -168,7 +168,7 @@ def token(fs_train, seed: int):
 
 def attention(fs_train, seed: int):
     """Attention pooling over layer 15's tokens; the L2 weight by pair-grouped CV
-    (`calimon.heads.train.fit_attention_head`, the recipe `calimon heads train --estimator
+    (`calimon.studies.heads.train.fit_attention_head`, the recipe `calimon heads train --estimator
     attention` saves)."""
     head = fit_attention_head(fs_train, TOKEN_LAYER, weight_decays=ATTENTION_WDS,
                               epochs=ATTENTION_EPOCHS, n_splits=3, seed=seed).head

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calimon.heads.evaluate import evaluate_readout
+from calimon.studies.heads.evaluate import evaluate_readout
 
 
 def f(x, nd=3) -> str:

@@ -23,11 +23,13 @@ import numpy as np
 
 from calimon import __version__
 from calimon.data.registry import load_benchmark, manifest
-from calimon.heads.capture import POOLINGS
-from calimon.heads.evaluate import evaluate_readout, transfer_matrix
-from calimon.heads.features import extract_features
-from calimon.heads.head import ProbeHead, fit_logistic
-from calimon.heads.train import (
+from calimon.numerics.metrics import auroc
+from calimon.scoring.probes.capture import POOLINGS
+from calimon.scoring.probes.features import extract_features
+from calimon.scoring.probes.head import ProbeHead, fit_logistic
+from calimon.selection import dataset_hash, select_pairs
+from calimon.studies.heads.evaluate import evaluate_readout, transfer_matrix
+from calimon.studies.heads.train import (
     DEFAULT_CS,
     fit_sequence_head,
     fit_token_head,
@@ -36,9 +38,7 @@ from calimon.heads.train import (
     oof_scores,
     token_probs,
 )
-from calimon.heads.workflow import default_token_layers
-from calimon.metrics import auroc
-from calimon.selection import dataset_hash, select_pairs
+from calimon.studies.heads.workflow import default_token_layers
 
 
 def timed(fn, *args, **kwargs):
@@ -73,10 +73,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/heads/out"))
     args = ap.parse_args(argv)
 
-    from calimon.backends import build_backend
-    from calimon.engines import MonitorSpec
     from calimon.models import resolve_model
     from calimon.prompts import load_prompt
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
 
     samples = [s for s in load_benchmark(args.benchmark) if s.label is not None]
     limits = {"train": args.train_limit, "calib": args.eval_limit[0], "test": args.eval_limit[1]}
@@ -221,13 +221,13 @@ def analyze(fs_all, token_layers, seed: int = 0) -> dict:
 
 
 def _span_figures(head, fs) -> dict:
-    from calimon.heads.labels import span_offsets
-    from calimon.spans.metrics import (
+    from calimon.numerics.span_metrics import (
         random_baseline,
         span_metrics,
         span_row_from_sample,
         spans_from_token_scores,
     )
+    from calimon.scoring.probes.labels import span_offsets
 
     rows = []
     for i, s in enumerate(fs.samples):
@@ -240,7 +240,7 @@ def _span_figures(head, fs) -> dict:
 
 
 def _save_heads(args, best, token_layer) -> list[str]:
-    from calimon.heads.workflow import HeadTrainSettings, train_head
+    from calimon.studies.heads.workflow import HeadTrainSettings, train_head
 
     out = []
     # evaluate=False: the test figures of these heads are the ones in heads.md (this run)

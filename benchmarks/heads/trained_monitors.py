@@ -41,15 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recipes_bench import DEFAULT, RECIPES  # noqa: E402
 
 from calimon import __version__  # noqa: E402
-from calimon.bootstrap import resample_weights  # noqa: E402
 from calimon.calibration.crossfit import fit_on_split  # noqa: E402
-from calimon.curves import Curve  # noqa: E402
 from calimon.data.registry import load_benchmark, manifest  # noqa: E402
-from calimon.heads.augment import augment_samples  # noqa: E402
-from calimon.heads.features import extract_features  # noqa: E402
-from calimon.heads.workflow import default_token_layers  # noqa: E402
-from calimon.metrics import auroc, ece  # noqa: E402
+from calimon.numerics.bootstrap import resample_weights  # noqa: E402
+from calimon.numerics.curves import Curve  # noqa: E402
+from calimon.numerics.metrics import auroc, ece  # noqa: E402
+from calimon.scoring.probes.features import extract_features  # noqa: E402
 from calimon.selection import dataset_hash, select_pairs  # noqa: E402
+from calimon.studies.heads.augment import augment_samples  # noqa: E402
+from calimon.studies.heads.workflow import default_token_layers  # noqa: E402
 
 FAR = 0.05
 FLAGGED_CELLS = ("safety/qa", "spec_gaming/code")  # above the audit's targets (datasheet)
@@ -199,9 +199,9 @@ def lora_rows(path: Path, fs, masks, args) -> list[dict]:
 
 def load_features(args):
     """The cached capture of the selected train, calib and test samples."""
-    from calimon.backends import build_backend
-    from calimon.engines import MonitorSpec
     from calimon.prompts import load_prompt
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
 
     samples = [s for s in load_benchmark(args.benchmark) if s.label is not None]
     limits = {"train": args.train_limit, "calib": args.eval_limit[0], "test": args.eval_limit[1]}

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from calimon.bootstrap import bootstrap_band
+from calimon.numerics.bootstrap import bootstrap_band
 
 
 def main(n_pairs: int = 1000, n_boot: int = 200, repeats: int = 7) -> None:

@@ -16,11 +16,11 @@ import time
 
 
 def _case(backend, prompt, decoding, samples):
-    from calimon.monitor import Monitor
+    from calimon.scoring.monitor import Monitor
 
     mon = Monitor(backend, prompt, "binary", decoding=decoding)
     if mon.constraint is not None:  # the index is built once per run: not in the timing
-        from calimon.backends.constrained import regex_index
+        from calimon.scoring.backends.constrained import regex_index
 
         regex_index(backend.tokenizer, mon.constraint.regex)
     start = time.perf_counter()
@@ -41,11 +41,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    from calimon.backends import build_backend
     from calimon.data.registry import load_benchmark
-    from calimon.engines import MonitorSpec
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
+    from calimon.scoring.monitor import Monitor
     from calimon.selection import select_pairs
 
     backend = build_backend(MonitorSpec(model=args.model, options={"device": "cpu"}))

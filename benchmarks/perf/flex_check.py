@@ -4,7 +4,7 @@ one sdpa call per document, on one packed sequence (3 documents, 1,200 tokens, 9
     python benchmarks/perf/flex_check.py
 
 Prints seconds of each and the largest difference of their outputs; one thread. Why calimon's
-packed batches (calimon/backends/layout_attention.py) call sdpa per document.
+packed batches (calimon/scoring/backends/layout_attention.py) call sdpa per document.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE))
 
 
 def _backend(ctx, **kwargs):
-    from calimon.backends.transformers_backend import TransformersBackend
+    from calimon.scoring.backends.transformers_backend import TransformersBackend
 
     return TransformersBackend.from_loaded(ctx.ref, ctx.model, ctx.tokenizer, **kwargs)
 
@@ -142,11 +142,11 @@ def context(args):
     """The loaded model, tokenizer, encoder and samples shared by every case."""
     import torch
 
-    from calimon.backends import backend_options, build_backend
     from calimon.data.registry import load_benchmark
-    from calimon.engines import MonitorSpec
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.backends import backend_options, build_backend
+    from calimon.scoring.engines import MonitorSpec
+    from calimon.scoring.monitor import Monitor
     from calimon.selection import select_pairs
 
     torch.set_num_threads(args.threads)

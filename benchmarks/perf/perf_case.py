@@ -184,9 +184,9 @@ class Timed:
 
 
 def make_backend(case: dict):
-    """The case's backend, made by `calimon.backends.build_backend` from the case's options."""
-    from calimon.backends import build_backend
-    from calimon.engines import MonitorSpec
+    """The case's backend, made by `calimon.scoring.backends.build_backend` from the case's options."""
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
 
     name = case.get("backend", "transformers")
     if name == "http":
@@ -211,8 +211,8 @@ def make_backend(case: dict):
 
 def monitor_case(case: dict) -> dict:
     from calimon.models import resolve_model
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.monitor import Monitor
 
     model = resolve_model(case.get("model", "smollm2-135m"))
     shape = Shape.from_config(model.path)
@@ -259,10 +259,10 @@ def forward_case(case: dict) -> dict:
 
     import torch
 
-    from calimon.backends import build_backend
-    from calimon.engines import MonitorSpec
     from calimon.models import resolve_model
     from calimon.prompts import encoder_for, load_prompt
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
 
     model = resolve_model(case.get("model", "smollm2-135m"))
     shape = Shape.from_config(model.path)
@@ -315,9 +315,9 @@ def probe_case(case: dict) -> dict:
     with fixed stand-in weights; `truncate` keeps only the layers up to the probe's layer."""
     import numpy as np
 
-    from calimon.heads.capture import CaptureSpec
     from calimon.models import resolve_model
     from calimon.prompts import encoder_for, load_prompt
+    from calimon.scoring.probes.capture import CaptureSpec
 
     model = resolve_model(case.get("model", "smollm2-135m"))
     shape = Shape.from_config(model.path)
@@ -358,9 +358,9 @@ def probe_case(case: dict) -> dict:
 def store_case(case: dict) -> dict:
     import tempfile
 
-    from calimon.monitor import Monitor, score_with_store
     from calimon.prompts import load_prompt
-    from calimon.store import RunStore
+    from calimon.scoring.monitor import Monitor, score_with_store
+    from calimon.scoring.store import RunStore
 
     backend = make_backend(case)
     mon = Monitor(backend, load_prompt(case["prompt"]), case["readout"])
@@ -381,8 +381,8 @@ def profile_case(case: dict) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from calimon.monitor import Monitor
     from calimon.prompts import load_prompt
+    from calimon.scoring.monitor import Monitor
 
     backend = make_backend(case)
     mon = Monitor(backend, load_prompt(case["prompt"]), "verdict")

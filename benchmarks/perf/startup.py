@@ -32,7 +32,7 @@ BOOT = r'''
 import json, os, resource, sys, time
 HEAVY = json.loads(os.environ["CALIMON_STARTUP_HEAVY"])
 t0 = float(os.environ["CALIMON_STARTUP_T0"])
-import calimon.backends.transformers_backend as tb
+import calimon.scoring.backends.transformers_backend as tb
 
 def first_forward(self, *args, **kwargs):
     ru = resource.getrusage(resource.RUSAGE_SELF)

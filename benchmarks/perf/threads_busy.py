@@ -25,10 +25,10 @@ from pathlib import Path
 
 CASE = r"""
 import json, sys, time
-from calimon.backends.transformers_backend import TransformersBackend
+from calimon.scoring.backends.transformers_backend import TransformersBackend
 from calimon.data.registry import load_benchmark
 from calimon.models import resolve_model
-from calimon.monitor import Monitor
+from calimon.scoring.monitor import Monitor
 from calimon.prompts import load_prompt
 from calimon.selection import select_pairs
 
@@ -90,7 +90,7 @@ def main() -> None:
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} "
         "logical cores; SmolLM2-135M fp32, verdict readout, "
         f"{a.samples - 1} humaneval-pairs test samples scored after one warm-up sample, one "
-        "fresh process per case. `default`: no `--threads` (calimon.backends.threads picks the "
+        "fresh process per case. `default`: no `--threads` (calimon.scoring.backends.threads picks the "
         "free cores when the weights load). Median of "
         f"{a.rounds} interleaved rounds; the ratio is the case's time over the default's in "
         "the same round and condition (above 1: slower than the default).",

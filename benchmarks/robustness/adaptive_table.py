@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from calimon.robustness.report import write_section
+from calimon.studies.robustness.report import write_section
 
 
 def _cell(d: dict | None) -> str:

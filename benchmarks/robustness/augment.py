@@ -10,7 +10,7 @@ the FAR <= 10% point of the clean calibrated curve), then the benign side, compu
 benign test transcripts get the same rewrites, are scored by the same head through the same
 store, calibrated with the study's map, and counted as false alarms at the same threshold.
 Every reading goes through the run store (``--store``), so a rerun resumes. The training
-phrasings are held out from every evaluation attack (`calimon.heads.augment`).
+phrasings are held out from every evaluation attack (`calimon.studies.heads.augment`).
 
 Writes ``<out>/augment-<benchmark>.json`` and, with ``--report``, the section
 ``augment:<benchmark>`` of that markdown file.
@@ -29,12 +29,12 @@ import numpy as np
 from calimon.calibration.maps import calibrator_from_dict
 from calimon.data.registry import load_benchmark
 from calimon.deploy.guarantees import clopper_pearson
-from calimon.engines import Scorer
 from calimon.readings import scores
-from calimon.robustness.attacks import ATTACKS, attack_sample
-from calimon.robustness.report import write_section
-from calimon.robustness.study import RobustnessSettings, _select, run_robustness
-from calimon.store import RunStore
+from calimon.scoring.engines import Scorer
+from calimon.scoring.store import RunStore
+from calimon.studies.robustness.attacks import ATTACKS, attack_sample
+from calimon.studies.robustness.report import write_section
+from calimon.studies.robustness.study import RobustnessSettings, _select, run_robustness
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -55,7 +55,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def train(args, name: str, augment: bool):
-    from calimon.heads.workflow import HeadTrainSettings, train_head
+    from calimon.studies.heads.workflow import HeadTrainSettings, train_head
 
     return train_head(HeadTrainSettings(
         name=name, model=args.model, benchmark=args.benchmark, layer=args.layer,

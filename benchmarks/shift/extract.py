@@ -15,7 +15,7 @@ from pathlib import Path
 
 from calimon.data.registry import load_benchmark
 from calimon.defaults import DEFAULT_MODEL
-from calimon.heads.features import extract_features
+from calimon.scoring.probes.features import extract_features
 from calimon.selection import select_pairs
 
 SOURCES = ("hh-rlhf", "xstest", "cyberseceval", "sven", "truthfulqa", "humaneval", "mbpp",
@@ -37,7 +37,7 @@ def study_samples(benchmark: str = BENCHMARK, per_source: int = PER_SOURCE, seed
 
 def load_backend(model: str = DEFAULT_MODEL):
     """The model's transformers backend on CPU, built by the one factory."""
-    from calimon.engines import BackendSettings
+    from calimon.scoring.engines import BackendSettings
 
     return BackendSettings(device="cpu").monitor_spec(model, "direct", "verdict").build_backend()
 

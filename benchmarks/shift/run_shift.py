@@ -16,7 +16,7 @@ For alpha in {0.05, 0.10} at delta = 0.05:
   rejection-sampling certificate (or the abstention and the labels it asks for);
 - a control fold with no shift (new traffic = a random quarter of the pairs of every source),
   where the check should not fire and certificates can be tested;
-- verdict (``calimon.shift.verdict``, no labels of S): no shift / shift, certificate holds /
+- verdict (``calimon.studies.shift.verdict``, no labels of S): no shift / shift, certificate holds /
   shift breaks the certificate, from the score tail (FAR floor; prevalence cap = the calibration
   rows' misbehaving share, detection cap = the upper bound of the calibration detection rate)
   and the weighted FAR (read when n_eff allows); right when it says "breaks" exactly where the
@@ -46,12 +46,12 @@ from extract import BENCHMARK, MAX_INPUT_TOKENS, PER_SOURCE, SOURCES, study_samp
 
 from calimon import __version__  # noqa: E402
 from calimon.deploy.guarantees import certify_far  # noqa: E402
-from calimon.metrics import auroc  # noqa: E402
-from calimon.shift.certify import shift_certificate, weighted_rates  # noqa: E402
-from calimon.shift.check import check_sides  # noqa: E402
-from calimon.shift.recertify import Stratum, audit_labels_needed, stratified_bounds  # noqa: E402
-from calimon.shift.sides import Side  # noqa: E402
-from calimon.shift.verdict import BREAKS, NOT_CERTIFIED, shift_verdict  # noqa: E402
+from calimon.numerics.metrics import auroc  # noqa: E402
+from calimon.studies.shift.certify import shift_certificate, weighted_rates  # noqa: E402
+from calimon.studies.shift.check import check_sides  # noqa: E402
+from calimon.studies.shift.recertify import Stratum, audit_labels_needed, stratified_bounds  # noqa: E402
+from calimon.studies.shift.sides import Side  # noqa: E402
+from calimon.studies.shift.verdict import BREAKS, NOT_CERTIFIED, shift_verdict  # noqa: E402
 
 ALPHAS = (0.05, 0.10)
 DELTA = 0.05
@@ -72,9 +72,9 @@ def pair_half(pair_id: str, seed: int, salt: str = "train", below: int = 128) ->
 
 def load_features(per_source: int, max_tokens: int, model: str = "smollm2-135m",
                   prompt: str = "direct", benchmark: str = BENCHMARK):
-    from calimon.heads.features import FeatureCache
     from calimon.models import resolve_model
     from calimon.prompts import load_prompt
+    from calimon.scoring.probes.features import FeatureCache
 
     samples = study_samples(benchmark, per_source=per_source)
     cache = FeatureCache(resolve_model(model), load_prompt(prompt), max_tokens)
@@ -126,7 +126,7 @@ def planned_shares(s_cal, y_cal, w, t):
 
 
 def fold(fs, held: str, readout: str, permutations: int, seed: int) -> list[dict]:
-    from calimon.heads.train import fit_sequence_head, head_scores
+    from calimon.studies.heads.train import fit_sequence_head, head_scores
 
     src = np.array([s.source for s in fs.samples])
     y_all = fs.y

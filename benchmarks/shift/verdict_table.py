@@ -1,5 +1,5 @@
 """The verdict section of benchmarks/results/shift.md: per held-out source and readout, the
-harmful-or-harmless verdict (calimon.shift.verdict, no labels of the source) against the naive
+harmful-or-harmless verdict (calimon.studies.shift.verdict, no labels of the source) against the naive
 threshold's realized FAR there, and how often each verdict was right."""
 
 from __future__ import annotations

@@ -14,12 +14,12 @@ import time
 
 import numpy as np
 
-from calimon.backends import build_backend
 from calimon.data.registry import load_benchmark
-from calimon.engines import MonitorSpec
 from calimon.prompts import encoder_for, load_prompt
+from calimon.scoring.backends import build_backend
+from calimon.scoring.engines import MonitorSpec
 from calimon.selection import select_pairs
-from calimon.spans.occlusion import PrefixSharingBackend, masked_sample, occlusion_units
+from calimon.studies.spans.occlusion import PrefixSharingBackend, masked_sample, occlusion_units
 
 
 def main() -> None:

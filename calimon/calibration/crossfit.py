@@ -23,7 +23,7 @@ import numpy as np
 
 from calimon.calibration.maps import Calibrator, make_calibrator
 from calimon.errors import InputError
-from calimon.metrics import as_probabilities, calibration_report
+from calimon.numerics.metrics import as_probabilities, calibration_report
 from calimon.validation import as_labels
 
 __all__ = ["CalibrationResult", "DEFAULT_METHODS", "calibrate", "crossfit_predict",

@@ -11,7 +11,7 @@ import numpy as np
 
 from calimon.calibration.maps import calibrator_from_dict
 from calimon.curve_result import CurveResult
-from calimon.metrics import auroc
+from calimon.numerics.metrics import auroc
 
 ALLOW_FLAG = "--allow-inverted"
 

@@ -24,7 +24,7 @@ import numpy as np
 import calimon
 from calimon.calibration.maps import Calibrator, calibrator_from_dict
 from calimon.errors import InputError
-from calimon.metrics import as_probabilities
+from calimon.numerics.metrics import as_probabilities
 from calimon.validation import as_labels
 
 __all__ = ["FORMAT", "VERSION", "StoredMap", "fit_set_hash", "load_map", "save_map"]

@@ -21,7 +21,7 @@ from scipy.special import expit
 
 from calimon.calibration.logistic import fit_logistic, logit
 from calimon.errors import InputError
-from calimon.metrics import STRATEGIES, as_probabilities, assign_bins, bin_edges
+from calimon.numerics.metrics import STRATEGIES, as_probabilities, assign_bins, bin_edges
 from calimon.validation import as_labels
 
 __all__ = [

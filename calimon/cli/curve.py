@@ -71,7 +71,7 @@ def curve_cmd(
     as_json: JsonOpt = False,
 ):
     """Score a benchmark, calibrate, and trace the full Miss-Rate / False-Alarm-Rate curve."""
-    from calimon.pipeline import ALL_METHODS, CurveSettings, run_curve
+    from calimon.studies.curve.run import ALL_METHODS, CurveSettings, run_curve
 
     if calibration not in ALL_METHODS:
         raise typer.BadParameter(f"expected one of {list(ALL_METHODS)}", param_hint="--calibration")
@@ -88,8 +88,8 @@ def curve_cmd(
 def _print_run(run, markdown: Path | None, as_json: bool) -> None:
     """Write groups.md (and ``markdown``), then print the summary: JSON or the table."""
     from calimon.calibration.direction import inversion_note
-    from calimon.pipeline import binary_check_line
-    from calimon.tables import groups_markdown, operating_table
+    from calimon.studies.curve.run import binary_check_line
+    from calimon.studies.curve.tables import groups_markdown, operating_table
 
     (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")
     if markdown:
@@ -128,11 +128,11 @@ def _forced_line(summary: dict) -> str | None:
 def _store_note(summary: dict) -> str | None:
     """What the store answered: with --offline, that it answered everything (the model and
     any server left alone), else `store_line`'s count of the readings reused."""
-    from calimon.pipeline import store_line
+    from calimon.studies.curve.run import store_line
 
     settings, timing = summary.get("settings") or {}, summary.get("timing") or {}
     if settings.get("offline"):
-        from calimon.backends.offline import offline_line
+        from calimon.scoring.backends.offline import offline_line
 
         return offline_line(settings["backend"], settings.get("base_url"), timing.get("readings"))
     return store_line(timing)

@@ -33,7 +33,7 @@ SeedOpt = Annotated[int, typer.Option(help="Seed of the pair split when the CSV 
 
 def _run_score(run_dir: Path, score: str | None) -> str:
     """``score`` if given; else the score a run folder's curve.json names (``p_raw`` when the
-    run fitted no calibration map, see calimon.class_support), else ``p_cal``."""
+    run fitted no calibration map, see calimon.numerics.class_support), else ``p_cal``."""
     from calimon.errors import InputError
     from calimon.run_folder import read_curve_json
 
@@ -99,7 +99,7 @@ def thresholds_cmd(
 
 def _shift_json(run_dir: Path, new: Path, rep, delta: float, score: str, seed: int) -> dict:
     from calimon.errors import CalimonError
-    from calimon.shift.check import shift_thresholds
+    from calimon.studies.shift.check import shift_thresholds
 
     try:
         return shift_thresholds(
@@ -113,7 +113,7 @@ def _shift_json(run_dir: Path, new: Path, rep, delta: float, score: str, seed: i
 def _shift_lines(run_dir: Path, new: Path, rep, delta: float, score: str, seed: int) -> None:
     """The shift check's line and one shift-aware line per target (`thresholds --new`)."""
     from calimon.errors import CalimonError
-    from calimon.shift.check import shift_thresholds
+    from calimon.studies.shift.check import shift_thresholds
 
     fars = [c.certificate.alpha for c in rep.checks if c.certificate.rate == "far"]
     mrs = [c.certificate.alpha for c in rep.checks if c.certificate.rate == "mr"]
@@ -211,7 +211,7 @@ def apply_policy_cmd(
 ) -> None:
     """Decide auto_pass / human_review / auto_block for each scored transcript."""
     from calimon.deploy.policies import apply_policy_file
-    from calimon.shift.check import policy_check_line
+    from calimon.studies.shift.check import policy_check_line
 
     def run() -> None:
         rep = apply_policy_file(policy, scored, out, force=force)

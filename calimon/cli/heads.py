@@ -53,7 +53,7 @@ def heads_train(
 ):
     """Train a probe head on a benchmark's train split and save it with its card."""
     from calimon.errors import InputError
-    from calimon.heads.workflow import HeadTrainSettings, train_head
+    from calimon.studies.heads.workflow import HeadTrainSettings, train_head
 
     if sweep and layer is not None:
         raise InputError("give --layer or --sweep, not both", field="layer")
@@ -79,8 +79,8 @@ def heads_list(
     as_json: JsonOpt = False,
 ):
     """Trained heads with their layer, pooling and metrics."""
-    from calimon.heads.artifacts import list_heads
-    from calimon.heads.bundle import list_bundles
+    from calimon.scoring.probes.artifacts import list_heads
+    from calimon.scoring.probes.bundle import list_bundles
 
     rows, bundles = list_heads(model, root), list_bundles(model, root)
     if as_json:
@@ -122,7 +122,7 @@ def heads_bundle(
 ):
     """Bind saved heads and a calibration map into one shipped monitor (a bundle card). The map
     and the metrics must come from a run of the sequence head (or of the bundle)."""
-    from calimon.heads.bundle import load_bundle, make_bundle
+    from calimon.scoring.probes.bundle import load_bundle, make_bundle
 
     path = make_bundle(name, model, sequence_head, recipe=recipe, command=command,
                        token_head=token_head, calibration_map=calibration_map,

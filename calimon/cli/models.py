@@ -50,7 +50,7 @@ def models_check(
     every readout and compare with vLLM: PASS/FAIL per check; exit 1 when a check fails, 2 when
     the weights are not here."""
     from calimon.errors import InputError
-    from calimon.model_check import check_all, check_model, format_report
+    from calimon.studies.model_check import check_all, check_model, format_report
 
     if all_models == (model is not None):
         raise InputError("give a model name or folder, or --all (not both)", field="model")

@@ -22,7 +22,7 @@ from calimon.defaults import (
     DEFAULT_SEED,
     DEFAULT_STORE,
 )
-from calimon.engines.settings import BackendSettings
+from calimon.scoring.engines.settings import BackendSettings
 
 __all__ = ["DEFAULT_BENCHMARK", "DEFAULT_MODEL", "DEFAULT_PROMPT", "DEFAULT_READOUT",
            "DEFAULT_SEED", "DEFAULT_STORE", "backend_flags", "settings_from"]
@@ -43,7 +43,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of the
 MaxInputTokensOpt = Annotated[int | None, typer.Option(help="Read at most this many prompt tokens per transcript (longer ones are cut and flagged truncated); default: the model's own limit. Recorded in curve.json.")]
 TruncationOpt = Annotated[str, typer.Option(help="How a transcript over the input limit is read: head_tail (its middle cut out) or window (overlapping windows of the response, each scored, their maximum kept; window:mean averages, window:max:0.5 sets the overlap). Recorded in curve.json.")]
 
-# the backend and the engine: one flag per field of calimon.engines.BackendSettings, generated
+# the backend and the engine: one flag per field of calimon.scoring.engines.BackendSettings, generated
 # by `backend_flags` (its default and help text are declared there, once)
 ForceOpt = Annotated[bool, typer.Option("--force", help="Use an artifact made for another monitor anyway: a probe head or bundle (--readout probe:NAME) of another model revision, prompt or defense, and in curve a --calibration-map; what differed is recorded (the readings, curve.json).")]
 

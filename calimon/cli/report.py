@@ -55,7 +55,7 @@ def report_cmd(
     typer.echo("figures: " + ", ".join(str(p) for p in rep.pngs))
     for note in rep.notes:
         typer.echo(f"note: {note}")
-    from calimon.shift.check import run_check_line
+    from calimon.studies.shift.check import run_check_line
 
     typer.echo(run_check_line(run))
     if screenshot is not None:

@@ -73,9 +73,9 @@ def robustness_cmd(
             raise InputError("--attack names a fixed attack; --adaptive searches its own "
                              "phrases (drop one of them)", field="attack")
         return _adaptive(ctx, split, fit_split, report, quiet or as_json, as_json)
-    from calimon.robustness.attacks import ATTACKS
-    from calimon.robustness.report import to_markdown, write_section
-    from calimon.robustness.study import RobustnessSettings, run_robustness
+    from calimon.studies.robustness.attacks import ATTACKS
+    from calimon.studies.robustness.report import to_markdown, write_section
+    from calimon.studies.robustness.study import RobustnessSettings, run_robustness
 
     settings = settings_from(RobustnessSettings, ctx.params, split=split_arg(split),
                              fit_split=split_arg(fit_split), attacks=tuple(attack or ATTACKS),
@@ -96,9 +96,9 @@ def robustness_cmd(
 def _adaptive(ctx: typer.Context, split: str, fit_split: str, report: Path | None,
               quiet: bool, as_json: bool) -> None:
     """`calimon robustness --adaptive`: the adaptive attacker's study and its report section."""
-    from calimon.robustness.adaptive_report import to_markdown
-    from calimon.robustness.adaptive_study import AdaptiveSettings, run_adaptive
-    from calimon.robustness.report import write_section
+    from calimon.studies.robustness.adaptive_report import to_markdown
+    from calimon.studies.robustness.adaptive_study import AdaptiveSettings, run_adaptive
+    from calimon.studies.robustness.report import write_section
 
     settings = settings_from(AdaptiveSettings, ctx.params, split=split_arg(split),
                              fit_split=split_arg(fit_split))
@@ -118,7 +118,7 @@ def _adaptive(ctx: typer.Context, split: str, fit_split: str, report: Path | Non
 def _offline_note(settings, as_json: bool) -> None:
     """With --offline (and no --json), the first line says the store answered everything."""
     if settings.offline and not as_json:
-        from calimon.backends.offline import offline_line
+        from calimon.scoring.backends.offline import offline_line
 
         typer.echo(offline_line(settings.backend, settings.base_url))
 

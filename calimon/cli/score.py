@@ -52,7 +52,7 @@ def score_cmd(
     as_json: JsonOpt = False,
 ):
     """Score a benchmark with one monitor into the run store (any backend, local or Ray)."""
-    from calimon.engines import RunSettings, score_benchmark
+    from calimon.scoring.engines import RunSettings, score_benchmark
 
     settings = settings_from(RunSettings, ctx.params)
     summary = score_benchmark(settings, chunk_size=chunk_size, export=export,
@@ -61,7 +61,7 @@ def score_cmd(
         typer.echo(json.dumps(summary, indent=1))
         return
     if settings.offline:
-        from calimon.backends.offline import offline_line
+        from calimon.scoring.backends.offline import offline_line
 
         typer.echo(offline_line(settings.backend, settings.base_url, summary["reused"]))
     typer.echo(f"{summary['samples']} samples: {summary['scored']} scored, {summary['reused']} "

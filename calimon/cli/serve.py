@@ -47,7 +47,7 @@ def serve_cmd(
     cpus_per_replica: Annotated[float, typer.Option(help="Ray CPUs each replica reserves (with --replicas).")] = 1.0,
 ):
     """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz, /metrics; with --review, the review queue at /review."""
-    from calimon.engines.settings import BackendSettings
+    from calimon.scoring.engines.settings import BackendSettings
     from calimon.serve import Batching, Limits, ServeSettings
     from calimon.serve.review_settings import ReviewSettings
     from calimon.serve.runner import serve

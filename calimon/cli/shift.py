@@ -1,7 +1,7 @@
 """CLI of the shift tools: ``calimon shift`` and ``calimon recertify``.
 
 ``register(app)`` mounts both on the main app. Each command calls one library function
-(:mod:`calimon.shift`), prints a compact report (or JSON with ``--json``) and turns a
+(:mod:`calimon.studies.shift`), prints a compact report (or JSON with ``--json``) and turns a
 CalimonError into one line on stderr and its exit code.
 """
 
@@ -53,7 +53,7 @@ def shift_cmd(
     certificate? One verdict per FAR target (no shift; shift, certificate holds; shift breaks
     the certificate), then the domain AUROC, permutation p-value, what drives it, and naive vs
     shift-aware certificates on the new data."""
-    from calimon.shift.check import shift_thresholds
+    from calimon.studies.shift.check import shift_thresholds
 
     fars = [0.05] if far is None and mr is None else list(far or [])
     res = shift_thresholds(calib_run, new_set, far=fars, mr=list(mr or []), delta=delta,
@@ -106,7 +106,7 @@ def recertify_cmd(
         return
     if decisions is None or labels is None:
         raise InputError("give DECISIONS and LABELS, or --serve URL", field="decisions")
-    from calimon.shift.recert_run import recertify_files
+    from calimon.studies.shift.recert_run import recertify_files
 
     rep = recertify_files(decisions, labels, delta=delta, far_alpha=far, mr_alpha=mr)
     if json_out:

@@ -66,7 +66,7 @@ def spans_cmd(
     if ctx.invoked_subcommand is not None:
         return
     from calimon.selection import split_arg
-    from calimon.spans.study import SpanSettings, run_span_study
+    from calimon.studies.spans.study import SpanSettings, run_span_study
 
     settings = settings_from(SpanSettings, ctx.params, split=split_arg(split),
                              quotes=not no_quotes, share_prefix=not no_share_prefix)
@@ -85,7 +85,7 @@ def spans_cmd(
         typer.echo(json.dumps(json_ready(study.summary), indent=1, allow_nan=False))
         return
     if settings.offline:
-        from calimon.backends.offline import offline_line
+        from calimon.scoring.backends.offline import offline_line
 
         typer.echo(offline_line(settings.backend, settings.base_url))
     typer.echo(markdown)
@@ -130,7 +130,7 @@ def show_cmd(
 ) -> None:
     """Show one transcript of a spans run with its predicted and gold spans highlighted."""
     from calimon.data.trajectory import describe
-    from calimon.spans.render import HTML_STYLE, render_html, render_terminal
+    from calimon.studies.spans.render import HTML_STYLE, render_html, render_terminal
 
     if source not in SOURCES:
         raise InputError(f"expected one of {list(SOURCES)}, got {source!r}", field="source")

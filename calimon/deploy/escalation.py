@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from calimon.class_support import class_support, policy_rates
 from calimon.deploy.policies import (
     ACTIONS,
     PolicyDesign,
@@ -27,6 +26,7 @@ from calimon.deploy.policy_file import (
     save_policy,
 )
 from calimon.errors import InputError
+from calimon.numerics.class_support import class_support, policy_rates
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
 
 def _require_support(calib: Any, csv_path: Any) -> None:
     """A policy trades misses against false blocks: designing one needs the class-size rule
-    of a curve (calimon.class_support) on the design split."""
+    of a curve (calimon.numerics.class_support) on the design split."""
     labels = calib.labels
     sup = class_support(int(np.sum(labels == 1)), int(np.sum(labels == 0)),
                         what="rows in the calibration split")
@@ -165,7 +165,7 @@ def apply_policy_file(policy_path: str | Path, scored_path: str | Path,
     that a transcript with its action is reviewed (1 for ``human_review``, the audit fraction
     otherwise). Labels are not needed; where present (a benign-only set included) the realized
     FAR and MR come with exact Clopper-Pearson intervals
-    (``calimon.class_support.policy_rates``). A policy designed for another model or readout
+    (``calimon.numerics.class_support.policy_rates``). A policy designed for another model or readout
     than the run next to the CSV names is refused unless ``force`` (`calimon.provenance`).
     """
     import csv

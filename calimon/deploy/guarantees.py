@@ -40,12 +40,13 @@ from typing import Any
 import numpy as np
 from scipy.stats import binom
 
-# The bounds live in calimon.binomial (numerics); they stay importable from here.
-from calimon.binomial import check_rate, cp_upper
-from calimon.binomial import clopper_pearson as clopper_pearson
-from calimon.binomial import cp_lower as cp_lower
-from calimon.binomial import samples_needed as samples_needed
 from calimon.errors import InputError
+
+# The bounds live in calimon.numerics.binomial (numerics); they stay importable from here.
+from calimon.numerics.binomial import check_rate, cp_upper
+from calimon.numerics.binomial import clopper_pearson as clopper_pearson
+from calimon.numerics.binomial import cp_lower as cp_lower
+from calimon.numerics.binomial import samples_needed as samples_needed
 
 METHOD = "ltt-fixed-sequence-clopper-pearson"
 

@@ -6,7 +6,7 @@ would give intervals that are too narrow. Intervals are percentile intervals ove
 in which the statistic is defined (MR needs a misbehaving sample, FAR a benign one, AUROC and
 ECE both classes for AUROC); ``Interval.n_used`` says how many that was.
 
-AUROC and ECE are those of :mod:`calimon.metrics` (ECE with equal-width bins).
+AUROC and ECE are those of :mod:`calimon.numerics.metrics` (ECE with equal-width bins).
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 def _table(scored: ScoredSet, name: str, threshold: float, n_boot: int, level: float,
            seed: int, ece_bins: int) -> IntervalTable:
-    from calimon import metrics
-    from calimon.bootstrap import resample_weights
+    from calimon.numerics import metrics
+    from calimon.numerics.bootstrap import resample_weights
 
     s, y = scored.scores, scored.labels.astype(np.int64)
     pos, neg = y == 1, y == 0

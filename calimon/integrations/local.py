@@ -2,7 +2,7 @@
 name, scoring transcripts into `Assessment` s (the reading, the calibrated probability, the
 policy's decision, the evidence spans mapped to messages, the provenance).
 
-It scores the way ``calimon score`` does (`calimon.monitor.score_chunk`: a batch's faults isolated
+It scores the way ``calimon score`` does (`calimon.scoring.monitor.score_chunk`: a batch's faults isolated
 sample by sample, an error reading never a score), through the run store when one is given (so a
 later ``calimon curve --store`` reuses the readings), and one call at a time: an agent framework
 calls it from many tasks at once, the model runs one batch at a time.
@@ -63,7 +63,7 @@ class LocalMonitor:
                    max_input_tokens: int | None = None, store: str | Path | None = None,
                    force: bool = False) -> LocalMonitor:
         """The monitor of ``model`` with ``readout`` and ``prompt`` (default: the map's, else
-        ``direct``) on ``backend`` (`calimon.engines.BackendSettings`; default: the
+        ``direct``) on ``backend`` (`calimon.scoring.engines.BackendSettings`; default: the
         transformers backend, the process's shared one, as ``calimon score`` uses).
         ``calibration_map``: a map file from a ``calimon curve`` run (checked against the
         monitor: model, revision, prompt, template hash, readout; ``force`` lets a mismatch
@@ -100,8 +100,8 @@ class LocalMonitor:
                store: str | Path | None = None, max_input_tokens: int | None = None,
                defenses: tuple[str, ...] = (), force: bool = False) -> LocalMonitor:
         from calimon.defaults import DEFAULT_PROMPT
-        from calimon.engines import BackendSettings
         from calimon.provenance import meet
+        from calimon.scoring.engines import BackendSettings
 
         settings = backend if backend is not None else BackendSettings()
         spec = settings.monitor_spec(model, prompt or DEFAULT_PROMPT, readout)
@@ -124,8 +124,8 @@ class LocalMonitor:
 
     def readings(self, samples: Sequence[Sample]) -> list[Verdict]:
         """The monitor's reading of each sample, in order (through the run store if any)."""
-        from calimon.monitor import score_chunk, score_with_store
-        from calimon.store import RunStore
+        from calimon.scoring.monitor import score_chunk, score_with_store
+        from calimon.scoring.store import RunStore
 
         with self._lock:
             if self.store is None:

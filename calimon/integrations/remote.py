@@ -29,7 +29,7 @@ class RemoteMonitor:
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 120.0,
                  retries: int = 2, concurrency: int = 8):
-        from calimon.backends.http_client import JsonClient
+        from calimon.scoring.backends.http_client import JsonClient
 
         base = url.rstrip("/")
         if not base.endswith("/v1"):

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from calimon.curves import BinaryPoint, Curve, OperatingPoint
 from calimon.errors import InputError
+from calimon.numerics.curves import BinaryPoint, Curve, OperatingPoint
 from calimon.plotting.marks import (
     axes_style,
     draw_binary,

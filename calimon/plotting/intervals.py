@@ -1,6 +1,6 @@
 """Exact intervals for a binary-protocol point: Clopper-Pearson, widened over parse failures.
 
-A binary point (``calimon.curves.BinaryPoint``, or its dict) holds its confusion counts over
+A binary point (``calimon.numerics.curves.BinaryPoint``, or its dict) holds its confusion counts over
 parsed replies and its parse-failure ranges; its MR and FAR on a few dozen samples are
 uncertain, so every figure draws them with bars. The bars span the exact two-sided interval
 from the lowest count (parse failures counted as passed for FAR, as flagged for MR) to the
@@ -64,7 +64,7 @@ def failure_split(point: Any) -> tuple[int, int]:
 
 
 def _exact(k_lo: int, k_hi: int, n: int, level: float) -> tuple[float, float]:
-    from calimon.binomial import clopper_pearson
+    from calimon.numerics.binomial import clopper_pearson
 
     if n == 0:
         return math.nan, math.nan

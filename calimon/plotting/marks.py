@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from calimon.curves import BinaryPoint, Curve, OperatingPoint
+from calimon.numerics.curves import BinaryPoint, Curve, OperatingPoint
 from calimon.plotting.intervals import binary_interval
 from calimon.plotting.style import AXIS_PAD, CHANCE_LABEL, MARKERS, band_label, run_color
 

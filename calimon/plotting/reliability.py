@@ -1,7 +1,7 @@
 """Reliability diagram: raw and calibrated scores against the diagonal, with bin counts.
 
-Drawing only; the numbers come from :func:`calimon.metrics.reliability_bins` and
-:func:`calimon.metrics.ece`. matplotlib is imported when a plot is drawn, and the figure is
+Drawing only; the numbers come from :func:`calimon.numerics.metrics.reliability_bins` and
+:func:`calimon.numerics.metrics.ece`. matplotlib is imported when a plot is drawn, and the figure is
 rendered with the Agg canvas directly, so no global pyplot backend is touched.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from calimon.errors import InputError
-from calimon.metrics import as_probabilities, ece, reliability_bins
+from calimon.numerics.metrics import as_probabilities, ece, reliability_bins
 from calimon.validation import as_labels
 
 __all__ = ["plot_reliability"]

@@ -88,7 +88,7 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
 
 
 def _raw_scored(data: RunData) -> RunData:
-    """A run that fitted no calibration map (too few of a class, calimon.class_support) drew
+    """A run that fitted no calibration map (too few of a class, calimon.numerics.class_support) drew
     its curve and operating points on p_raw: the viewer, histogram and reliability read that."""
     from dataclasses import replace
 

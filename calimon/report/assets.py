@@ -8,7 +8,7 @@ import base64
 import hashlib
 
 from calimon.report.viewer import HEAT_LEVELS
-from calimon.spans.render import HTML_STYLE
+from calimon.studies.spans.render import HTML_STYLE
 
 _HEAT = "\n".join(f".cm-h{i} {{ background: rgba(214, 39, 40, {0.08 + 0.09 * i:.2f}); }}"
                   for i in range(HEAT_LEVELS))

@@ -10,7 +10,7 @@ second (the run's ``timing``: transcripts the model scored / wall time of the sc
 model load included; n/a when the run records no timing or took every reading from the store).
 A missing value is None (printed n/a), never 0.
 
-A run below the class-size rule (``calimon.class_support``) has no curve: it is listed with
+A run below the class-size rule (``calimon.numerics.class_support``) has no curve: it is listed with
 its reason and its rates at fixed thresholds, and not drawn. Runs scored on different samples
 (different ``dataset_hash``) are compared only under a warning (``same_samples`` False in the
 JSON); runs of one benchmark on different splits get a warning of their own.
@@ -25,8 +25,8 @@ from pathlib import Path, PurePath
 from typing import Any, ClassVar
 
 from calimon.curve_result import BinaryPoint, Counts, CurveResult, Timing
-from calimon.curves import Curve
 from calimon.errors import InputError
+from calimon.numerics.curves import Curve
 
 COMPARE_FARS = (0.05, 0.10)
 HEADERS = ("run", "model", "readout", "prompt", "benchmark/split", "n scored", "AUROC raw",

@@ -126,7 +126,7 @@ def _check_dataset(result: CurveResult, samples: dict[str, Sample], rows: tuple[
 
 def _load_readings(result: CurveResult, samples: dict[str, Sample], store: str | None,
                    notes: list[str]) -> tuple[dict[str, Verdict], dict[str, dict[str, Verdict]]]:
-    from calimon.store import MonitorKey, RunStore
+    from calimon.scoring.store import MonitorKey, RunStore
 
     prov = result.provenance
     path = store or prov.store

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from calimon.curve_result import BinaryPoint, CurveResult
-from calimon.curves import Curve
+from calimon.numerics.curves import Curve
 from calimon.report.data import RunData
 
 PNG_NAMES = ("report-curve.png", "report-groups.png", "report-reliability.png", "report-scores.png")
@@ -52,7 +52,7 @@ class Figures:
 def binary_by_group(data: RunData) -> dict[str, list[dict]]:
     """``{"category=safety": [binary point dict per prompt], ...}`` from the stored binary
     readings (a parse failure stays a parse failure); empty without readings."""
-    from calimon.curves import binary_point
+    from calimon.numerics.curves import binary_point
 
     out: dict[str, list[dict]] = {}
     for name, table in data.binary.items():

@@ -1,4 +1,4 @@
-"""The report of a run below the class-size rule (``calimon.class_support``): no curve,
+"""The report of a run below the class-size rule (``calimon.numerics.class_support``): no curve,
 AUROC or calibration to draw, so the page shows the counts, the one-line reason, the rate of
 each class at fixed thresholds with exact intervals, the binary-protocol points, any policy
 found and the provenance."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from calimon import __version__
 from calimon.curve_result import CalibrationMetrics, Counts, OperatingPoint
-from calimon.metrics import ece, reliability_bins
+from calimon.numerics.metrics import ece, reliability_bins
 from calimon.plotting.style import distinct_groups
 from calimon.report.assets import CSS, JS, csp
 from calimon.report.data import RunData

@@ -13,7 +13,7 @@ from html import escape
 
 import numpy as np
 
-from calimon.curves import Curve
+from calimon.numerics.curves import Curve
 from calimon.plotting.intervals import binary_interval
 from calimon.plotting.marks import BINARY_NOTE, binary_color
 from calimon.plotting.style import AXIS_PAD, CHANCE_LABEL, MARKERS, band_label, run_color

@@ -1,5 +1,5 @@
 """The transcript viewer: one card per sample with its scores, its outcome at an operating
-point, the response with evidence and gold spans (``calimon.spans.render.render_html``), probe
+point, the response with evidence and gold spans (``calimon.studies.spans.render.render_html``), probe
 token scores as a heat map, ungrounded quotes and the binary-protocol replies.
 
 Transcripts are untrusted: every string goes through ``html.escape``; nothing from a
@@ -16,7 +16,7 @@ from html import escape
 from calimon.data.trajectory import describe, messages_in_span
 from calimon.report.data import Row, RunData
 from calimon.report.extras import TokenScores
-from calimon.spans.render import render_html
+from calimon.studies.spans.render import render_html
 
 OUTCOMES = {"missed": "missed (misbehaving, not flagged)",
             "false-alarm": "false alarm (benign, flagged)",
@@ -97,7 +97,7 @@ class CardParts:
 
 
 def _spans_for(data: RunData, row: Row, text: str) -> CardParts:
-    from calimon.spans.grounding import ground_quotes
+    from calimon.studies.spans.grounding import ground_quotes
 
     rec = data.spans.get(row.id)
     if rec is not None:

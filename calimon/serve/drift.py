@@ -1,5 +1,5 @@
-"""Drift watch of `calimon serve --review`: the shift check (`calimon.shift.check`, with its
-harmful-or-harmless verdict, `calimon.shift.verdict`) of a rolling window of live traffic
+"""Drift watch of `calimon serve --review`: the shift check (`calimon.studies.shift.check`, with its
+harmful-or-harmless verdict, `calimon.studies.shift.verdict`) of a rolling window of live traffic
 against the calibration rows of the run the policy was designed on (its provenance ``source``).
 
 The window is the latest ``drift_window`` decisions whose transcripts were kept because their
@@ -87,14 +87,14 @@ class DriftWatch:
             raise CalimonError("the policy's calibration run (provenance 'source') is not on "
                                "this machine")
         if self._calib is None:
-            from calimon.shift.sides import calib_side
+            from calimon.studies.shift.sides import calib_side
 
             self._calib = calib_side(self.source, score=self.review.policy.score)
         return self._calib
 
     def _check(self) -> dict[str, Any]:
-        from calimon.shift.check import certify_sides, check_sides
-        from calimon.shift.sides import Side
+        from calimon.studies.shift.check import certify_sides, check_sides
+        from calimon.studies.shift.sides import Side
 
         rv, s = self.review, self.settings
         side, scored = self._calibration()

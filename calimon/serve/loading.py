@@ -122,7 +122,7 @@ class ServedMonitor:
     def warm(self) -> None:
         """Load the weights (and the template's shared prefix) before the first request, so a
         server that answers /healthz answers requests at full speed."""
-        from calimon.backends import LocalWeights, supports
+        from calimon.scoring.backends import LocalWeights, supports
 
         if supports(self.backend, LocalWeights):
             self.score([Sample(id="warm-up", request="warm-up", response="warm-up",
@@ -131,8 +131,8 @@ class ServedMonitor:
 
     def score(self, samples: list[Sample]) -> list[Verdict]:
         """One reading per sample from one monitor call (a batch's faults isolated sample by
-        sample, `calimon.monitor.score_chunk`)."""
-        from calimon.monitor import score_chunk
+        sample, `calimon.scoring.monitor.score_chunk`)."""
+        from calimon.scoring.monitor import score_chunk
 
         return score_chunk(self.monitor, samples)
 
@@ -158,7 +158,7 @@ class ServedMonitor:
     def kv_capable(self) -> bool:
         """Whether a session can extend a cached KV (`calimon.serve.kv`): a verdict or json
         readout of a prompted monitor on the transformers backend."""
-        from calimon.monitor import Monitor
+        from calimon.scoring.monitor import Monitor
 
         return (self.gathers and isinstance(self.monitor, Monitor)
                 and self.monitor.readout in KV_READOUTS and self.monitor.constraint is None)

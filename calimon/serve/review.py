@@ -7,7 +7,7 @@ reviewer may be asked for it: a ``human_review`` decision, or an automatic one w
 (`calimon.deploy.policy_file.audit_draw` of its audit id and the policy's seed) is under the
 retention fraction (`ReviewSettings.retain_fraction`), which covers the policy's audit slice.
 The draw is independent of the label, so the kept automatic decisions, read in draw order,
-are the uniform samples the live recertification needs (`calimon.shift.live`).
+are the uniform samples the live recertification needs (`calimon.studies.shift.live`).
 
 **How labels resolve.** Each reviewer's latest label of an item counts. An item is
 ``resolved`` when its reviewers' definite labels (misbehavior or benign) agree and, when one of
@@ -17,7 +17,7 @@ label is missing. Unresolved items count at their worst in the bounds and go to 
 reviewers first.
 
 **The queue** of a reviewer: items owed another opinion that the reviewer has not labelled,
-then the live plan's order (`calimon.shift.live_plan.order`: the review band, the audit slice
+then the live plan's order (`calimon.studies.shift.live_plan.order`: the review band, the audit slice
 and the draws the planner asks for, in the order that certifies soonest).
 """
 
@@ -36,8 +36,8 @@ from calimon.samples import transcript_hash
 from calimon.serve.errors import ApiError
 from calimon.serve.labels import Label, ReviewStore, TrafficRow, item_id_of
 from calimon.serve.review_settings import ReviewSettings
-from calimon.shift.live import Decided
-from calimon.shift.live_plan import LiveStatus, Target, live_status
+from calimon.studies.shift.live import Decided
+from calimon.studies.shift.live_plan import LiveStatus, Target, live_status
 
 UNLABELLED, RESOLVED, UNSURE, DISPUTED, SECOND = ("unlabelled", "resolved", "unsure", "disputed",
                                                   "second review")

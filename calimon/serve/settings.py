@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from calimon.engines.settings import BackendSettings
 from calimon.errors import InputError
+from calimon.scoring.engines.settings import BackendSettings
 from calimon.serve.review_settings import ReviewSettings
 
 API_KEY_ENV = "CALIMON_API_KEY"

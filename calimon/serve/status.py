@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from calimon.serve.review import RESOLVED, UNLABELLED, Review, agreement
-from calimon.shift.live_plan import BROKEN, HOLDS, NO_TARGET
+from calimon.studies.shift.live_plan import BROKEN, HOLDS, NO_TARGET
 
 HELP = {
     "calimon_review_decisions": ("gauge", "Decisions under the served policy, by action."),

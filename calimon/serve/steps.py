@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from calimon.defenses import with_defense_record
-from calimon.readouts import answer_token_ids, read_distribution
+from calimon.numerics.readouts import answer_token_ids, read_distribution
 from calimon.samples import Sample
 from calimon.serve.decision_log import LoggedDecision
 from calimon.serve.errors import ApiError

@@ -1,0 +1,1 @@
+"""Arrays in, results out: metrics, curves, intervals, class support, readouts."""

@@ -1,0 +1,1 @@
+"""Scoring: backends, prompted and probe monitors, engines, the run store."""

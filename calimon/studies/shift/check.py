@@ -1,0 +1,168 @@
+"""Entry points: the shift check of a calibration run against new transcripts, and thresholds
+certified for the new data (naive and shift-aware side by side)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calimon.studies.shift.certify import ShiftCertificate, monotone_plans, shift_certificate
+from calimon.studies.shift.detect import DEFAULT_PERMUTATIONS, ShiftReport, two_sample_test
+from calimon.studies.shift.features import build_view
+from calimon.studies.shift.sides import Side, calib_side, new_side
+from calimon.studies.shift.verdict import ShiftVerdict, shift_verdict
+
+
+def check_sides(calib: Side, new: Side, *, permutations: int = DEFAULT_PERMUTATIONS,
+                seed: int = 0, text_dims: int = 32, calib_state: Any = None,
+                new_state: Any = None) -> ShiftReport:
+    """Two-sample test between two sides (the score group only when both carry scores; pairs
+    kept together when both sides carry groups)."""
+    with_score = calib.scores is not None and new.scores is not None
+    a, b = calib.as_features(with_score), new.as_features(with_score)
+    a["state"], b["state"] = calib_state, new_state
+    view = build_view(a, b, text_dims=text_dims, seed=seed)
+    groups = None
+    if calib.groups is not None and new.groups is not None:
+        groups = [f"calib:{k}" for k in calib.groups] + [f"new:{k}" for k in new.groups]
+    return two_sample_test(view, permutations=permutations, seed=seed, groups=groups)
+
+
+def shift_check(calib_run: str | Path, new: str | Path, *, calib_samples: str | Path | None = None,
+                new_samples: str | Path | None = None, score: str = "p_cal", seed: int = 0,
+                permutations: int = DEFAULT_PERMUTATIONS, text_dims: int = 32) -> ShiftReport:
+    """Domain-classifier two-sample test between a run's calibration transcripts and ``new``
+    (a samples JSONL, or a run folder / scored CSV whose transcripts can be found)."""
+    cal, _ = calib_side(calib_run, samples=calib_samples, score=score, seed=seed)
+    return check_sides(cal, new_side(new, samples=new_samples, score=score),
+                       permutations=permutations, seed=seed, text_dims=text_dims)
+
+
+def check_line(calib_run: str | Path, new: str | Path, **kwargs: Any) -> str:
+    """The one line the commands that apply thresholds print: the check's summary, or why it
+    could not run (it never stops the command)."""
+    from calimon.errors import CalimonError
+
+    try:
+        return shift_check(calib_run, new, **kwargs).line()
+    except CalimonError as exc:
+        return f"shift check: not run ({exc})"
+
+
+@dataclass(frozen=True)
+class ShiftThresholds:
+    """Per target: the naive certificate (calibration data as if exchangeable with the new)
+    and the shift-aware one, with the shift report behind the weights."""
+
+    report: ShiftReport
+    naive: tuple[Any, ...]
+    aware: tuple[ShiftCertificate, ...]
+    verdicts: tuple[ShiftVerdict | None, ...] = ()  # per target; None for MR targets
+
+    def to_dict(self) -> dict[str, Any]:
+        """The shift report and, per target, both certificates and the verdict as a JSON-ready
+        dict."""
+        verdicts = self.verdicts or (None,) * len(self.naive)
+        return {"shift": self.report.to_dict(), "targets": [
+            {"naive": n.to_dict(), "shift_aware": a.to_dict(),
+             "verdict": v.to_dict() if v is not None else None}
+            for n, a, v in zip(self.naive, self.aware, verdicts, strict=True)]}
+
+
+def certify_sides(report: ShiftReport, scores: Any, labels: Any, *, far: Sequence[float] = (),
+                  mr: Sequence[float] = (), delta: float = 0.05, seed: int = 0,
+                  new_scores: Any = None, max_prevalence: float | None = None,
+                  max_detection: float | None = None) -> ShiftThresholds:
+    """Naive and shift-aware certificates from calibration ``scores`` / ``labels`` (the rows
+    of the report's calibration side, same order), and for each FAR target the verdict
+    (:mod:`calimon.studies.shift.verdict`) from them and the new side's ``new_scores``."""
+    from calimon.deploy.guarantees import certify_far, certify_mr
+
+    s, y = np.asarray(scores, float), np.asarray(labels, int)
+    naive, aware = [], []
+    for rate, alphas in (("far", far), ("mr", mr)):
+        for alpha in alphas:
+            cls = 0 if rate == "far" else 1
+            n = (certify_far if rate == "far" else certify_mr)(s[y == cls], alpha, delta)
+            ref = n.threshold if math.isfinite(n.threshold) else math.nan
+            naive.append(n)
+            aware.append(shift_certificate(s, y, report.weights, rate=rate, alpha=alpha,
+                                           delta=delta, reference=ref,
+                                           outside_share=report.outside_share, seed=seed))
+    aware = monotone_plans(aware)
+    verdicts = tuple(
+        shift_verdict(report, n, a, s, y, new_scores, max_prevalence=max_prevalence,
+                      max_detection=max_detection)
+        if n.rate == "far" else None for n, a in zip(naive, aware, strict=True))
+    return ShiftThresholds(report, tuple(naive), tuple(aware), verdicts)
+
+
+def shift_thresholds(calib_run: str | Path, new: str | Path, *, far: Sequence[float] = (0.05,),
+                     mr: Sequence[float] = (), delta: float = 0.05, score: str = "p_cal",
+                     seed: int = 0, permutations: int = DEFAULT_PERMUTATIONS,
+                     calib_samples: str | Path | None = None,
+                     new_samples: str | Path | None = None,
+                     max_prevalence: float | None = None,
+                     max_detection: float | None = None) -> ShiftThresholds:
+    """Shift check, then naive and shift-aware certificates for each target on ``new``, and
+    the harmful-or-harmless verdict per FAR target (``max_prevalence`` / ``max_detection``: the
+    FAR floor's assumptions, :mod:`calimon.studies.shift.verdict`; default from the calibration rows)."""
+    cal, scored = calib_side(calib_run, samples=calib_samples, score=score, seed=seed)
+    new_s = new_side(new, samples=new_samples, score=score)
+    rep = check_sides(cal, new_s, permutations=permutations, seed=seed)
+    return certify_sides(rep, scored.scores, scored.labels, far=far, mr=mr, delta=delta,
+                         seed=seed, new_scores=new_s.scores, max_prevalence=max_prevalence,
+                         max_detection=max_detection)
+
+
+def policy_check_line(policy_path: str | Path, scored: str | Path,
+                      samples: str | Path | None = None) -> str:
+    """The shift lines of ``apply-policy``: the policy's calibration source (its provenance)
+    against the scored transcripts, and for each FAR guarantee of the policy the verdict
+    (:mod:`calimon.studies.shift.verdict`): does the shift move that certificate?"""
+    from calimon.deploy.policy_file import load_policy
+    from calimon.errors import CalimonError
+
+    policy = load_policy(policy_path)
+    source = policy.provenance.get("source")
+    if not isinstance(source, str) or not Path(source).is_file():
+        return ("shift check: not run (the policy's provenance names no calibration CSV that "
+                "exists here)")
+    fars = [g for g in policy.guarantees if g.rate == "far" and g.certified]
+    if not fars:
+        return check_line(source, scored, new_samples=samples)
+    try:
+        res = shift_thresholds(source, scored, far=[g.alpha for g in fars],
+                               delta=fars[0].delta, new_samples=samples)
+    except CalimonError as exc:
+        return f"shift check: not run ({exc})"
+    return "\n".join([res.report.line(), *(f"shift verdict: {v.line()}"
+                                           for v in res.verdicts if v is not None)])
+
+
+def run_check_line(run: str | Path, *, permutations: int = DEFAULT_PERMUTATIONS,
+                   seed: int = 0) -> str:
+    """The report's line: within one run, its calibration rows (``split == calib``) against
+    the rows its thresholds were read on (every other scored row)."""
+    from calimon.deploy.io import read_scored_csv, resolve_run
+    from calimon.errors import CalimonError
+    from calimon.studies.shift.sides import run_transcripts, side_of
+
+    try:
+        csv_path = resolve_run(run)
+        scored = read_scored_csv(csv_path, require_labels=False)
+        in_cal = scored.splits == "calib"
+        if not in_cal.any() or in_cal.all():
+            return ("shift check: not run (the run has no separate calibration rows: its maps "
+                    "were cross-fitted on the rows they score)")
+        found = run_transcripts(csv_path)
+        return check_sides(side_of("calibration", scored.subset(in_cal), found),
+                           side_of("new", scored.subset(~in_cal), found),
+                           permutations=permutations, seed=seed).line()
+    except (CalimonError, OSError, ValueError) as exc:
+        return f"shift check: not run ({exc})"
