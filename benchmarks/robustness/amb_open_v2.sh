@@ -32,7 +32,8 @@ for phase in $PHASES; do
         fixed) DEFENSES=none HEADS="amb-open:amb-open-monitor" run ;;
         adaptive) BENCH=amb-open LIMIT=$LIMIT BUDGET=$BUDGET HEADS=amb-open-monitor \
                   VERDICT_FLAGS="--calibration none" REPORT=none OUT=$OUT/adaptive \
-                  CALIMON=${CALIMON:-.venv/bin/calimon} bash benchmarks/robustness/adaptive.sh ;;
+                  CALIMON=${CALIMON:-.venv/bin/calimon} PYTHON=${PYTHON:-.venv/bin/python} \
+                  bash benchmarks/robustness/adaptive.sh ;;
         defenses) DEFENSES="spotlight reminder strip" HEADS="" run ;;
         *) echo "unknown phase $phase" >&2; exit 2 ;;
     esac
