@@ -25,7 +25,8 @@ export OUT STORE
 mkdir -p "$OUT"
 [ -f "$OUT/reliability-summary.md" ] || printf '<!-- robustness-summary -->\n<!-- /robustness-summary -->\n' \
     > "$OUT/reliability-summary.md"
-run() { BENCHMARKS=amb-open AMB_LIMIT=$LIMIT VERDICT_FLAGS="--calibration none" \
+run() { REGENERATE="LIMIT=$LIMIT BUDGET=$BUDGET bash benchmarks/robustness/amb_open_v2.sh" \
+        BENCHMARKS=amb-open AMB_LIMIT=$LIMIT VERDICT_FLAGS="--calibration none" \
         REPORT=$REPORT DOCS=$OUT/reliability-summary.md bash benchmarks/robustness/run.sh; }
 for phase in $PHASES; do
     case $phase in

@@ -59,8 +59,10 @@ included), at a clean-AUROC cost <= 0.02. The summary tables say for each run wh
 them, from the figures below.
 
 Regenerate everything (the runs resume from their run store):
-`benchmarks/robustness/run.sh` (environment variables at its top: sizes, device, defenses).
+`{command}`.
 """
+DEFAULT_COMMAND = ("benchmarks/robustness/run.sh` (environment variables at its top: sizes, "
+                   "device, defenses")
 
 
 def load_runs(root: Path) -> dict[str, list[dict]]:
@@ -228,12 +230,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", type=Path, help="OUT of benchmarks/robustness/run.sh")
     ap.add_argument("--out", type=Path, required=True, help="the results markdown to write")
+    ap.add_argument("--command", default=DEFAULT_COMMAND, help="the command that regenerates it")
     ap.add_argument("--docs", type=Path, help="docs/reliability.md: replace its summary section")
     args = ap.parse_args(argv)
     runs = load_runs(args.runs)
     if not runs:
         sys.exit(f"{args.runs}: no */*/robustness.json")
-    lines = [INTRO]
+    lines = [INTRO.format(command=args.command)]
     for bench, docs in runs.items():
         lines += section(bench, docs)
     args.out.parent.mkdir(parents=True, exist_ok=True)

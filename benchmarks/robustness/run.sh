@@ -55,4 +55,5 @@ for bench in $BENCHMARKS; do
         fi
     done
 done
-"$PYTHON" benchmarks/robustness/report.py "$OUT" --out "$REPORT" --docs "$DOCS"
+"$PYTHON" benchmarks/robustness/report.py "$OUT" --out "$REPORT" --docs "$DOCS" \
+    ${REGENERATE:+--command "$REGENERATE"}
