@@ -13,6 +13,8 @@
 # (and stops the study); flips do not depend on an increasing map, so thresholds are read on
 # the raw P(Yes) in the monitor's own orientation. The probe monitor keeps its Platt map.
 # The adaptive search spends BUDGET queries per flagged transcript (16: the CLI's default).
+# PHASES picks phases (default "fixed adaptive defenses"); "report" only rewrites the report
+# from the finished runs, e.g. after an interrupted defenses phase.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LIMIT=${LIMIT:-230}
@@ -36,11 +38,22 @@ for phase in $PHASES; do
                   CALIMON=${CALIMON:-.venv/bin/calimon} PYTHON=${PYTHON:-.venv/bin/python} \
                   bash benchmarks/robustness/adaptive.sh ;;
         defenses) DEFENSES="spotlight reminder strip" HEADS="" run ;;
+        report) "${PYTHON:-.venv/bin/python}" benchmarks/robustness/report.py "$OUT" --out "$REPORT" \
+                    --docs "$OUT/reliability-summary.md" \
+                    --command "LIMIT=$LIMIT BUDGET=$BUDGET bash benchmarks/robustness/amb_open_v2.sh" ;;
         *) echo "unknown phase $phase" >&2; exit 2 ;;
     esac
 done
-# the fixed-attack report is rewritten by each run.sh; the adaptive section goes in last
+# the fixed-attack report is rewritten by each run.sh; the adaptive sections go in last
 if [ -f "$OUT/adaptive/verdict/adaptive.json" ]; then
+    for run in "$OUT/adaptive/verdict" "$OUT/adaptive/amb-open-monitor"; do
+        "${PYTHON:-.venv/bin/python}" -c 'import json, sys; from pathlib import Path
+from calimon.studies.robustness.report import write_section
+run = Path(sys.argv[2]); doc = json.loads((run / "adaptive.json").read_text())
+readout = doc["provenance"]["readout"]
+write_section(Path(sys.argv[1]), f"adaptive:{readout}/amb-open", (run / "adaptive.md").read_text())
+' "$REPORT" "$run"
+    done
     "${PYTHON:-.venv/bin/python}" benchmarks/robustness/adaptive_table.py "$OUT/adaptive/verdict" \
         "$OUT/adaptive/amb-open-monitor" --report "$REPORT" \
         --command "LIMIT=$LIMIT BUDGET=$BUDGET bash benchmarks/robustness/amb_open_v2.sh"
