@@ -84,13 +84,10 @@ class AdaptiveRun:
 def _calibrate(s: AdaptiveSettings, evaluate, fit, clean):
     """(calibrator, FAR threshold, op-point dict, clean summary) as the fixed study gets them
     (`calimon.studies.robustness.clean_fit`)."""
-    from calimon.numerics.curves import Curve
     from calimon.studies.robustness.clean_fit import fit_clean
 
     f = fit_clean(s, evaluate, fit, clean)
-    groups = np.array([x.pair_id for x in evaluate])
-    curve = Curve.from_scores(f.cal.predict(f.p_eval[f.ok]), f.y_eval[f.ok], groups[f.ok],
-                              n_boot=0)
+    curve = f.curve
     op = curve.at_far(s.far)
     info = {"evaluated": len(evaluate), "scored": int(f.ok.sum()),
             "n_pos": int(f.y_eval[f.ok].sum()), "n_neg": int((~f.y_eval[f.ok]).sum()),

@@ -46,6 +46,8 @@ class CleanFit:
     n_fit: int
     fit_on: str
     inverted: tuple[str, ...] | None  # findings kept with allow_inverted, else None
+    p_cal: np.ndarray  # the map applied to p_eval (NaN: unscored)
+    curve: Any  # the clean calibrated curve of the scored samples (calimon.numerics.curves.Curve)
 
     def calibration_doc(self) -> dict[str, Any]:
         """The summary's ``calibration`` entry."""
@@ -71,8 +73,8 @@ def fit_clean(s, evaluate, fit, clean) -> CleanFit:
                          f"{sorted(set(y_eval[ok].tolist()))}; the clean curve needs scored "
                          "misbehaving and benign samples")
     if s.calibration == NO_MAP:
-        return CleanFit(IdentityMap(), p_eval, y_eval, ok, 0, "no map: thresholds on the raw "
-                        "score", None)
+        return _with_curve(evaluate, IdentityMap(), p_eval, y_eval, ok, 0,
+                           "no map: thresholds on the raw score", None)
     fit_set = fit or evaluate
     p_fit = _scores(fit_set, clean)
     y_fit = np.array([bool(x.label) for x in fit_set])
@@ -80,9 +82,19 @@ def fit_clean(s, evaluate, fit, clean) -> CleanFit:
     cal = make_calibrator(s.calibration).fit(p_fit[fok], y_fit[fok])
     found = check_inversion(s, s.calibration, cal.to_dict(), (p_fit[fok], y_fit[fok]))
     fit_on = f"split {s.fit_split!r}" if fit else "the evaluated set (in-sample)"
-    return CleanFit(cal, p_eval, y_eval, ok, int(fok.sum()), fit_on,
-                    found.findings if found else None)
+    return _with_curve(evaluate, cal, p_eval, y_eval, ok, int(fok.sum()), fit_on,
+                       found.findings if found else None)
 
+
+def _with_curve(evaluate, cal, p_eval, y_eval, ok, n_fit, fit_on, inverted) -> CleanFit:
+    """The `CleanFit` with the calibrated scores and the clean curve they give."""
+    from calimon.numerics.curves import Curve
+
+    p_cal = np.full_like(p_eval, np.nan)
+    p_cal[ok] = cal.predict(p_eval[ok])
+    groups = np.array([x.pair_id for x in evaluate])
+    curve = Curve.from_scores(p_cal[ok], y_eval[ok], groups[ok], n_boot=0)
+    return CleanFit(cal, p_eval, y_eval, ok, n_fit, fit_on, inverted, p_cal, curve)
 
 def calibration_sentence(doc: dict[str, Any]) -> str:
     """The reports' words for a summary's ``calibration`` entry (older runs lack the

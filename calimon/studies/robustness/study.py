@@ -195,10 +195,7 @@ def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
 
     fitted = fit_clean(s, evaluate, fit, clean)
     cal, p_eval, y_eval, ok = fitted.cal, fitted.p_eval, fitted.y_eval, fitted.ok
-    p_cal = np.full_like(p_eval, np.nan)
-    p_cal[ok] = cal.predict(p_eval[ok])
-    groups = np.array([x.pair_id for x in evaluate])
-    curve = Curve.from_scores(p_cal[ok], y_eval[ok], groups[ok], n_boot=0)
+    p_cal, curve = fitted.p_cal, fitted.curve
     op_far, op_eer = curve.at_far(s.far), curve.eer()
     by_id = {x.id: i for i, x in enumerate(evaluate)}
     n_bad = int(sum(1 for x in evaluate if x.label is True)) if "misbehaving" in s.sides else 0
