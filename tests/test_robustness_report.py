@@ -52,6 +52,8 @@ def test_report_puts_defended_rows_beside_undefended_and_fills_the_docs(smol, tm
     docs_text = docs.read_text()
     assert docs_text.startswith("# R\n\nbefore\n\n") and docs_text.endswith("\n\nafter\n")
     assert "old" not in docs_text and "| verdict | reminder+strip |" in docs_text
+    assert f"run by `bash benchmarks/robustness/run.sh`); per-rewrite figures with intervals: `{out}`" \
+        in docs_text  # the summary names the report it abbreviates
     by_name = {p.parent.name: json.loads(p.read_text())
                for p in runs.glob("toy/*/robustness.json")}
     plain, defended = by_name["verdict-none"], by_name["verdict-strip+reminder"]

@@ -14,7 +14,9 @@
 # the raw P(Yes) in the monitor's own orientation. The probe monitor keeps its Platt map.
 # The adaptive search spends BUDGET queries per flagged transcript (16: the CLI's default).
 # PHASES picks phases (default "fixed adaptive defenses"); "report" only rewrites the report
-# from the finished runs, e.g. after an interrupted defenses phase.
+# from the finished runs, e.g. after an interrupted defenses phase. The summary table goes into
+# the head of benchmarks/results/robustness.md and the adversarial section of
+# docs/reliability.md (DOCS).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LIMIT=${LIMIT:-230}
@@ -23,13 +25,12 @@ OUT=${OUT:-runs/robustness-v2}
 STORE=${STORE:-$OUT/store.sqlite}
 REPORT=${REPORT:-benchmarks/results/robustness-amb-open.md}
 PHASES=${PHASES:-"fixed adaptive defenses"}
+DOCS=${DOCS:-"benchmarks/results/robustness.md docs/reliability.md"}
 export OUT STORE
 mkdir -p "$OUT"
-[ -f "$OUT/reliability-summary.md" ] || printf '<!-- robustness-summary -->\n<!-- /robustness-summary -->\n' \
-    > "$OUT/reliability-summary.md"
 run() { REGENERATE="LIMIT=$LIMIT BUDGET=$BUDGET bash benchmarks/robustness/amb_open_v2.sh" \
         BENCHMARKS=amb-open AMB_LIMIT=$LIMIT VERDICT_FLAGS="--calibration none" \
-        REPORT=$REPORT DOCS=$OUT/reliability-summary.md bash benchmarks/robustness/run.sh; }
+        REPORT=$REPORT DOCS=$DOCS bash benchmarks/robustness/run.sh; }
 for phase in $PHASES; do
     case $phase in
         fixed) DEFENSES=none HEADS="amb-open:amb-open-monitor" run ;;
@@ -38,8 +39,10 @@ for phase in $PHASES; do
                   CALIMON=${CALIMON:-.venv/bin/calimon} PYTHON=${PYTHON:-.venv/bin/python} \
                   bash benchmarks/robustness/adaptive.sh ;;
         defenses) DEFENSES="spotlight reminder strip" HEADS="" run ;;
-        report) "${PYTHON:-.venv/bin/python}" benchmarks/robustness/report.py "$OUT" --out "$REPORT" \
-                    --docs "$OUT/reliability-summary.md" \
+        report) docs_flags=()
+                for d in $DOCS; do docs_flags+=(--docs "$d"); done
+                "${PYTHON:-.venv/bin/python}" benchmarks/robustness/report.py "$OUT" --out "$REPORT" \
+                    "${docs_flags[@]}" \
                     --command "LIMIT=$LIMIT BUDGET=$BUDGET bash benchmarks/robustness/amb_open_v2.sh" ;;
         *) echo "unknown phase $phase" >&2; exit 2 ;;
     esac

@@ -58,11 +58,10 @@ fixed attack, raises benign false alarms by <= 2 points under every rewrite (the
 included), at a clean-AUROC cost <= 0.02. The summary tables say for each run whether it meets
 them, from the figures below.
 
-Regenerate everything (the runs resume from their run store):
-`{command}`.
+Regenerate everything (the runs resume from their run store; sizes, device and defenses are
+environment variables at the top of the script): `{command}`.
 """
-DEFAULT_COMMAND = ("benchmarks/robustness/run.sh` (environment variables at its top: sizes, "
-                   "device, defenses")
+DEFAULT_COMMAND = "bash benchmarks/robustness/run.sh"
 
 
 def load_runs(root: Path) -> dict[str, list[dict]]:
@@ -205,16 +204,16 @@ def section(bench: str, docs: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def docs_block(runs: dict[str, list[dict]]) -> str:
-    """The summary tables the adversarial section of docs/reliability.md shows."""
+def docs_block(runs: dict[str, list[dict]], report: Path, command: str) -> str:
+    """The summary tables the adversarial section of docs/reliability.md shows (or the head of
+    benchmarks/results/robustness.md, for a study whose full report is a file of its own)."""
     lines = [DOCS_BEGIN, ""]
     for bench, docs in runs.items():
         n = docs[0]["clean"]
         lines += [f"{bench} (test split: {n['n_pos']} misbehaving, {n['n_neg']} benign "
                   "transcripts):", "", *summary_rows(docs), ""]
-    lines += ["Written by `benchmarks/robustness/report.py` (run by "
-              "`benchmarks/robustness/run.sh`); per-rewrite figures with intervals: "
-              "`benchmarks/results/robustness.md`.", "", DOCS_END]
+    lines += [f"Written by `benchmarks/robustness/report.py` (run by `{command}`); per-rewrite "
+              f"figures with intervals: `{report}`.", "", DOCS_END]
     return "\n".join(lines)
 
 
@@ -231,7 +230,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("runs", type=Path, help="OUT of benchmarks/robustness/run.sh")
     ap.add_argument("--out", type=Path, required=True, help="the results markdown to write")
     ap.add_argument("--command", default=DEFAULT_COMMAND, help="the command that regenerates it")
-    ap.add_argument("--docs", type=Path, help="docs/reliability.md: replace its summary section")
+    ap.add_argument("--docs", type=Path, action="append", default=[],
+                    help="a markdown file whose summary section to replace (docs/reliability.md); "
+                         "repeatable")
     args = ap.parse_args(argv)
     runs = load_runs(args.runs)
     if not runs:
@@ -241,9 +242,9 @@ def main(argv: list[str] | None = None) -> None:
         lines += section(bench, docs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines), encoding="utf-8")
-    if args.docs:
-        write_docs(args.docs, docs_block(runs))
-    print(f"wrote {args.out}" + (f" and {args.docs}" if args.docs else ""))
+    for docs in args.docs:
+        write_docs(docs, docs_block(runs, args.out, args.command))
+    print(f"wrote {args.out}" + "".join(f" and {d}" for d in args.docs))
 
 
 if __name__ == "__main__":

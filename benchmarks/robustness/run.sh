@@ -25,7 +25,7 @@ VERDICT_FLAGS=${VERDICT_FLAGS-}  # more flags for the verdict runs only, e.g. "-
 OUT=${OUT:-runs/robustness}
 STORE=${STORE:-$OUT/store.sqlite}
 REPORT=${REPORT:-benchmarks/results/robustness.md}
-DOCS=${DOCS:-docs/reliability.md}
+DOCS=${DOCS:-docs/reliability.md}   # the files whose summary section is replaced (space-separated)
 export HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
 
@@ -55,5 +55,7 @@ for bench in $BENCHMARKS; do
         fi
     done
 done
-"$PYTHON" benchmarks/robustness/report.py "$OUT" --out "$REPORT" --docs "$DOCS" \
+docs_flags=()
+for d in $DOCS; do docs_flags+=(--docs "$d"); done
+"$PYTHON" benchmarks/robustness/report.py "$OUT" --out "$REPORT" "${docs_flags[@]}" \
     ${REGENERATE:+--command "$REGENERATE"}
