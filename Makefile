@@ -20,6 +20,10 @@ PYTEST_MARKS ?= not slow and not vllm and not chromium and not ray and not lora 
     and not integrations and not postgres
 # extra pytest arguments for `make test` (CI adds --durations=10)
 PYTEST_ARGS ?=
+# `make test` runs on this many pytest-xdist workers (the 2 cores of the CI machine; 1 runs the
+# tests in this process, e.g. to debug one). Each worker's torch starts at one thread
+# (tests/conftest.py): two workers of two threads each spin-wait for each other on 2 cores.
+PYTEST_WORKERS ?= 2
 # The demo: maps fitted on the calib split, judged on test; 160 samples, 80 from each split (whole
 # pairs, balanced over cells), the binary protocol on 16 test samples (held to its JSON schema, so
 # its points exist on this model); then the shipped monitor (a probe bundle trained on amb-open,
@@ -64,7 +68,8 @@ demo: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon compare runs/demo runs/demo-monitor --out runs/demo-compare
 
 test: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "$(PYTEST_MARKS)" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "$(PYTEST_MARKS)" \
+	    $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist worksteal) $(PYTEST_ARGS)
 
 test-all: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q

@@ -11,6 +11,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # (a missing extra, browser or source file) fails instead of passing silently.
 STRICT_SKIPS = os.environ.get("CALIMON_STRICT_SKIPS") == "1"
 
+# Under pytest-xdist (`make test` runs two workers) torch work that no backend's thread governor
+# sizes (head training, plain forwards in tests) starts at one thread: two workers of two threads
+# each on a 2-core machine spin-wait for each other (make test took 372 s so, 276 s this way).
+# Set before torch is imported; a CPU backend still sizes its own threads to the free cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
