@@ -120,6 +120,32 @@ def test_curve_stops_on_an_inverted_map_and_keeps_it_only_when_told(smol, tmp_pa
     assert json.loads(res.output)["inverted"].startswith(WARNING)
 
 
+class InvertedCountingGeneration(InvertedStandIn):
+    """The inverted stand-in, counting the prompts it generates for (the binary points)."""
+
+    generated = 0
+
+    def generate(self, prompts, max_new_tokens):
+        type(self).generated += len(prompts)
+        return super().generate(prompts, max_new_tokens)
+
+
+def test_the_inversion_stops_the_run_before_the_binary_points_are_scored(smol, tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setitem(BACKENDS, "inverted-gen",
+                        "test_calibration_direction:InvertedCountingGeneration")
+    monkeypatch.setattr(InvertedCountingGeneration, "generated", 0)
+    settings = CurveSettings(model=str(smol.path), benchmark=str(_bench(tmp_path)),
+                             backend="inverted-gen", split="test", binary_prompts=("direct",),
+                             n_boot=10, store=tmp_path / "s.sqlite", out=tmp_path / "run")
+    with pytest.raises(InvertedMapError, match=r"Platt slope a = -"):
+        run_curve(settings)
+    assert InvertedCountingGeneration.generated == 0
+    assert not (tmp_path / "run" / "curve.json").exists()
+    run_curve(replace(settings, allow_inverted=True))  # kept: the binary point is scored
+    assert InvertedCountingGeneration.generated > 0
+
+
 def test_an_increasing_map_changes_nothing(smol, tmp_path, monkeypatch):
     monkeypatch.setitem(BACKENDS, "inverted", "test_calibration_direction:InvertedStandIn")
     bench = _bench(tmp_path)

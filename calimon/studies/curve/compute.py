@@ -12,6 +12,7 @@ the caller and passed in (``saved_map``).
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -125,6 +126,30 @@ def _with_curve(s, base: dict[str, Any], cal: Calibrated, kept: list[Sample],
                            labels=tuple(map(bool, y)),
                            by_method={m: tuple(map(float, v)) for m, v in cal.by_method.items()},
                            maps=cal.maps))
+
+
+def check_inversion_early(s, *, evaluate: list[Sample], fit: list[Sample],
+                          readings: dict[str, Verdict]) -> None:
+    """Fit the deployed map alone, on the rows `compute_curve` will fit it on, as soon as the
+    main readout is scored, and stop on an inversion (`check_inversion`) before the binary
+    points are scored: a run that stops would spend their generation for nothing (the
+    readings already scored stay in the store). Where `compute_curve` fits no map (too few
+    of a class, a saved map applied) or keeps an inverted one, this checks nothing."""
+    if s.allow_inverted or s.calibration_map is not None:
+        return
+    _, p, y = usable(evaluate, readings)
+    support = class_support(int(y.sum()), int((~y).sum()))
+    if fit:
+        _, p, y = usable(fit, readings)
+        support = replace(support, calibration=fit_support(y).calibration)
+    if not (support.curve and support.calibration):
+        return
+    from calimon.calibration.maps import make_calibrator
+
+    with warnings.catch_warnings():  # the full fit after scoring records its warnings
+        warnings.simplefilter("ignore")
+        cal = make_calibrator(s.calibration).fit(p, y)
+    check_inversion(s, s.calibration, cal.to_dict(), (p, y))
 
 
 def check_inversion(s, method: str, map_dict: dict | None, fit_scores) -> Inversion | None:

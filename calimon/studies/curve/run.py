@@ -247,6 +247,9 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
             main = scorer.monitor()
             todo, needed = scorer.todo(evaluate + fit, main), _distinct(evaluate + fit)
             readings = scorer.score(evaluate + fit, main, label=f"{s.prompt}/{s.readout}")
+            from calimon.studies.curve.compute import check_inversion_early
+
+            check_inversion_early(s, evaluate=evaluate, fit=fit, readings=readings)
             binary = score_binary(scorer, s, evaluate)
             model_calls = scorer.model_calls
             timing = {"scoring_seconds": time.perf_counter() - started,
