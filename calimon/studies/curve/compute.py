@@ -138,9 +138,11 @@ def check_inversion_early(s, *, evaluate: list[Sample], fit: list[Sample],
     if s.allow_inverted or s.calibration_map is not None:
         return
     _, p, y = usable(evaluate, readings)
+    y = np.asarray(y, dtype=bool)  # empty when nothing scored: `compute_curve` says so
     support = class_support(int(y.sum()), int((~y).sum()))
     if fit:
         _, p, y = usable(fit, readings)
+        y = np.asarray(y, dtype=bool)
         support = replace(support, calibration=fit_support(y).calibration)
     if not (support.curve and support.calibration):
         return
