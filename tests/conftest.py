@@ -13,7 +13,7 @@ STRICT_SKIPS = os.environ.get("CALIMON_STRICT_SKIPS") == "1"
 
 # Under pytest-xdist (`make test` runs two workers) torch work that no backend's thread governor
 # sizes (head training, plain forwards in tests) starts at one thread: two workers of two threads
-# each on a 2-core machine spin-wait for each other (make test took 372 s so, 276 s this way).
+# each on a 2-core machine spin-wait for each other (make test took 372 s so, 279 s this way).
 # Set before torch is imported; a CPU backend still sizes its own threads to the free cores.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
