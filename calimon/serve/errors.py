@@ -3,9 +3,11 @@
     {"error": {"status": 422, "code": "invalid_request", "message": "...",
                "field": "messages.0.role", "errors": [{"field": ..., "message": ..., "type": ...}]}}
 
-``field`` is a dotted path into the request body (``body`` for the body as a whole). Malformed
-JSON is 400, a valid body with wrong or missing fields 422, a body over the size limit 413. A
-server fault is 500 naming only the exception's type: no transcript text goes into an error.
+``field`` is a dotted path into the request body (``body`` for the body as a whole). A body
+that is not JSON the server reads (`calimon.serve.body`: not UTF-8, malformed, a non-finite
+number, nested too deep) is 400 ``bad_json``, a valid body with wrong or missing fields 422, a
+body over the size limit 413. A server fault is 500 naming only the exception's type: no
+transcript text goes into an error.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ def _api_error(request: Request, exc: ApiError) -> JSONResponse:
 
 
 def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if exc.status_code == 400:  # FastAPI could not read the body (the gate reads JSON first)
+        return error_response(400, "bad_json", "the body could not be read as JSON", "body")
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return error_response(exc.status_code, code, str(exc.detail), None,
                           dict(exc.headers or {}))

@@ -21,6 +21,7 @@ from typing import Any
 
 from calimon.data.inspect_log import task_input, trajectory_parts
 from calimon.data.trajectory import render_parts
+from calimon.serve.body import BadJson, read_json
 from calimon.serve.schemas import Message
 
 
@@ -64,9 +65,9 @@ def _call(call) -> _Call:
         return _Call(call.function.name, raw, call.parse_error)
     if not raw.strip():
         return _Call(call.function.name, {}, call.parse_error)
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
+    try:  # within the body's depth limit; NaN taken as JSON readers of tool calls take it
+        parsed = read_json(raw, finite=False)
+    except BadJson:
         parsed = None
     if isinstance(parsed, dict):
         return _Call(call.function.name, parsed, call.parse_error)

@@ -25,7 +25,7 @@ from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from calimon.serve.errors import ApiError
 from calimon.serve.export import ExportOptions, export_samples
@@ -48,7 +48,7 @@ class LabelIn(BaseModel):
     item_id: str = Field(pattern=ITEM_ID)
     label: Literal["misbehavior", "benign", "unsure"]
     note: str = Field("", max_length=2000, pattern=r"^[^\x00]*$")
-    second_review: bool = False
+    second_review: StrictBool = False
     transcript_hash: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+MAX_STEP = 2**31 - 1  # the decision log's step column is a 32-bit INTEGER in PostgreSQL
 Decision = Literal["pass", "review", "block"]
 RequestId = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@/+=-]+$",
                   description="The client's id of this request: a retry with the same id is "
@@ -83,12 +84,13 @@ class StepRequest(BaseModel):
     """The next step of a session: the messages added since the last step (an assistant turn,
     a tool call to check before it runs, its result...). ``request``: the task, on the first
     step only (default: the text of the messages before the first assistant message).
-    ``step``: the index this step must get (0 for the first); a mismatch is refused (409), so
-    a step is never appended to a session the server lost or already moved past."""
+    ``step``: the index this step must get (0 for the first), a JSON integer (not ``"0"``,
+    ``0.0`` or ``true``); a mismatch is refused (409), so a step is never appended to a session
+    the server lost or already moved past."""
 
     model_config = ConfigDict(extra="forbid")
     request_id: str | None = RequestId
-    step: int | None = Field(None, ge=0)
+    step: StrictInt | None = Field(None, ge=0, le=MAX_STEP)
     request: str | None = None
     messages: list[Message] = Field(min_length=1)
 

@@ -5,6 +5,9 @@ are behind it too): the API key, then the body size.
   constant time); otherwise 401 with ``WWW-Authenticate: Bearer``.
 - A body over ``max_body_bytes`` is refused with 413 before any of it is parsed (by its
   ``Content-Length``, or while it streams in).
+- A JSON body (``application/json`` or ``+json``) that `calimon.serve.body.read_json` refuses
+  (not UTF-8, not JSON, a non-finite number, nested too deep) is 400 ``bad_json`` naming the
+  field, before any route reads it.
 - With an ``auth`` (`calimon.serve.keys.Authenticator`: keys with a name each, reviewers'
   sign-ins), it decides instead of the single key, and the caller's name is in
   ``scope["calimon.user"]``.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import hmac
 import json
 
+from calimon.serve.body import BadJson, read_json
 from calimon.serve.errors import error_body
 
 OPEN_PATHS = ("/healthz",)
@@ -48,6 +52,14 @@ def key_matches(header: bytes, key: str) -> bool:
     scheme, _, token = header.decode("latin-1").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(),
                                                               key.encode())
+
+
+def is_json(content_type: bytes) -> bool:
+    """Whether a ``Content-Type`` is one FastAPI parses as JSON (``application/json``,
+    ``application/*+json``)."""
+    kind = content_type.decode("latin-1").split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/")
+                                           and kind.endswith("+json"))
 
 
 class Gate:
@@ -84,6 +96,11 @@ class Gate:
             more = message.get("more_body", False)
             if len(body) > self.max_body:
                 return await self._too_large(send)
+        if body and is_json(headers.get(b"content-type", b"")):
+            try:
+                read_json(body)
+            except BadJson as exc:
+                return await _send_error(send, 400, "bad_json", exc.message, exc.field)
         sent = False
 
         async def replay():
