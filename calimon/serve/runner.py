@@ -1,12 +1,17 @@
-"""Starting a server: check where it listens, load the monitor, open the decision log, warm the
-model, then run uvicorn until it is stopped (`serve`)."""
+"""Starting a server: check where it listens and take the port, load the monitor, open the
+decision log, warm the model, then run uvicorn on the port until it is stopped (`serve`)."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from collections.abc import Callable
 
+from calimon.errors import InputError
 from calimon.serve.settings import ServeSettings
+
+BACKLOG = 2048  # uvicorn's default
 
 
 def startup_lines(service) -> list[str]:
@@ -24,7 +29,7 @@ def startup_lines(service) -> list[str]:
                 "requests passed through to the backend")
              + ("; sessions extend a cached KV" if service.kv else ""),
              f"decision log {redact(s.log)}",
-             f"API key {'required' if s.key() else 'not set (this machine only)'}"]
+             auth_line(service)]
     if getattr(service, "review", None) is not None:
         rv = service.review
         lines.append(f"review queue at /review (store {s.review.store}; transcripts kept: the "
@@ -32,6 +37,54 @@ def startup_lines(service) -> list[str]:
                      f"reviewers: {', '.join(service.auth.keys.names())})")
     lines += [f"WARNING: applied with --force: {m}" for m in served.forced]
     return lines
+
+
+def auth_line(service) -> str:
+    """What the gate enforces (`calimon.serve.security.Gate`): the key file's keys and names,
+    or the one key of ``$CALIMON_API_KEY``, or nothing; never a key itself."""
+    from calimon.serve.settings import API_KEY_ENV
+
+    auth, s = getattr(service, "auth", None), service.settings
+    where = "every route but /healthz"
+    if auth is None:
+        return (f"API key required on {where} (${API_KEY_ENV}: one key)" if s.key() else
+                "API key not set: no authentication (this machine only)")
+    n, names = len(auth.keys.entries), auth.keys.names()
+    if n == 0:
+        return f"API keys required on {where}, and {s.keys_file} holds none: all refused"
+    sources = " and ".join(x for x in (str(s.keys_file) if s.keys_file else "",
+                                       f"${API_KEY_ENV} (as 'service')" if s.key() else "") if x)
+    signin = "; reviewers sign in at /review/login" if auth.sessions is not None else ""
+    return (f"API keys required on {where}: {n} key(s) of {len(names)} name(s) from "
+            f"{sources}{signin}")
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Sockets listening on every address of ``host`` at ``port`` (as uvicorn binds them),
+    taken before the monitor loads: a port in use stops the server at once, in one line
+    (`calimon.errors.InputError`, exit 2). A connection made while the monitor loads waits."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise InputError(f"cannot listen on {host!r}: {exc.strerror}", field="host") from None
+    out: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, addr in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            out.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(addr)
+            sock.listen(BACKLOG)
+    except OSError as exc:
+        for sock in out:
+            sock.close()
+        busy = exc.errno in (errno.EADDRINUSE, errno.EACCES)
+        hint = ": stop what listens there or choose another --port" if busy else ""
+        raise InputError(f"cannot listen on {host}:{port}: {exc.strerror}{hint}",
+                         field="port" if busy else "host") from None
+    return out
 
 
 def require_extra() -> None:
@@ -85,18 +138,39 @@ def build_service(settings: ServeSettings):
 
 
 def serve(settings: ServeSettings, *, echo: Callable[[str], None] = print) -> None:
-    """Run `calimon serve` in the foreground until interrupted."""
+    """Run `calimon serve` in the foreground until interrupted: the port is taken first, and
+    "listening on" is said once uvicorn serves it."""
     import uvicorn
 
     from calimon.serve.app import create_app
 
-    service = build_service(settings)
-    for line in startup_lines(service):
-        echo(f"calimon serve: {line}")
-    echo(f"calimon serve: listening on http://{settings.host}:{settings.port} "
-         "(API: /docs; health: /healthz; metrics: /metrics)")
-    logging.getLogger("calimon.serve").setLevel(logging.INFO)
-    config = uvicorn.Config(create_app(service), host=settings.host, port=settings.port,
-                            log_level="info", access_log=True, lifespan="on",
-                            timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run()
+    require_extra()
+    settings.check_exposure()
+    sockets = listen(settings.host, settings.port)
+    try:
+        service = build_service(settings)
+        for line in startup_lines(service):
+            echo(f"calimon serve: {line}")
+        port = sockets[0].getsockname()[1]
+        logging.getLogger("calimon.serve").setLevel(logging.INFO)
+        config = uvicorn.Config(create_app(service), host=settings.host, port=port,
+                                log_level="info", access_log=True, lifespan="on",
+                                timeout_graceful_shutdown=5)
+        _announcing(uvicorn.Server, lambda: echo(
+            f"calimon serve: listening on http://{settings.host}:{port} "
+            "(API: /docs; health: /healthz; metrics: /metrics)"))(config).run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _announcing(server_class, said: Callable[[], None]):
+    """``server_class`` (uvicorn's) calling ``said`` once it has started serving."""
+
+    class Announcing(server_class):
+        async def startup(self, sockets=None):
+            await super().startup(sockets=sockets)
+            if self.started:
+                said()
+
+    return Announcing
