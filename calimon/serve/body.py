@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import math
+from math import isfinite
 from typing import Any
 
 MAX_DEPTH = 64
 _KEY_CHARS = 64  # a key longer than this is cut in the field path an error names
-_SCALARS = (str, int, bool, type(None))
 
 
 class BadJson(ValueError):
@@ -63,23 +63,24 @@ def read_json(raw: bytes | str, *, finite: bool = True) -> Any:
 
 
 def _walk(value: Any, finite: bool) -> None:
-    """Check depth and numbers without recursion (a deep value must not overflow the stack)."""
+    """Check depth and numbers without recursion (a deep value must not overflow the stack);
+    only containers are pushed, so a body of a million numbers costs one pass over them."""
+    if not isinstance(value, dict | list):
+        if finite:
+            _check_number(value, ())
+        return
     stack: list[tuple[Any, tuple, int]] = [(value, (), 1)]
     while stack:
         node, path, depth = stack.pop()
-        if isinstance(node, dict):
-            items = node.items()
-        elif isinstance(node, list):
-            items = enumerate(node)
-        else:
-            if finite:
-                _check_number(node, path)
-            continue
         if depth > MAX_DEPTH:
             raise BadJson(f"nested deeper than {MAX_DEPTH} levels of objects and arrays",
                           field_of(path))
-        stack.extend((child, (*path, key), depth + 1) for key, child in items
-                     if not isinstance(child, _SCALARS))
+        for key, child in (node.items() if type(node) is dict else enumerate(node)):
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append((child, (*path, key), depth + 1))
+            elif finite and (kind is _Constant or (kind is float and not isfinite(child))):
+                _check_number(child, (*path, key))
 
 
 def _check_number(node: Any, path: tuple) -> None:
