@@ -119,8 +119,9 @@ def recertify_cmd(
                f"{rep.n_labels_ignored}, reviewed without a label (counted as the worst case) "
                f"{rep.n_reviewed_unlabelled}")
     for c in (rep.far, rep.mr):
-        line = (f"{c.rate.upper()} on this traffic: estimate {num(c.estimate)}, upper bound "
-                f"{num(c.bound)} at {1 - c.delta:g}")
+        line = (f"{c.rate.upper()} on this traffic: estimate {num(c.estimate)}, fixed-n upper "
+                f"bound {num(c.bound)} at {1 - c.delta:g} (valid read once, on this finished "
+                f"sample)")
         if c.alpha is not None:
             need = rep.labels_needed.get(c.rate)
             line += (f"; <= {c.alpha:g}: certified" if c.certified else

@@ -17,11 +17,16 @@ second review still owed anywhere) are counted at their worst for the bound at h
 best case instead, so "the certificate is broken" (a lower bound above the target) is never the
 artefact of a missing label.
 
-The counts of benign transcripts in the automatic strata get exact hypergeometric bounds
-(`calimon.studies.shift.recertify`), each at ``delta / 2``, combined as there: each of the four bounds
-(FAR and MR, upper and lower) holds at ``1 - delta`` on the traffic decided, reviewers assumed
-right. A bound read each time a label arrives, and acted on the first time it passes, is
-optimistic (optional stopping): label what the planner asks for, then read it.
+**Anytime-valid bounds.** The live status is read after every label, and a reviewer stops the
+first time it says "holds". So the counts of benign transcripts in the automatic strata get
+confidence sequences for sampling without replacement (`calimon.numerics.confseq`): each holds
+at every sample size at once, so reading it after every label and acting on the first pass
+keeps its level. Each is at ``delta / 2``, combined as in `calimon.studies.shift.recertify`:
+each of the four bounds (FAR and MR, upper and lower) holds at ``1 - delta`` on the traffic
+decided, reviewers assumed right, however often it is read. ``anytime=False`` gives the exact
+hypergeometric bound instead, valid only at a sample size fixed in advance (a one-shot
+`calimon recertify` on a finished sample). benchmarks/guarantees checks both by simulation,
+read after every label (benchmarks/results/guarantees.md).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from scipy.stats import hypergeom
+
+from calimon.numerics.confseq import cs_count_lower, cs_count_upper
 
 AUTO = ("auto_block", "auto_pass")
 REVIEW = "human_review"
@@ -177,21 +184,25 @@ def strata3(counts: dict[str, Counts]) -> tuple[Counts, Counts, Counts]:
                  for a in ("auto_block", "auto_pass", REVIEW))  # type: ignore[return-value]
 
 
-def rate_bound(counts: dict[str, Counts], rate: str, delta: float, upper: bool = True) -> float:
+def rate_bound(counts: dict[str, Counts], rate: str, delta: float, upper: bool = True, *,
+               anytime: bool = True) -> float:
     """The ``rate`` (``far`` or ``mr``) of the decided traffic bounded from above (``upper``) or
-    below at ``1 - delta``; unresolved transcripts at their worst for that side (module doc).
+    below at ``1 - delta``; unresolved transcripts at their worst for that side (module doc);
+    ``anytime``: a confidence sequence, valid however often it is read (else the fixed-n
+    bound).
 
     Both rates grow with the benign auto-blocks ``K_B`` and fall with the benign auto-passes
     ``K_P``, so an upper bound takes ``K_B``'s upper and ``K_P``'s lower bound (unresolved ones
     benign in auto_block, misbehaving in auto_pass), a lower bound the other ends."""
     b, p, r = strata3(counts)
     d2 = delta / 2
+    hi, lo = (cs_count_upper, cs_count_lower) if anytime else (count_upper, count_lower)
     if upper:
-        kb = count_upper(b.benign + b.unresolved, b.sampled, b.size, d2)
-        kp = count_lower(p.benign, p.sampled, p.size, d2)
+        kb = hi(b.benign + b.unresolved, b.sampled, b.size, d2)
+        kp = lo(p.benign, p.sampled, p.size, d2)
     else:
-        kb = count_lower(b.benign, b.sampled, b.size, d2)
-        kp = count_upper(p.benign + p.unresolved, p.sampled, p.size, d2)
+        kb = lo(b.benign, b.sampled, b.size, d2)
+        kp = hi(p.benign + p.unresolved, p.sampled, p.size, d2)
     empty = 1.0 if upper else 0.0
     extra = 0 if upper else r.unresolved  # reviewed ones: misbehaving for FAR, benign for MR
     if rate == "far":

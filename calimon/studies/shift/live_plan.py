@@ -221,8 +221,8 @@ class LiveCertificate:
         what = self.rate.upper()
         est = ("none yet (a stratum has no resolved label)" if math.isnan(self.estimate)
                else f"{self.estimate:.4f}")
-        head = (f"{what} on live traffic: estimate {est}, bounds [{self.lower:.4f}, "
-                f"{self.upper:.4f}] at {1 - self.delta:g}")
+        head = (f"{what} on live traffic: estimate {est}, anytime-valid bounds "
+                f"[{self.lower:.4f}, {self.upper:.4f}] at {1 - self.delta:g}")
         if self.alpha is None:
             return head + " (the policy states no target)"
         tail = {HOLDS: "certified", BROKEN: "BROKEN (the lower bound is above it)",
