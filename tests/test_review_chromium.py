@@ -71,7 +71,9 @@ def _sign_in(b, url: str, who: str) -> None:
     b.eval("document.getElementById('key').focus()")
     b.type(KEYS[who])
     b.press("Enter")
-    b.wait("document.body && document.body.dataset.ready === '1'")
+    # the sign-in page runs the script too: wait for the page signed in
+    b.wait("document.body && document.body.dataset.ready === '1' && "
+           "!!document.getElementById('reviewer')")
     assert b.eval("document.getElementById('reviewer').textContent") == who
 
 
