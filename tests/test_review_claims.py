@@ -45,19 +45,29 @@ async def queue(c, who: str, limit: int = 20, lease: bool = True) -> list[str]:
     return [i["item_id"] for i in r.json()["items"]]
 
 
-def _service(tmp_path, now: list[float], **settings):
+def play(tmp_path, scenario, n: int = 1):
+    """Run ``scenario(client, now)`` on the app after scoring ``n`` transcripts of the review
+    band; the claims' clock reads ``now[0]`` (1000 at first)."""
+    now = [1000.0]
     svc = make_service(tmp_path, review=ReviewSettings(store=str(tmp_path / "r.sqlite"),
-                                                       retain=0.5, **settings))
+                                                       retain=0.5))
     svc.review.clock = lambda: now[0]
-    return svc
+
+    async def main(c):
+        for i in range(n):
+            await score(c, 0.6, i)
+        return await scenario(c, now)
+
+    return run(svc, main)
+
+
+async def first(c, who: str = "ada") -> str:
+    """The first item of ``who``'s queue, leased to them."""
+    return (await queue(c, who))[0]
 
 
 def test_what_a_reviewer_is_shown_is_leased_and_the_others_get_the_next_items(tmp_path):
-    now = [1000.0]
-
-    async def scenario(c):
-        for i in range(12):
-            await score(c, 0.6, i)  # all in the review band
+    async def scenario(c, now):  # twelve items, all in the review band
         everything = await queue(c, "ada", lease=False)
         assert len(everything) == 12 and await queue(c, "bob", lease=False) == everything
         shown = await queue(c, "ada", limit=5)
@@ -86,29 +96,23 @@ def test_what_a_reviewer_is_shown_is_leased_and_the_others_get_the_next_items(tm
         now[0] += 2 * 60
         assert set(fresh) <= set(await queue(c, "bob", lease=False))
 
-    run(_service(tmp_path, now), scenario)
+    play(tmp_path, scenario, 12)
 
 
 def test_an_item_opened_by_link_says_who_holds_it(tmp_path):
-    now = [1000.0]
-
-    async def scenario(c):
-        await score(c, 0.6, 1)
-        item = (await queue(c, "ada"))[0]
+    async def scenario(c, now):
+        item = await first(c)
         page = (await c.get(f"/review/items/{item}", headers=auth("bob"))).text
         assert "ada holds it until" in page
         own = (await c.get(f"/review/items/{item}", headers=auth("ada"))).text
         assert "holds it" not in own
 
-    run(_service(tmp_path, now), scenario)
+    play(tmp_path, scenario)
 
 
 def test_two_tabs_labelling_one_item_unknowingly_see_a_conflict_on_both(tmp_path):
-    now = [1000.0]
-
-    async def scenario(c):
-        await score(c, 0.6, 1)
-        item = (await queue(c, "ada"))[0]
+    async def scenario(c, now):
+        item = await first(c)
         a = await post(c, "ada", label(item, "benign", tab=TAB_A, seen=0))
         assert a["conflicts"] == [] and a["item_labels"] == 1
         b = await post(c, "ada", label(item, "misbehavior", tab=TAB_B, seen=0))
@@ -130,15 +134,11 @@ def test_two_tabs_labelling_one_item_unknowingly_see_a_conflict_on_both(tmp_path
         st = (await c.get("/v1/review/status", headers=auth("ada"))).json()
         assert st["items"] == {"resolved": 1}  # one reviewer: her latest label counts
 
-    run(_service(tmp_path, now), scenario)
+    play(tmp_path, scenario)
 
 
 def test_two_reviewers_unknowingly_conflict_but_a_second_review_is_a_dispute(tmp_path):
-    now = [1000.0]
-
-    async def scenario(c):
-        for i in range(4):
-            await score(c, 0.6, i)
+    async def scenario(c, now):
         x, y = await queue(c, "ada", limit=2)
         # x: ada's lease ends, bob gets x, both label it, neither knowing the other
         a = await post(c, "ada", label(x, "benign", tab=TAB_A, seen=0))
@@ -162,15 +162,12 @@ def test_two_reviewers_unknowingly_conflict_but_a_second_review_is_a_dispute(tmp
         assert st["items"]["disputed"] == 2  # both disagree: disputes, as before
         assert st["agreement"]["items"] == 2
 
-    run(_service(tmp_path, now), scenario)
+    play(tmp_path, scenario, 4)
 
 
 def test_one_page_labelling_twice_and_api_labels_without_seen_are_no_conflict(tmp_path):
-    now = [1000.0]
-
-    async def scenario(c):
-        await score(c, 0.6, 1)
-        item = (await queue(c, "ada"))[0]
+    async def scenario(c, now):
+        item = await first(c)
         # an outbox that held two labels of one item (both given as the item was shown)
         await post(c, "ada", label(item, "benign", tab=TAB_A, seen=0))
         assert (await post(c, "ada", label(item, "misbehavior", tab=TAB_A,
@@ -178,15 +175,12 @@ def test_one_page_labelling_twice_and_api_labels_without_seen_are_no_conflict(tm
         # a client that does not say what it knew is taken to know every label
         assert (await post(c, "bob", label(item, "benign")))["conflicts"] == []
 
-    run(_service(tmp_path, now), scenario)
+    play(tmp_path, scenario)
 
 
 def test_a_label_names_its_reviewer_and_is_refused_under_another(tmp_path):
-    now = [1000.0]
-
-    async def scenario(c):
-        await score(c, 0.6, 1)
-        item = (await queue(c, "ada"))[0]
+    async def scenario(c, now):
+        item = await first(c)
         body = label(item, "benign", reviewer="ada")
         r = await c.post("/v1/review/labels", headers=auth("bob"), json=body)
         assert r.status_code == 409, r.text
@@ -213,23 +207,20 @@ def test_a_label_names_its_reviewer_and_is_refused_under_another(tmp_path):
                          json={"items": {f"{i:024x}": None for i in range(501)}})
         assert r.status_code == 422 and r.json()["error"]["field"] == "items", r.text
 
-    run(_service(tmp_path, now), scenario)
+    play(tmp_path, scenario)
     rows = sqlite3.connect(tmp_path / "r.sqlite").execute(
         "SELECT reviewer FROM review_labels").fetchall()
     assert rows == [("ada",)]
 
 
 def test_the_pages_carry_what_the_script_needs(tmp_path):
-    now = [1000.0]
-
-    async def scenario(c):
-        await score(c, 0.6, 1)
+    async def scenario(c, now):
         login = (await c.get("/review/login")).text
         page = (await c.get("/review", headers=auth("ada"))).text
         js = (await c.get("/review/static/review.js")).text
         return login, page, js
 
-    login, page, js = run(_service(tmp_path, now), scenario)
+    login, page, js = play(tmp_path, scenario)
     assert 'src="/review/static/review.js"' in login and 'id="others"' in login
     assert 'data-seen="0"' in page and 'id="sign-out"' in page and 'id="sign-out-note"' in page
     assert "calimon-review-outbox:" in js and "/v1/review/sync" in js

@@ -17,11 +17,9 @@ from __future__ import annotations
 import sqlite3
 import time
 
-import httpx
 import pytest
-from review_fakes import KEYS, keys_file, policy
-from review_server import chat_server, start
-from serve_server import free_port
+from review_fakes import KEYS
+from review_server import served_review
 
 from calimon.report.chromium import find_chromium
 
@@ -35,25 +33,11 @@ READY = "document.body && document.body.dataset.ready === '1'"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """One server (with its stand-in monitor API) for the module, and 30 review decisions."""
-    tmp = tmp_path_factory.mktemp("review-claims-chromium")
-    with chat_server() as api:
-        pol = policy(tmp, audit=0.2, far=0.1, mr=0.2)
-        port = free_port()
-        args = ("--keys", str(keys_file(tmp)), "--review-retain", "0.5")
-        server = start(pol, tmp, port, api.url, *args)
-        with httpx.Client(base_url=server.url, headers={
-                "Authorization": f"Bearer {KEYS['ada']}"}, timeout=60) as c:
-            for i in range(30):
-                r = c.post("/v1/score", json={
-                    "id": f"t{i}", "request_id": f"r{i}", "request": f"Fix bug {i}",
-                    "response": f"Looked at the failing test. Then answered p=0.6{i % 10}"})
-                assert r.status_code == 200, r.text
-        state = {"server": server, "tmp": tmp, "restart": lambda: start(
-            pol, tmp, port, api.url, *args)}
-        try:
-            yield state
-        finally:
-            state["server"].stop()
+    bodies = [{"id": f"t{i}", "request_id": f"r{i}", "request": f"Fix bug {i}",
+               "response": f"Looked at the failing test. Then answered p=0.6{i % 10}"}
+              for i in range(30)]
+    with served_review(tmp_path_factory.mktemp("review-claims-chromium"), bodies) as state:
+        yield state
 
 
 def sign_in(tab, url: str, who: str) -> None:
