@@ -154,11 +154,13 @@ def _mine(review: Review, reviewer: str) -> dict:
 
 def install(app: FastAPI, service) -> None:
     """Add the review routes (module docstring) to ``app``."""
+    _label_api(app, service)
     _api(app, service)
+    _sign_in_pages(app, service)
     _pages(app, service)
 
 
-def _api(app: FastAPI, service) -> None:
+def _label_api(app: FastAPI, service) -> None:
     review: Review = service.review
 
     @app.get("/v1/review/queue")
@@ -208,6 +210,10 @@ def _api(app: FastAPI, service) -> None:
         items = await asyncio.to_thread(review.sync, _user(request), body.items, body.renew)
         return {"items": items}
 
+
+def _api(app: FastAPI, service) -> None:
+    review: Review = service.review
+
     @app.get("/v1/review/status")
     async def status() -> dict:
         """Live recertification and drift."""
@@ -232,8 +238,7 @@ def _api(app: FastAPI, service) -> None:
                         headers={"X-Calimon-Export": json.dumps(summary)})
 
 
-def _pages(app: FastAPI, service) -> None:
-    review: Review = service.review
+def _sign_in_pages(app: FastAPI, service) -> None:
     auth: Authenticator = service.auth
 
     @app.get("/review/static/review.js", include_in_schema=False)
@@ -268,6 +273,10 @@ def _pages(app: FastAPI, service) -> None:
         await auth.sign_out(dict(request.scope.get("headers") or []))
         return RedirectResponse("/review/login", 303, headers={
             "Set-Cookie": f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"})
+
+
+def _pages(app: FastAPI, service) -> None:
+    review: Review = service.review
 
     @app.get("/review", include_in_schema=False)
     async def queue_html(request: Request) -> HTMLResponse:
