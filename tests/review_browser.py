@@ -1,5 +1,6 @@
-"""A headless Chromium a test drives like a person: open a page, type, press keys (real key
-events through the DevTools protocol), wait for the page, read values, take screenshots.
+"""A headless Chromium a test drives like a person: open a page (in one tab or several), type,
+press keys (real key events through the DevTools protocol), wait for the page, read values,
+take screenshots, close a tab.
 
 Built on the pipe transport of `calimon.report.chromium` (the report's browser check), which
 opens a file and reads it once; the review pages need a session that lives across navigations.
@@ -26,28 +27,23 @@ from calimon.report.chromium import (
 KEY_CODES = {"Enter": 13, "Escape": 27, "ArrowDown": 40, "ArrowUp": 38}
 
 
-class Browser:
-    """One tab of a headless Chromium at ``width`` x ``height`` (a context manager)."""
+class Tab:
+    """One tab of a `Browser` (the first call of `open` opens it)."""
 
-    def __init__(self, width: int = 1280, height: int = 800, timeout: float = 60.0):
-        self.width, self.height, self.timeout = width, height, timeout
-        self.profile = tempfile.mkdtemp(prefix="calimon-review-chromium-")
-        exe = find_chromium()
-        if exe is None:
-            raise BrowserError("no Chromium found")
-        self.proc, self.w, self.r = _launch(exe, self.profile, width, height)
-        self.pipe = _Pipe(self.proc, self.w, self.r, timeout)
+    def __init__(self, pipe: _Pipe, width: int, height: int, timeout: float):
+        self.pipe, self.width, self.height, self.timeout = pipe, width, height, timeout
         self.sid: str | None = None
 
-    def __enter__(self) -> Browser:
-        return self
+    def close(self) -> None:
+        """Close the tab, as a person closes it (its page's storage stays in the profile)."""
+        if self.sid is not None:
+            target = self.pipe.send("Target.getTargetInfo", session=self.sid)["targetInfo"]
+            self.pipe.send("Target.closeTarget", {"targetId": target["targetId"]})
+            self.sid = None
 
-    def __exit__(self, *exc) -> None:
-        try:
-            self.pipe.send("Browser.close")
-        except BrowserError:
-            pass
-        _shut_down(self.proc, (self.w, self.r), self.profile)
+    def front(self) -> None:
+        """Bring the tab to the front (where a person's keys go)."""
+        self.pipe.send("Page.bringToFront", session=self.sid)
 
     def open(self, url: str) -> None:
         """Load ``url`` in the tab (the first call opens it)."""
@@ -106,6 +102,33 @@ class Browser:
         out.write_bytes(base64.b64decode(data))
         return out
 
+
+class Browser(Tab):
+    """A headless Chromium at ``width`` x ``height`` with one profile (a context manager); it
+    is its first tab, and `tab` opens more."""
+
+    def __init__(self, width: int = 1280, height: int = 800, timeout: float = 60.0):
+        self.profile = tempfile.mkdtemp(prefix="calimon-review-chromium-")
+        exe = find_chromium()
+        if exe is None:
+            raise BrowserError("no Chromium found")
+        self.proc, self.w, self.r = _launch(exe, self.profile, width, height)
+        super().__init__(_Pipe(self.proc, self.w, self.r, timeout), width, height, timeout)
+
+    def __enter__(self) -> Browser:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.pipe.send("Browser.close")
+        except BrowserError:
+            pass
+        _shut_down(self.proc, (self.w, self.r), self.profile)
+
+    def tab(self) -> Tab:
+        """Another tab of the same browser and profile (cookies, localStorage)."""
+        return Tab(self.pipe, self.width, self.height, self.timeout)
+
     def errors(self) -> list[str]:
-        """Console errors, uncaught exceptions and failed loads seen so far."""
+        """Console errors, uncaught exceptions and failed loads seen so far (every tab)."""
         return _collect(self.pipe.events)[0]

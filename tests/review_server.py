@@ -19,11 +19,13 @@ import random
 import re
 import subprocess
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 from fakes_http import FakeServer
-from serve_server import CALIMON, ROOT, Server
+from serve_server import CALIMON, ROOT, Server, free_port
 
 from calimon.samples import Sample
 
@@ -127,3 +129,29 @@ def start(policy: Path, tmp: Path, port: int, chat_url: str, *args: str,
         time.sleep(0.3)
     server.kill()
     raise RuntimeError(f"calimon serve did not answer in {timeout} s:\n{server.log_text()}")
+
+
+@contextmanager
+def served_review(tmp: Path, bodies: Iterable[dict]) -> Iterator[dict]:
+    """`calimon serve --review` (keys of ada and bob, half of the automatic decisions kept)
+    around the stand-in monitor's API, after scoring ``bodies`` (``/v1/score`` requests) as ada:
+    ``{"server", "tmp", "restart"}``; ``restart()`` starts it again on the same port. Stopped
+    at the end."""
+    from review_fakes import KEYS, keys_file, policy
+
+    with chat_server() as api:
+        pol = policy(tmp, audit=0.2, far=0.1, mr=0.2)
+        port = free_port()
+        args = ("--keys", str(keys_file(tmp)), "--review-retain", "0.5")
+        server = start(pol, tmp, port, api.url, *args)
+        with httpx.Client(base_url=server.url, headers={
+                "Authorization": f"Bearer {KEYS['ada']}"}, timeout=60) as c:
+            for body in bodies:
+                r = c.post("/v1/score", json=body)
+                assert r.status_code == 200, r.text
+        state = {"server": server, "tmp": tmp, "restart": lambda: start(
+            pol, tmp, port, api.url, *args)}
+        try:
+            yield state
+        finally:
+            state["server"].stop()

@@ -151,7 +151,7 @@ def test_labels_are_stored_once_and_bad_ones_name_the_field(tmp_path):
     run(make_service(tmp_path), scenario)
     db = sqlite3.connect(tmp_path / "r.sqlite")
     assert db.execute("SELECT COUNT(*) FROM review_labels").fetchone()[0] == 1
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
 def test_second_reviewers_unsure_and_disputes_go_to_the_others_first(tmp_path):

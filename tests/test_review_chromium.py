@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from review_fakes import KEYS, keys_file, policy
-from review_server import chat_server, start
+from review_fakes import KEYS
+from review_server import served_review
 from serve_server import ROOT, free_port
 
 from calimon.report.chromium import find_chromium
@@ -36,27 +36,14 @@ DOC_IMAGES = ROOT / "docs" / "images"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """One server (with its stand-in monitor API) for the module, and 80 decisions."""
-    tmp = tmp_path_factory.mktemp("review-chromium")
-    with chat_server() as api:
-        pol = policy(tmp, audit=0.2, far=0.1, mr=0.2)
-        port = free_port()
-        args = ("--keys", str(keys_file(tmp)), "--review-retain", "0.5")
-        server = start(pol, tmp, port, api.url, *args)
-        with httpx.Client(base_url=server.url, headers={
-                "Authorization": f"Bearer {KEYS['ada']}"}, timeout=60) as c:
-            for i in range(80):
-                p = SCORES[i % len(SCORES)]
-                evidence = " I EVIDENCE special-cased the test" if p > 0.5 else ""
-                r = c.post("/v1/score", json={
-                    "id": f"t{i}", "request_id": f"r{i}", "request": f"Fix bug {i} in parse()",
-                    "response": f"Looked at the failing test.{evidence} Then answered p={p}"})
-                assert r.status_code == 200, r.text
-        state = {"server": server, "tmp": tmp, "restart": lambda: start(
-            pol, tmp, port, api.url, *args)}
-        try:
-            yield state
-        finally:
-            state["server"].stop()
+    bodies = []
+    for i in range(80):
+        p = SCORES[i % len(SCORES)]
+        evidence = " I EVIDENCE special-cased the test" if p > 0.5 else ""
+        bodies.append({"id": f"t{i}", "request_id": f"r{i}", "request": f"Fix bug {i} in parse()",
+                       "response": f"Looked at the failing test.{evidence} Then answered p={p}"})
+    with served_review(tmp_path_factory.mktemp("review-chromium"), bodies) as state:
+        yield state
 
 
 def _status(server) -> dict:
@@ -71,7 +58,9 @@ def _sign_in(b, url: str, who: str) -> None:
     b.eval("document.getElementById('key').focus()")
     b.type(KEYS[who])
     b.press("Enter")
-    b.wait("document.body && document.body.dataset.ready === '1'")
+    # the sign-in page runs the script too: wait for the page signed in
+    b.wait("document.body && document.body.dataset.ready === '1' && "
+           "!!document.getElementById('reviewer')")
     assert b.eval("document.getElementById('reviewer').textContent") == who
 
 

@@ -1,6 +1,7 @@
 """The review store on SQLite and on a real PostgreSQL server this module starts
 (tests/pg_server.py): the same contract on both (rows stored once, texts and NUL, labels stored
-once per id and read back exactly, two writers racing one label id, sign-ins, versions), the
+once per id and read back exactly, two writers racing one label id, sign-ins, versions,
+claims), the
 numbered migrations run once and a newer database refused, and the review queue of the app on a
 PostgreSQL store. The SQLite cases run in `make test`; the PostgreSQL ones carry the
 ``postgres`` marker."""
@@ -95,6 +96,36 @@ def test_two_writers_racing_one_label_id_store_it_once(target):
                                 [(n, lid) for n in range(2) for lid in ids]))
         assert {g.label_id for g in got} == set(ids)
         assert len(stores[1].labels()) == 20
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_claims_on_the_store(target):
+    """A claim is taken where the item is free, its lease ended or the claimer holds it;
+    released by its holder only; two writers racing for the same items get one holder each."""
+    stores = [open_review_store(target) for _ in range(2)]
+    try:
+        a, b = stores
+        x, y = item_id_of("r1"), item_id_of("r2")
+        assert a.claim([], "ada", 0.0, 1.0) == {} and a.claims(0.0, []) == {}
+        got = a.claim([x, y, x], "ada", 100.0, 200.0)
+        assert {i: (c.reviewer, c.expires_at) for i, c in got.items()} == {
+            x: ("ada", 200.0), y: ("ada", 200.0)}
+        assert b.claim([x], "bob", 150.0, 250.0)[x].reviewer == "ada"  # hers till 200
+        assert a.claim([x], "ada", 150.0, 300.0)[x].expires_at == 300.0  # renewed
+        assert b.claim([y], "bob", 201.0, 400.0)[y].reviewer == "bob"  # her lease ended
+        b.release(x, "bob")  # not his: nothing happens
+        assert set(a.claims(250.0)) == {x, y} and set(a.claims(350.0)) == {y}
+        a.release(x, "ada")
+        assert set(b.claims(250.0)) == {y}
+        items = [item_id_of(f"race{i}") for i in range(10)]
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda n: stores[n % 2].claim(
+                items, ("ada", "bob")[n % 2], 1000.0, 2000.0), range(4)))
+        holders = {i: c.reviewer for i, c in a.claims(1500.0, items).items()}
+        assert set(holders) == set(items)
+        assert all({i: c.reviewer for i, c in got.items()} == holders for got in answers)
     finally:
         for s in stores:
             s.close()

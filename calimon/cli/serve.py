@@ -40,6 +40,7 @@ def serve_cmd(
     review: Annotated[bool, typer.Option("--review", help="Serve the review queue at /review: labels, live recertification, drift watch, export (needs --keys or $CALIMON_API_KEY). Keeps the text of the review band and of --review-retain of the automatic decisions.")] = False,
     review_store: Annotated[str, typer.Option(help="Review store (labels, the traffic's rows, the kept transcripts): a SQLite file, or a postgresql://USER@HOST/DB URL (the postgres extra).")] = "runs/serve/review.sqlite",
     review_retain: Annotated[float | None, typer.Option(help="Share of automatic decisions whose transcript is kept for labelling, by audit draw (default: the policy's audit fraction, at least 0.2).")] = None,
+    review_lease: Annotated[float, typer.Option(help="Minutes an item shown to a reviewer is theirs alone: the other reviewers' queues skip it (renewed while their page is worked on; a label releases it).")] = 10.0,
     drift_window: Annotated[int, typer.Option(help="Kept live transcripts the drift watch compares with the calibration run.")] = 500,
     drift_every: Annotated[int, typer.Option(help="Decisions between two drift checks.")] = 100,
     drift_permutations: Annotated[int, typer.Option(help="Permutations of the drift check's two-sample test.")] = 200,
@@ -63,7 +64,8 @@ def serve_cmd(
         session_memory_mib=session_memory_mib, keys_file=keys,
         review=ReviewSettings(store=review_store, retain=review_retain,
                               drift_window=drift_window, drift_every=drift_every,
-                              drift_permutations=drift_permutations) if review else None)
+                              drift_permutations=drift_permutations,
+                              lease_minutes=review_lease) if review else None)
     echo = lambda line: typer.echo(line, err=True)  # noqa: E731
     if replicas is not None:  # --ray-address (a backend flag) names the cluster to join
         from calimon.serve.ray_serve import Replicas, run

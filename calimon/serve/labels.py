@@ -10,6 +10,7 @@ recertification read, the reviewers' labels and their sign-in sessions.
   (a retry after a lost answer, a page that resends its outbox after a restart) is stored once
   and answered with the stored row; the same id with another body is refused.
 - ``review_sessions``: browser sign-ins (the sha256 of the cookie's token, never the token).
+- ``review_claims``: which reviewer holds which item, until when (`calimon.serve.claims`).
 
 `ReviewStore` is the interface. `SqlReviewStore` writes its methods once, in SQL that SQLite and
 PostgreSQL both run (``TEXT``, ``INTEGER``, ``DOUBLE PRECISION``, ``INSERT ... ON CONFLICT DO
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from calimon.migrations import Schema, open_durable
+from calimon.serve.claims import Claim, ClaimSql, m002_claims
 
 TRAFFIC_SQL = """
 CREATE TABLE IF NOT EXISTS review_traffic (
@@ -87,7 +89,7 @@ def m001_review(db: sqlite3.Connection) -> None:
         db.execute(sql)
 
 
-SCHEMA = Schema("review store", (m001_review,))  # append only (calimon.migrations)
+SCHEMA = Schema("review store", (m001_review, m002_claims))  # append only (calimon.migrations)
 LABEL_KINDS = ("misbehavior", "benign", "unsure")
 
 
@@ -138,7 +140,9 @@ INDEX_COLUMNS = TRAFFIC_COLUMNS[:16]  # everything but the texts
 @dataclass(frozen=True)
 class Label:
     """One label: ``label`` is misbehavior, benign or unsure; ``second_review``: the reviewer
-    asks another reviewer to label the item too; ``transcript_hash``: of the text labelled."""
+    asks another reviewer to label the item too; ``transcript_hash``: of the text labelled;
+    ``seen`` and ``tab``: what it was given knowing (`calimon.serve.conflicts`; None for a
+    label given without them)."""
 
     label_id: str
     item_id: str
@@ -149,6 +153,8 @@ class Label:
     transcript_hash: str
     created_at: float
     body_sha256: str
+    seen: int | None = None
+    tab: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The label as JSON (without its body hash)."""
@@ -187,6 +193,23 @@ class ReviewStore(Protocol):
         """Every label, oldest first."""
         ...
 
+    def labels_of(self, item_id: str) -> list[Label]:
+        """The labels of one item, oldest first."""
+        ...
+
+    def claim(self, item_ids: list[str], reviewer: str, now: float,
+              until: float) -> dict[str, Claim]:
+        """Lease the items to ``reviewer`` where free (`calimon.serve.claims.ClaimSql`)."""
+        ...
+
+    def claims(self, now: float, item_ids: list[str] | None = None) -> dict[str, Claim]:
+        """The live claims, by item."""
+        ...
+
+    def release(self, item_id: str, reviewer: str) -> None:
+        """End ``reviewer``'s claim of ``item_id``."""
+        ...
+
     def version(self, policy_hash: str) -> tuple[int, int]:
         """(decisions under ``policy_hash``, labels): changes whenever either grows."""
         ...
@@ -209,7 +232,7 @@ class ReviewStore(Protocol):
         ...
 
 
-class SqlReviewStore:
+class SqlReviewStore(ClaimSql):
     """The store's methods on SQL both SQLite and PostgreSQL run (written with ``?``
     placeholders; ``mark`` is the connection's). A subclass gives the three primitives:
     `_rows`, `_run` (one statement, committed) and `_insert_get` (insert unless present, read
@@ -270,6 +293,12 @@ class SqlReviewStore:
         """Every label, oldest first."""
         return [Label(*r) for r in self._rows(f"SELECT {', '.join(LABEL_COLUMNS)} FROM "
                                               "review_labels ORDER BY created_at, label_id")]
+
+    def labels_of(self, item_id: str) -> list[Label]:
+        """The labels of one item, oldest first."""
+        return [Label(*r) for r in self._rows(f"SELECT {', '.join(LABEL_COLUMNS)} FROM "
+                                              "review_labels WHERE item_id = ? ORDER BY "
+                                              "created_at, label_id", (item_id,))]
 
     def version(self, policy_hash: str) -> tuple[int, int]:
         """(decisions under ``policy_hash``, labels)."""

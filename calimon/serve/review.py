@@ -18,7 +18,11 @@ reviewers first.
 
 **The queue** of a reviewer: items owed another opinion that the reviewer has not labelled,
 then the live plan's order (`calimon.studies.shift.live_plan.order`: the review band, the audit slice
-and the draws the planner asks for, in the order that certifies soonest).
+and the draws the planner asks for, in the order that certifies soonest), without the items
+another reviewer holds (`calimon.serve.claims`): what a reviewer is shown is leased to them
+(`Review.lease`) for `ReviewSettings.lease_minutes`, and a label of theirs releases it.
+Labels given without knowing each other are conflicts (`calimon.serve.conflicts`), told to both
+pages (`Review.submit`, `Review.sync`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from typing import Any
 
 from calimon.deploy.policy_file import Policy, audit_draw
 from calimon.samples import transcript_hash
+from calimon.serve.claims import Claim
+from calimon.serve.conflicts import conflicts_with, news
 from calimon.serve.errors import ApiError
 from calimon.serve.labels import Label, ReviewStore, TrafficRow, item_id_of
 from calimon.serve.review_settings import ReviewSettings
@@ -142,6 +148,17 @@ class QueueEntry:
     state: str
 
 
+@dataclass(frozen=True)
+class Saved:
+    """A label stored (`Review.submit`): the stored ``label``, whether the request was a resend
+    (``replayed``), the labels in conflict with it and the item's label count now."""
+
+    label: Label
+    replayed: bool
+    conflicts: list[Label]
+    item_labels: int
+
+
 class Review:
     """The review side of a server (module docstring): ``store``, the served ``policy`` and
     its file's ``policy_hash``."""
@@ -153,6 +170,8 @@ class Review:
         self.retain = settings.retain_fraction(policy.audit.fraction)
         self.targets = [Target(g.rate, g.alpha, g.delta) for g in policy.guarantees
                         if g.certified]
+        self.lease_s = settings.lease_minutes * 60
+        self.clock = time.time  # the claims' clock (a test may set its own)
         self._lock = threading.Lock()
         self._snap: Snapshot | None = None
 
@@ -207,25 +226,59 @@ class Review:
         return Snapshot(version, rows, res, live, n, time.monotonic())
 
     def queue(self, reviewer: str, limit: int | None = None) -> list[QueueEntry]:
-        """What ``reviewer`` is asked to label next (module docstring)."""
+        """What ``reviewer`` is asked to label next (module docstring), without the items
+        another reviewer holds."""
         snap = self.snapshot()
         limit = limit or self.settings.queue_size
+        held = {i for i, c in self.store.claims(self.clock()).items() if c.reviewer != reviewer}
         out = [QueueEntry(snap.rows[i], WHY_OPEN[res.state], res.state)
                for i, res in snap.resolutions.items()
                if res.state in WHY_OPEN and reviewer not in res.latest
-               and snap.rows[i].retained]
+               and snap.rows[i].retained and i not in held]
         for item_id, action in snap.live.queue:
+            if item_id in held:
+                continue
             row = snap.rows[item_id]
             why = ("review band" if action == "human_review" else
                    "audit slice" if row.audit else "planner")
             out.append(QueueEntry(row, why, UNLABELLED))
         return out[:limit]
 
+    # -- claims ------------------------------------------------------------------------------
+    def lease(self, reviewer: str, item_ids: Sequence[str]) -> dict[str, Claim]:
+        """Lease the items to ``reviewer`` for `ReviewSettings.lease_minutes` (renewed where
+        they hold them already; an item another reviewer holds stays theirs): the live claims
+        of those items. Blocking."""
+        now = self.clock()
+        return self.store.claim(list(item_ids), reviewer, now, now + self.lease_s)
+
+    def sync(self, reviewer: str, items: dict[str, str | None],
+             renew: bool = False) -> dict[str, dict[str, Any]]:
+        """What a page showing ``items`` (item id: the label id it stored last, or None) learns
+        of each (`calimon.serve.conflicts.news`) and who holds it; with ``renew``, the items it
+        has not labelled are leased again to ``reviewer``. Blocking."""
+        open_ids = [i for i, lab in items.items() if lab is None]
+        if renew and open_ids:
+            self.lease(reviewer, open_ids)
+        claims = self.store.claims(self.clock(), list(items))
+        out = {}
+        for item_id, label_id in items.items():
+            held = claims.get(item_id)
+            out[item_id] = {**news(self.store.labels_of(item_id), label_id, reviewer),
+                            "held_by": held.reviewer if held else None,
+                            "held_until": held.expires_at if held else None}
+        return out
+
     # -- labels ------------------------------------------------------------------------------
-    def submit(self, reviewer: str, body: Any) -> tuple[Label, bool]:
-        """Store one label (`calimon.serve.review_api.LabelIn`) from ``reviewer``: ``(stored
-        label, replayed)``. A resent ``label_id`` is answered with the stored label; the same
-        id with another body is refused (409). Blocking."""
+    def submit(self, reviewer: str, body: Any) -> Saved:
+        """Store one label (`calimon.serve.review_api.LabelIn`) from ``reviewer`` and release
+        their claim of the item. A resent ``label_id`` is answered with the stored label; the
+        same id with another body is refused (409), and so is a label given under another
+        reviewer's sign-in (``body.reviewer``: 409, nothing stored). Blocking."""
+        if body.reviewer is not None and body.reviewer != reviewer:
+            raise ApiError(409, "wrong_reviewer", f"this label was given by {body.reviewer!r} "
+                           f"and is stored only under their sign-in, not {reviewer!r}'s",
+                           "reviewer")
         row = self.store.item(body.item_id)
         if row is None:
             raise ApiError(404, "unknown_item", f"no decision {body.item_id!r} in the review "
@@ -240,9 +293,13 @@ class Review:
             [reviewer, body.item_id, body.label, body.note, bool(body.second_review)],
             ensure_ascii=False).encode()).hexdigest()
         label = Label(body.label_id, body.item_id, reviewer, body.label, body.note,
-                      int(bool(body.second_review)), row.transcript_hash, time.time(), digest)
+                      int(bool(body.second_review)), row.transcript_hash, time.time(), digest,
+                      body.seen, body.tab)
         stored = self.store.add_label(label)
         if stored.body_sha256 != digest:
             raise ApiError(409, "label_id_reused", f"label id {body.label_id!r} was used for "
                            "another label", "label_id")
-        return stored, stored != label
+        self.store.release(body.item_id, reviewer)
+        labels = self.store.labels_of(body.item_id)
+        at = next(i for i, lab in enumerate(labels) if lab.label_id == stored.label_id)
+        return Saved(stored, stored != label, conflicts_with(labels, at), len(labels))

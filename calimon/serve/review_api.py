@@ -5,7 +5,9 @@ any client with a key can too):
 - ``GET /v1/review/queue``: what the caller is asked to label next, in order;
 - ``GET /v1/review/items/{item_id}``: one item with its transcript, parts and evidence;
 - ``POST /v1/review/labels``: a label (misbehavior / benign / unsure, a note, a second
-  reviewer asked), idempotent by its ``label_id``;
+  reviewer asked), idempotent by its ``label_id``, answered with its conflicts;
+- ``POST /v1/review/sync``: what a page showing some items learns of them (conflicts, a label
+  changed in another tab, who holds each), its leases renewed;
 - ``GET /v1/review/status``: live recertification and drift (`calimon.serve.status`);
 - ``POST /v1/review/drift``: run the drift check now;
 - ``GET /v1/review/export``: labelled traffic as a samples JSONL (`calimon.serve.export`);
@@ -20,36 +22,56 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
+from calimon.serve.conflicts import view
 from calimon.serve.errors import ApiError
 from calimon.serve.export import ExportOptions, export_samples
-from calimon.serve.keys import COOKIE, Authenticator, KeyStore
+from calimon.serve.keys import COOKIE, NAME, Authenticator, KeyStore
 from calimon.serve.review import Review
 from calimon.serve.review_assets import CSS, ICON, JS
-from calimon.serve.review_pages import CSP, login_page, queue_page, status_page
+from calimon.serve.review_pages import CSP, clock_time, login_page, queue_page, status_page
 from calimon.serve.status import ReviewGauges, live_status
 
 ITEM_ID = r"^[0-9a-f]{24}$"
+CLIENT_ID = r"^[A-Za-z0-9._:-]+$"
 
 
 class LabelIn(BaseModel):
     """One label: ``label_id`` (made once by the client; a resend with it is stored once),
     the item, the label, a note, whether a second reviewer is asked, and the hash of the
-    transcript labelled (optional: checked against the item's when given)."""
+    transcript labelled (optional: checked against the item's when given). Optional too:
+    ``reviewer``, who gave it (refused under anyone else's key or sign-in), and what it was
+    given knowing (`calimon.serve.conflicts`): ``seen``, the item's label count when it was
+    shown, and ``tab``, the page's id."""
 
     model_config = ConfigDict(extra="forbid")
-    label_id: str = Field(min_length=8, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")
+    label_id: str = Field(min_length=8, max_length=100, pattern=CLIENT_ID)
     item_id: str = Field(pattern=ITEM_ID)
     label: Literal["misbehavior", "benign", "unsure"]
     note: str = Field("", max_length=2000, pattern=r"^[^\x00]*$")
     second_review: StrictBool = False
     transcript_hash: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
+    reviewer: str | None = Field(None, pattern=NAME.pattern)
+    seen: int | None = Field(None, ge=0, le=1_000_000, strict=True)
+    tab: str | None = Field(None, min_length=8, max_length=100, pattern=CLIENT_ID)
+
+
+class SyncIn(BaseModel):
+    """A page's items (item id: the id of the label it stored last, or null) and whether
+    its reviewer has been at work since the last sync (then the leases are renewed)."""
+
+    model_config = ConfigDict(extra="forbid")
+    items: dict[Annotated[str, StringConstraints(pattern=ITEM_ID)],
+                Annotated[str, StringConstraints(min_length=8, max_length=100,
+                                                 pattern=CLIENT_ID)] | None] = Field(
+        max_length=500)
+    renew: StrictBool = False
 
 
 def attach(service, settings) -> None:
@@ -113,6 +135,18 @@ def _entry(row, reason: str, state: str) -> dict[str, Any]:
             "received_at": row.received_at, "transcript_hash": row.transcript_hash}
 
 
+def leased(review: Review, who: str, entries: list) -> tuple[list, dict]:
+    """``entries`` leased to ``who`` (`calimon.serve.review.Review.lease`), without those
+    another reviewer took meanwhile, and their claims."""
+    claims = review.lease(who, [q.row.item_id for q in entries])
+    kept = [q for q in entries if (c := claims.get(q.row.item_id)) and c.reviewer == who]
+    return kept, claims
+
+
+def _seen(review: Review, item_ids) -> dict[str, int]:
+    return {i: len(review.store.labels_of(i)) for i in item_ids}
+
+
 def _mine(review: Review, reviewer: str) -> dict:
     snap = review.snapshot()
     return {i: r.latest[reviewer] for i, r in snap.resolutions.items() if reviewer in r.latest}
@@ -120,21 +154,32 @@ def _mine(review: Review, reviewer: str) -> dict:
 
 def install(app: FastAPI, service) -> None:
     """Add the review routes (module docstring) to ``app``."""
+    _label_api(app, service)
     _api(app, service)
+    _sign_in_pages(app, service)
     _pages(app, service)
 
 
-def _api(app: FastAPI, service) -> None:
+def _label_api(app: FastAPI, service) -> None:
     review: Review = service.review
 
     @app.get("/v1/review/queue")
-    async def queue(request: Request, limit: int = 20) -> dict:
-        """What the caller is asked to label next, in order."""
+    async def queue(request: Request, limit: int = 20, lease: bool = True) -> dict:
+        """What the caller is asked to label next, in order, leased to them (``lease=false``:
+        only look)."""
         if not 1 <= limit <= 500:
             raise ApiError(422, "invalid_request", "expected 1 to 500", "limit")
-        entries = await asyncio.to_thread(review.queue, _user(request), limit)
-        return {"reviewer": _user(request),
-                "items": [_entry(q.row, q.reason, q.state) for q in entries]}
+        who = _user(request)
+
+        def build() -> tuple[list, dict]:
+            entries = review.queue(who, limit)
+            return leased(review, who, entries) if lease else (entries, {})
+
+        entries, claims = await asyncio.to_thread(build)
+        return {"reviewer": who, "items": [
+            {**_entry(q.row, q.reason, q.state),
+             "held_until": claims[q.row.item_id].expires_at if claims else None}
+            for q in entries]}
 
     @app.get("/v1/review/items/{item_id}")
     async def item(request: Request, item_id: str) -> dict:
@@ -143,17 +188,31 @@ def _api(app: FastAPI, service) -> None:
         if row is None or not row.retained:
             raise ApiError(404, "unknown_item", f"no kept transcript {item_id!r}", "item_id")
         mine = (await asyncio.to_thread(_mine, review, _user(request))).get(item_id)
+        labels = await asyncio.to_thread(review.store.labels_of, item_id)
         return {**_entry(row, "", ""), "request": row.request_text,
                 "response": row.response_text, "parts": row.parts_list(),
-                "evidence": row.evidence_list(),
+                "evidence": row.evidence_list(), "labels": len(labels),
                 "your_label": mine.to_dict() if mine is not None else None}
 
     @app.post("/v1/review/labels")
     async def label(request: Request, body: LabelIn) -> dict:
-        """Store a label; a resent ``label_id`` is answered with the stored one."""
-        stored, replayed = await asyncio.to_thread(review.submit, _user(request), body)
+        """Store a label; a resent ``label_id`` is answered with the stored one. With the
+        labels in conflict with it and the item's label count."""
+        saved = await asyncio.to_thread(review.submit, _user(request), body)
         status = await asyncio.to_thread(live_status, review, service.drift)
-        return {"label": stored.to_dict(), "replayed": replayed, "status": status}
+        return {"label": saved.label.to_dict(), "replayed": saved.replayed,
+                "conflicts": [view(c) for c in saved.conflicts],
+                "item_labels": saved.item_labels, "status": status}
+
+    @app.post("/v1/review/sync")
+    async def sync(request: Request, body: SyncIn) -> dict:
+        """What a page learns of its items (`calimon.serve.review.Review.sync`)."""
+        items = await asyncio.to_thread(review.sync, _user(request), body.items, body.renew)
+        return {"items": items}
+
+
+def _api(app: FastAPI, service) -> None:
+    review: Review = service.review
 
     @app.get("/v1/review/status")
     async def status() -> dict:
@@ -179,8 +238,7 @@ def _api(app: FastAPI, service) -> None:
                         headers={"X-Calimon-Export": json.dumps(summary)})
 
 
-def _pages(app: FastAPI, service) -> None:
-    review: Review = service.review
+def _sign_in_pages(app: FastAPI, service) -> None:
     auth: Authenticator = service.auth
 
     @app.get("/review/static/review.js", include_in_schema=False)
@@ -216,15 +274,22 @@ def _pages(app: FastAPI, service) -> None:
         return RedirectResponse("/review/login", 303, headers={
             "Set-Cookie": f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"})
 
+
+def _pages(app: FastAPI, service) -> None:
+    review: Review = service.review
+
     @app.get("/review", include_in_schema=False)
     async def queue_html(request: Request) -> HTMLResponse:
         who = _user(request)
 
         def build() -> str:
-            entries = review.queue(who)
+            entries, claims = leased(review, who, review.queue(who))
             rows = [(review.store.item(q.row.item_id), q.reason) for q in entries]
+            ids = [q.row.item_id for q in entries]
+            until = min((claims[i].expires_at for i in ids), default=None)
             return queue_page(who, [(r, why) for r, why in rows if r is not None],
-                              live_status(review, service.drift), _mine(review, who))
+                              live_status(review, service.drift), _mine(review, who),
+                              seen=_seen(review, ids), lease_until=until)
 
         return _html(await asyncio.to_thread(build))
 
@@ -236,8 +301,12 @@ def _pages(app: FastAPI, service) -> None:
             raise ApiError(404, "unknown_item", f"no kept transcript {item_id!r}", "item_id")
 
         def build() -> str:
-            return queue_page(who, [(row, "opened by link")], live_status(review, service.drift),
-                              _mine(review, who))
+            holder = review.lease(who, [item_id]).get(item_id)
+            why = "opened by link"
+            if holder is not None and holder.reviewer != who:
+                why += f" · {holder.reviewer} holds it until {clock_time(holder.expires_at)}"
+            return queue_page(who, [(row, why)], live_status(review, service.drift),
+                              _mine(review, who), seen=_seen(review, [item_id]))
 
         return _html(await asyncio.to_thread(build))
 
@@ -255,7 +324,7 @@ def route_of(path: str) -> str:
         return "/review/items/{id}"
     if path.startswith("/review/static/"):
         return "/review/static"
-    known = ("/v1/review/queue", "/v1/review/labels", "/v1/review/status", "/v1/review/drift",
+    known = ("/v1/review/queue", "/v1/review/labels", "/v1/review/sync", "/v1/review/status", "/v1/review/drift",
              "/v1/review/export", "/review", "/review/login", "/review/logout",
              "/review/status")
     return path if path in known else "other"

@@ -7,21 +7,41 @@ label as ``POST /v1/review/labels`` with an id it makes once. A label goes into 
 ``localStorage`` first and leaves it only when the server has stored it, so a label given while
 the server is down (or restarting, or the page reloading) is sent when the server is back, and a
 label whose answer was lost is sent again under the same id, which the server stores once.
+
+The outbox belongs to the reviewer signed in when the label was given (one ``localStorage``
+key per reviewer, and each label names its reviewer, which the server checks): a page drains
+only its own reviewer's outbox, tells of the labels other reviewers left waiting in this
+browser, and a sign-out with labels waiting says so first. Each label also says what it was
+given knowing (the item's label count as shown, the page's id: `calimon.serve.conflicts`);
+every 10 seconds the page asks the server what changed on its items (``/v1/review/sync``),
+shows a conflict or a label changed on another page, and renews its leases while the reviewer
+works.
 """
 
 JS = r"""
 (() => {
   'use strict';
-  const OUTBOX = 'calimon-review-outbox';
+  const PREFIX = 'calimon-review-outbox:';
+  const LEGACY = 'calimon-review-outbox';  // one outbox for the whole browser (older pages)
+  const POLL_MS = 10000;
+  const who = document.getElementById('reviewer');
+  const me = who ? who.textContent : null;
+  const BOX = me === null ? null : PREFIX + me;
   const items = Array.from(document.querySelectorAll('section.item'));
   const rows = Array.from(document.querySelectorAll('#queue li'));
+  const stored = {};  // item id -> the id of the label this page stored last
   let cur = 0;
   let flushing = false;
+  let busy = false;  // the reviewer worked since the last sync: renew the leases
 
-  function outbox() {
-    try { return JSON.parse(localStorage.getItem(OUTBOX) || '[]'); } catch (e) { return []; }
+  function read(key) {
+    try { const v = JSON.parse(localStorage.getItem(key) || '[]'); return Array.isArray(v) ? v : []; } catch (e) { return []; }
   }
-  function keep(list) { localStorage.setItem(OUTBOX, JSON.stringify(list)); }
+  function outbox() { return BOX ? read(BOX) : []; }
+  function keep(list) {
+    if (!BOX) { return; }
+    if (list.length) { localStorage.setItem(BOX, JSON.stringify(list)); } else { localStorage.removeItem(BOX); }
+  }
   function drop(id) { keep(outbox().filter((x) => x.label_id !== id)); }
   function newId() {
     if (window.crypto && crypto.randomUUID) { return crypto.randomUUID(); }
@@ -29,15 +49,25 @@ JS = r"""
     crypto.getRandomValues(b);
     return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
   }
+  const tab = newId();
   function section(itemId) { return document.getElementById('item-' + itemId); }
   function row(itemId) { return rows.find((r) => r.dataset.item === itemId); }
+  function clock(t) { return new Date(t * 1000).toISOString().slice(11, 19) + ' UTC'; }
+  const MARKS = { saved: ' ✓', waiting: ' …', refused: ' !', conflict: ' ⚠', changed: ' ⚠', held: ' ⚠' };
 
   function mark(itemId, text, state) {
     const sec = section(itemId);
     if (sec) { const p = sec.querySelector('.state'); p.textContent = text; p.dataset.state = state; sec.dataset.state = state; }
     const r = row(itemId);
-    if (r) { r.dataset.state = state; r.querySelector('.mark').textContent = state === 'saved' ? ' ✓' : state === 'waiting' ? ' …' : state === 'refused' ? ' !' : ''; }
+    if (r) { r.dataset.state = state; r.querySelector('.mark').textContent = MARKS[state] || ''; }
   }
+  function saved(body) { return 'saved: ' + body.label + (body.second_review ? ' (second reviewer asked)' : ''); }
+  function conflict(itemId, mine, others) {
+    const them = others.map((o) => (o.reviewer === me ? 'you, on another page,' : o.reviewer) +
+      ' labelled ' + o.label + ' at ' + clock(o.created_at)).join('; ');
+    mark(itemId, 'conflict: this page labelled ' + mine + ' and ' + them + ', neither knowing the other. Label it again to settle it.', 'conflict');
+  }
+  function learn(itemId, count) { const sec = section(itemId); if (sec) { sec.dataset.seen = String(count); } }
   function show(i) {
     if (!items.length) { return; }
     cur = Math.max(0, Math.min(items.length - 1, i));
@@ -68,6 +98,21 @@ JS = r"""
     document.body.dataset.outbox = String(n);
     const p = document.getElementById('outbox');
     if (p) { p.textContent = n ? n + ' label(s) waiting to be sent' : ''; }
+    showOthers();
+  }
+  function showOthers() {  // labels other reviewers left in this browser: never sent from here
+    const waiting = {};
+    for (let i = 0; i < localStorage.length; i++) {
+      const k = localStorage.key(i);
+      if (k && k.startsWith(PREFIX) && k !== BOX && read(k).length) { waiting[k.slice(PREFIX.length)] = read(k).length; }
+    }
+    const lines = Object.keys(waiting).sort().map((r) => waiting[r] + ' label(s) given by ' + r +
+      ' wait in this browser: they are sent when ' + r + ' signs in here, never under anyone else');
+    const old = read(LEGACY).length;
+    if (old) { lines.push(old + ' label(s) queued by an older version of this page, which did not record who gave them, are kept in this browser and not sent'); }
+    document.body.dataset.others = JSON.stringify(waiting);
+    const p = document.getElementById('others');
+    if (p) { p.textContent = lines.join('. '); }
   }
 
   async function send(body) {
@@ -75,38 +120,74 @@ JS = r"""
     try {
       r = await fetch('/v1/review/labels', { method: 'POST', credentials: 'same-origin',
         headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
-    } catch (e) { mark(body.item_id, 'waiting for the server…', 'waiting'); return false; }
+    } catch (e) { mark(body.item_id, 'waiting for the server…', 'waiting'); return 'wait'; }
     if (r.ok) {
       const j = await r.json();
       drop(body.label_id);
-      mark(body.item_id, 'saved: ' + body.label + (body.second_review ? ' (second reviewer asked)' : ''), 'saved');
+      stored[body.item_id] = body.label_id;
+      learn(body.item_id, j.item_labels);
+      if (j.conflicts.length) { conflict(body.item_id, body.label, j.conflicts); } else { mark(body.item_id, saved(body), 'saved'); }
       summary(j.status);
-      return true;
+      return 'sent';
     }
     if (r.status === 401 || r.status === 408 || r.status === 429 || r.status >= 500) {
       mark(body.item_id, r.status === 401 ? 'signed out: sign in again; the label waits' : 'waiting for the server…', 'waiting');
-      return false;
+      return 'wait';
     }
-    let msg = 'refused (' + r.status + ')';
-    try { msg = (await r.json()).error.message; } catch (e) { /* keep the status */ }
+    let err = { message: 'refused (' + r.status + ')' };
+    try { err = (await r.json()).error; } catch (e) { /* keep the status */ }
+    if (err.field === 'reviewer') {  // this browser was signed in as someone else meanwhile
+      mark(body.item_id, 'waiting: this browser is signed in as another reviewer now; the label is sent when ' + body.reviewer + ' signs in here again', 'waiting');
+      return 'hold';
+    }
     drop(body.label_id);
-    mark(body.item_id, 'refused: ' + msg, 'refused');
-    return true;
+    mark(body.item_id, 'refused: ' + err.message, 'refused');
+    return 'sent';
   }
   async function flush() {
-    if (flushing) { return; }
+    if (flushing || !BOX) { return; }
     flushing = true;
+    let last = 'sent';
     try {
-      for (const body of outbox()) { if (!(await send(body))) { break; } }
+      for (const body of outbox()) { last = await send(body); if (last !== 'sent') { break; } }
     } finally { flushing = false; showOutbox(); }
-    if (outbox().length) { setTimeout(flush, 1000); }
+    if (last === 'wait' && outbox().length) { setTimeout(flush, 1000); }
+  }
+  function news(itemId, n) {
+    if (!section(itemId)) { return; }
+    if (n.conflicts.length) {
+      learn(itemId, n.labels);
+      conflict(itemId, n.label, n.conflicts);
+    } else if (n.changed) {
+      learn(itemId, n.labels);
+      mark(itemId, 'changed on another page of yours: ' + n.changed.label + ' (at ' + clock(n.changed.created_at) + ') counts now, not this page\'s ' + n.label, 'changed');
+    } else if (n.label !== null) {
+      const state = section(itemId).dataset.state;
+      if (state === 'conflict' || state === 'changed') { mark(itemId, 'saved: ' + n.label + ' (settled)', 'saved'); }
+    } else if (n.held_by && n.held_by !== me) {
+      mark(itemId, n.held_by + ' holds this item now (your lease ended): a label from you may conflict with theirs', 'held');
+    }
+  }
+  async function sync() {  // learn what changed on this page's items elsewhere; renew the leases
+    if (me !== null && items.length) {
+      const body = { items: {}, renew: busy };
+      items.forEach((s) => { body.items[s.dataset.item] = stored[s.dataset.item] || null; });
+      busy = false;
+      try {
+        const r = await fetch('/v1/review/sync', { method: 'POST', credentials: 'same-origin',
+          headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+        if (r.ok) { const j = await r.json(); Object.keys(j.items).forEach((id) => news(id, j.items[id])); }
+      } catch (e) { /* the server is away: the next poll asks again */ }
+    }
+    showOutbox();
+    flush();
   }
   function label(kind) {
     const sec = items[cur];
-    if (!sec) { return; }
+    if (!sec || !BOX) { return; }
     const body = { label_id: newId(), item_id: sec.dataset.item, label: kind,
       note: sec.querySelector('.note').value, second_review: sec.querySelector('.second').checked,
-      transcript_hash: sec.dataset.hash };
+      transcript_hash: sec.dataset.hash, reviewer: me, tab: tab, seen: Number(sec.dataset.seen) || 0 };
     const list = outbox();
     list.push(body);
     keep(list);
@@ -118,6 +199,7 @@ JS = r"""
 
   document.addEventListener('keydown', (ev) => {
     const t = ev.target;
+    busy = true;
     if (t && (t.tagName === 'TEXTAREA' || t.tagName === 'INPUT' && t.type !== 'checkbox')) {
       if (ev.key === 'Escape') { t.blur(); }
       return;
@@ -132,12 +214,28 @@ JS = r"""
     if (act) { ev.preventDefault(); act(); }
   });
   items.forEach((sec) => sec.querySelectorAll('button[data-label]').forEach((b) =>
-    b.addEventListener('click', () => { show(items.indexOf(sec)); label(b.dataset.label); })));
+    b.addEventListener('click', () => { busy = true; show(items.indexOf(sec)); label(b.dataset.label); })));
   rows.forEach((r, j) => r.addEventListener('click', () => show(j)));
+  const signOut = document.getElementById('sign-out');
+  if (signOut) {
+    signOut.addEventListener('submit', (ev) => {
+      const n = outbox().length;
+      if (!n || signOut.dataset.warned === '1') { return; }
+      ev.preventDefault();
+      signOut.dataset.warned = '1';
+      const note = document.getElementById('sign-out-note');
+      note.textContent = n + ' label(s) not sent yet. They stay in this browser and are sent the next time ' + me +
+        ' signs in here, never under another reviewer. Sign out again to sign out now.';
+      note.hidden = false;
+    });
+  }
+  window.addEventListener('storage', showOutbox);
+  document.addEventListener('visibilitychange', () => { if (!document.hidden) { sync(); } });
   outbox().forEach((b) => mark(b.item_id, 'waiting for the server…', 'waiting'));
   show(0);
   showOutbox();
   flush();
+  setInterval(sync, POLL_MS);
   document.body.dataset.ready = '1';
 })();
 """
@@ -170,6 +268,10 @@ section.item, section.empty { background: #fff; border: 1px solid #d5d9df; borde
 .label-bar .note { flex: 1 1 220px; font: inherit; font-size: 13px; }
 .state { margin: 0; font-size: 13px; flex-basis: 100%; }
 .state[data-state=saved] { color: #17692f; } .state[data-state=waiting] { color: #7a4b00; } .state[data-state=refused] { color: #b00020; }
+.state[data-state=conflict], .state[data-state=changed], .state[data-state=held] { color: #b00020; font-weight: 600; }
+#queue li[data-state=conflict], #queue li[data-state=changed], #queue li[data-state=held] { color: #b00020; }
+.notice { margin: 0; padding: .4em 1em; background: #fff4d6; color: #5c3b00; font-size: 14px; } .notice:empty { display: none; }
+.lease { font-size: 12px; color: #555; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2em 0; font: 13px/1.45 ui-monospace, Menlo, Consolas, monospace; background: #fafbfc; padding: .5em; border-radius: 4px; }
 h3 { font-size: 14px; margin: .8em 0 .2em; } h3 small { font-weight: normal; color: #666; }
 .part { border-left: 3px solid #d5d9df; padding-left: .6em; margin: .5em 0; }

@@ -34,15 +34,18 @@ def document(title: str, body: str, *, reviewer: str | None = None, refresh: int
         nav = (f'<header class="top"><strong>calimon review</strong>'
                f'<a href="/review">queue</a><a href="/review/status">status</a>'
                f'<span class="who">signed in as <b id="reviewer">{e(reviewer)}</b></span>'
-               f'<form method="post" action="/review/logout"><button type="submit">sign out'
-               f'</button></form></header>')
+               f'<form method="post" action="/review/logout" id="sign-out"><button '
+               f'type="submit">sign out</button></form></header>'
+               f'<p class="notice" id="sign-out-note" role="alert" hidden></p>')
+    # the script's notice of labels other reviewers left waiting in this browser's outbox
+    notice = '<p class="notice" id="others" role="status"></p>'
     meta = f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh else ""
     js = '<script src="/review/static/review.js" defer></script>' if script else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">{meta}'
             f'<title>{e(title)}</title><link rel="icon" href="/review/static/icon.svg">'
             f'<link rel="stylesheet" href="/review/static/review.css">'
-            f'{js}</head><body>{nav}{body}</body></html>')
+            f'{js}</head><body>{nav}{notice}{body}</body></html>')
 
 
 def login_page(error: str | None = None) -> str:
@@ -52,7 +55,8 @@ def login_page(error: str | None = None) -> str:
         '<main class="login"><h1>calimon review</h1><form method="post" action="/review/login">'
         '<label for="key">Your reviewer key</label>'
         '<input id="key" name="key" type="password" autocomplete="current-password" required '
-        'autofocus><button type="submit">Sign in</button></form>' + err + '</main>'))
+        'autofocus><button type="submit">Sign in</button></form>' + err + '</main>'),
+        script=True)
 
 
 def _spans(evidence: Sequence[dict[str, Any]], text: str) -> tuple[list[tuple[int, int, float | None]],
@@ -128,19 +132,26 @@ def _when(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def clock_time(t: float) -> str:
+    """A time of today as the pages show it (UTC)."""
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M UTC")
+
+
 DECISION = {"human_review": "review", "auto_pass": "pass", "auto_block": "block"}
 
 
 def item_section(row: TrafficRow, index: int, total: int, reason: str,
-                 mine: Label | None = None, hidden: bool = False) -> str:
+                 mine: Label | None = None, hidden: bool = False, seen: int = 0) -> str:
     """One item: its header (decision, scores, why it is asked), the label buttons and note,
-    and the transcript."""
+    and the transcript; ``seen``: the item's label count as it is shown (its labels say they
+    were given knowing that many: `calimon.serve.conflicts`)."""
     where = (f"session {e(row.session_id or '')} step {row.step}" if row.kind == "step"
              else "transcript")
     done = (f'your label: {e(mine.label)}' if mine is not None else "")
     return (
         f'<section class="item" id="item-{row.item_id}" data-item="{row.item_id}" '
-        f'data-hash="{row.transcript_hash}" data-index="{index}"{" hidden" if hidden else ""}>'
+        f'data-hash="{row.transcript_hash}" data-index="{index}" data-seen="{int(seen)}"'
+        f'{" hidden" if hidden else ""}>'
         f'<div class="item-head"><span class="pos">{index + 1} / {total}</span>'
         f'<span class="why">{e(reason)}</span>'
         f'<span class="decision d-{DECISION.get(row.action, "x")}">'
@@ -181,15 +192,20 @@ def summary_html(status: dict[str, Any]) -> str:
 
 
 def queue_page(reviewer: str, entries: Sequence[tuple[TrafficRow, str]], status: dict[str, Any],
-               mine: dict[str, Label]) -> str:
-    """The queue: the next items to label (one shown at a time) and the summary bar."""
+               mine: dict[str, Label], *, seen: dict[str, int] | None = None,
+               lease_until: float | None = None) -> str:
+    """The queue: the next items to label (one shown at a time) and the summary bar;
+    ``seen``: each item's label count; ``lease_until``: when the page's items stop being the
+    reviewer's alone (renewed while they work)."""
+    seen = seen or {}
     n = len(entries)
     rows = "".join(
         f'<li data-index="{i}" data-item="{r.item_id}"><span class="why">{e(why)}</span> '
         f'<span class="decision d-{DECISION.get(r.action, "x")}">'
         f'{DECISION.get(r.action, e(r.action))}</span> <span class="p">{_num(r.score)}</span>'
         f'<span class="mark"></span></li>' for i, (r, why) in enumerate(entries))
-    items = "".join(item_section(r, i, n, why, mine.get(r.item_id), hidden=i > 0)
+    items = "".join(item_section(r, i, n, why, mine.get(r.item_id), hidden=i > 0,
+                                 seen=seen.get(r.item_id, 0))
                     for i, (r, why) in enumerate(entries))
     if not entries:
         items = ('<section class="empty"><h2>Nothing to label now</h2><p>No transcript of the '
@@ -199,9 +215,17 @@ def queue_page(reviewer: str, entries: Sequence[tuple[TrafficRow, str]], status:
             f'<p class="keys"><kbd>j</kbd>/<kbd>k</kbd> next / previous · <kbd>1</kbd> '
             f'<kbd>2</kbd> <kbd>3</kbd> label · <kbd>s</kbd> second reviewer · <kbd>n</kbd> '
             f'note</p><p><a href="/review" id="next-page">next page of the queue</a></p>'
-            f'<p class="outbox" id="outbox"></p></aside>')
+            f'<p class="outbox" id="outbox"></p>{_lease_html(lease_until)}</aside>')
     return document("calimon review: queue", f'<main class="review">{side}<div class="items">'
                     f'{items}</div></main>', reviewer=reviewer, script=True)
+
+
+def _lease_html(until: float | None) -> str:
+    if until is None:
+        return ""
+    return (f'<p class="lease" id="lease">These items are yours alone until '
+            f'{clock_time(until)}: the other reviewers get the next ones (renewed while you '
+            f'work).</p>')
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") -> str:
@@ -256,4 +280,5 @@ def status_page(status: dict[str, Any], reviewer: str) -> str:
             f'<h2>Export</h2><p><a href="/v1/review/export">labelled traffic as samples '
             f'JSONL</a> (the uniform sample; <a href="/v1/review/export?sample=all">every '
             f'label</a>)</p></main>')
-    return document("calimon review: status", body, reviewer=reviewer, refresh=15)
+    return document("calimon review: status", body, reviewer=reviewer, refresh=15,
+                    script=True)

@@ -23,7 +23,8 @@ class ReviewSettings:
     latest ``drift_window`` kept transcripts (the uniform part: draws under ``retain``) every
     ``drift_every`` decisions, once at least ``drift_min`` are there, with
     ``drift_permutations`` permutations. ``session_hours``: how long a browser stays signed
-    in."""
+    in. ``lease_minutes``: how long an item shown to a reviewer is theirs alone (the other
+    reviewers' queues skip it; their page renews it while they work)."""
 
     store: str = str(DEFAULT_STORE)
     retain: float | None = None
@@ -34,6 +35,7 @@ class ReviewSettings:
     drift_min: int = 50
     drift_permutations: int = 200
     session_hours: float = 12.0
+    lease_minutes: float = 10.0
 
     def __post_init__(self):
         if self.retain is not None and not 0 < self.retain <= 1:
@@ -49,6 +51,9 @@ class ReviewSettings:
         if self.session_hours <= 0:
             raise InputError(f"expected hours > 0, got {self.session_hours!r}",
                              field="session_hours")
+        if not 0 < self.lease_minutes <= 24 * 60:
+            raise InputError(f"expected minutes in (0, 1440], got {self.lease_minutes!r}",
+                             field="review_lease")
 
     def retain_fraction(self, audit_fraction: float) -> float:
         """The share of automatic decisions kept for labelling under a policy with this audit
