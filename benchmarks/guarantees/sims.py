@@ -1,0 +1,252 @@
+"""Simulated deployments for every guarantee calimon prints (run.py writes the table).
+
+Each function simulates one guarantee the way a user reads it and returns counts: how many
+deployments, in how many the guarantee said "holds" (certified) while the truth broke it, and
+where it applies the labels it took. The truth of each deployment is known exactly (a
+population with set counts, or score distributions with closed-form rates), so a wrong "holds"
+is counted, not estimated.
+
+- `offline`: `certify_far` / `certify_mr` (Learn-then-Test) fitted on an exchangeable
+  calibration sample and read once; deployment rates from the score distributions, under no
+  shift, a covariate shift that leaves FAR unchanged, a prevalence change and a shift that
+  breaks it (where the offline certificate makes no claim: the shift verdict's row covers it).
+- `one_count`: the bound behind each automatic stratum alone (a population of 1,000 whose
+  rate is 0.051 against a target of 0.05, read every few labels up to 600), with the exact
+  fixed-n bound and with the confidence sequence.
+- `live`: the live review status (`calimon.studies.shift.live.rate_bound`, the bound behind
+  its "holds") read after every label, with the anytime-valid bound and, for contrast, the
+  fixed-n bound read the same way and read once at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from calimon.deploy.guarantees import certify_far, certify_mr
+from calimon.numerics.confseq import cs_count_upper
+from calimon.studies.shift.live import Counts, count_upper, rate_bound
+
+# -- offline thresholds --------------------------------------------------------------------
+
+BENIGN = stats.beta(2, 6)  # calibration benign scores
+MISBEHAVING = stats.beta(5, 3)  # calibration misbehaving scores
+OFFLINE_SCENARIOS = {
+    # name: (deployment benign, deployment misbehaving, what the certificate claims there)
+    "exchangeable": (BENIGN, MISBEHAVING, True),
+    # covariate shift inside each class that leaves the score distributions as they are (a new
+    # mix of topics the monitor scores alike); FAR and MR are class-conditional, unchanged
+    "covariate shift, rates unchanged": (BENIGN, MISBEHAVING, True),
+    "prevalence 5% -> 60%": (BENIGN, MISBEHAVING, True),
+    "shift that breaks both rates": (stats.beta(3, 5), stats.beta(4, 4), False),
+}
+
+
+@dataclass
+class Tally:
+    """Deployments simulated, wrong "holds" among them, and labels taken by each (if any)."""
+
+    runs: int = 0
+    wrong: int = 0
+    holds: int = 0
+    labels: list | None = None
+
+    def add(self, wrong: bool, holds: bool, labels: int | None = None) -> None:
+        """One deployment (``labels``: those it took to hold, None where it never held)."""
+        self.runs += 1
+        self.wrong += bool(wrong)
+        self.holds += bool(holds)
+        self.labels = (self.labels or []) + [labels]
+
+
+def offline(rate: str, scenario: str, runs: int, rng: np.random.Generator, *, n: int = 300,
+            alpha: float = 0.1, delta: float = 0.05) -> Tally:
+    """`certify_far` or `certify_mr` on ``n`` calibration scores of the class, read once; a
+    wrong "holds": certified while the deployment rate of that class is above ``alpha``."""
+    ben, mis, _ = OFFLINE_SCENARIOS[scenario]
+    out = Tally()
+    for _ in range(runs):
+        if rate == "far":
+            c = certify_far(BENIGN.rvs(n, random_state=rng), alpha, delta)
+            true = float(ben.sf(c.threshold)) if c.certified else 0.0
+        else:
+            c = certify_mr(MISBEHAVING.rvs(n, random_state=rng), alpha, delta)
+            true = float(mis.cdf(c.threshold)) if c.certified else 0.0
+        out.add(c.certified and true > alpha, c.certified)
+    return out
+
+
+# -- the live review status ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Traffic:
+    """A served policy's traffic: per automatic stratum (auto_block, auto_pass) its size and
+    its benign count; the review band's size and benign count (a census, labelled first)."""
+
+    block: tuple[int, int]
+    passed: tuple[int, int]
+    review: tuple[int, int]
+
+    def far(self) -> float:
+        """The true FAR of the traffic."""
+        return self.block[1] / (self.block[1] + self.passed[1] + self.review[1])
+
+    def mr(self) -> float:
+        """The true MR of the traffic."""
+        missed = self.passed[0] - self.passed[1]
+        return missed / (missed + self.block[0] - self.block[1] + self.review[0]
+                         - self.review[1])
+
+    def scaled(self, f: float) -> Traffic:
+        """The same shares at ``f`` times the size (traffic that has arrived so far)."""
+        return Traffic(*(tuple(round(x * f) for x in s)
+                         for s in (self.block, self.passed, self.review)))
+
+
+def _counts(action: str, size: int, sampled: int, benign: int, unresolved: int) -> Counts:
+    return Counts(action, size, sampled, benign, sampled - benign - unresolved, unresolved)
+
+
+def _status(tr: Traffic, seen: dict[str, tuple[int, int, int]]) -> dict[str, Counts]:
+    """The strata's counts: ``seen[action] = (sampled, benign, unresolved)``."""
+    sizes = {"auto_block": tr.block[0], "auto_pass": tr.passed[0],
+             "human_review": tr.review[0]}
+    out = {}
+    for a, size in sizes.items():
+        m, ben, unres = seen[a]
+        if a == "human_review":  # a census: the unlabelled ones are unresolved
+            out[a] = _counts(a, size, size, ben, unres + size - m)
+        else:
+            out[a] = _counts(a, size, m, ben, unres)
+    return out
+
+
+def _labelling_order(tr: Traffic, rng: np.random.Generator, unresolved: float):
+    """The labels as a reviewer gives them: the review band first, then both automatic
+    strata grown at the same fraction (the planner's order), each label benign (1) or not (0),
+    or unresolved (-1) with probability ``unresolved``."""
+    seq = []
+    for action, (size, ben) in (("human_review", tr.review), ("auto_block", tr.block),
+                                ("auto_pass", tr.passed)):
+        labels = np.r_[np.ones(ben, int), np.zeros(size - ben, int)]
+        rng.shuffle(labels)  # draw order: a uniform permutation
+        lost = rng.random(size) < unresolved
+        labels[lost] = -1
+        pos = (np.arange(size) + 0.5) / size if action != "human_review" else \
+            np.arange(size) / size - 1.0  # the band first
+        seq += [(p, action, y) for p, y in zip(pos, labels, strict=True)]
+    seq.sort(key=lambda x: x[0])
+    return [(a, y) for _, a, y in seq]
+
+
+def live(tr: Traffic, runs: int, rng: np.random.Generator, *, rate: str = "far",
+         alpha: float = 0.05, delta: float = 0.05, anytime: bool = True, every: int = 1,
+         max_labels: int = 600, unresolved: float = 0.0) -> Tally:
+    """The ``rate`` certificate of the live status read after every ``every`` labels (up to
+    ``max_labels``) and acted on the first time it holds; ``every=0``: read once, at
+    ``max_labels``. A wrong "holds": it held while the true rate is above ``alpha``; the labels
+    taken are those given when it first held (None when it never did)."""
+    true = tr.far() if rate == "far" else tr.mr()
+    out = Tally()
+    for _ in range(runs):
+        seen = {a: [0, 0, 0] for a in ("auto_block", "auto_pass", "human_review")}
+        first = None
+        order = _labelling_order(tr, rng, unresolved)[:max_labels]
+        for i, (action, y) in enumerate(order, 1):
+            s = seen[action]
+            s[0] += 1
+            s[1] += y == 1
+            s[2] += y == -1
+            if (every and i % every == 0) or i == len(order):
+                c = _status(tr, {a: tuple(v) for a, v in seen.items()})
+                if rate_bound(c, rate, delta, anytime=anytime) <= alpha:
+                    first = i
+                    break
+        out.add(first is not None and true > alpha, first is not None, first)
+    return out
+
+
+def live_growing(tr: Traffic, runs: int, rng: np.random.Generator, *, start: float = 0.5,
+                 alpha: float = 0.05, delta: float = 0.05, max_labels: int = 600) -> Tally:
+    """As `live`, with the traffic growing from ``start`` of ``tr`` to all of it while the
+    labels come in (one arrival step per label, spread evenly): each read bounds the traffic
+    decided at that moment, sampled as the server samples it (the labelled prefix in draw
+    order, new arrivals with smaller draws leaving gaps until labelled)."""
+    out = Tally()
+    strata = {"auto_block": tr.block, "auto_pass": tr.passed}
+    for _ in range(runs):
+        pops = {}
+        for a, (size, ben) in strata.items():
+            lab = np.r_[np.ones(ben, int), np.zeros(size - ben, int)]
+            rng.shuffle(lab)  # arrival order
+            pops[a] = (lab, rng.random(size))  # labels, audit draws
+        labelled = {a: np.zeros(s[0], bool) for a, s in strata.items()}
+        first = None
+        for i in range(1, max_labels + 1):
+            f = min(1.0, start + (1 - start) * i / max_labels)
+            now = tr.scaled(f)
+            counts = {}
+            for a, (lab, draw) in pops.items():
+                n = getattr(now, "block" if a == "auto_block" else "passed")[0]
+                d, y, done = draw[:n], lab[:n], labelled[a][:n]
+                if i % 2 == (a == "auto_block"):  # the reviewer labels the next in draw order
+                    todo = np.flatnonzero(~done)
+                    if todo.size:
+                        labelled[a][todo[np.argmin(d[todo])]] = True
+                        done = labelled[a][:n]
+                gap = d[~done].min() if (~done).any() else np.inf
+                prefix = d < gap
+                m, ben = int(prefix.sum()), int(y[prefix].sum())
+                counts[a] = _counts(a, n, m, ben, 0)
+            counts["human_review"] = _counts("human_review", now.review[0], now.review[0],
+                                             now.review[1], 0)
+            if rate_bound(counts, "far", delta) <= alpha:
+                first = i
+                kb, kp = (int(pops[a][0][:counts[a].size].sum()) for a in strata)
+                out.add(kb / (kb + kp + now.review[1]) > alpha, True, i)
+                break
+        if first is None:
+            out.add(False, False)
+    return out
+
+
+def fixed_n_labels(tr: Traffic, *, alpha: float = 0.05, delta: float = 0.05) -> int | None:
+    """The fixed-n plan at the truth: the fewest labels (review band, then both automatic
+    strata at one fraction) whose fixed-n bound certifies at the expected benign counts."""
+    def certifies(f: float) -> bool:
+        seen = {"human_review": (tr.review[0], tr.review[1], 0)}
+        for a, (size, ben) in (("auto_block", tr.block), ("auto_pass", tr.passed)):
+            m = round(f * size)
+            seen[a] = (m, round(ben / size * m), 0)
+        return rate_bound(_status(tr, seen), "far", delta, anytime=False) <= alpha
+
+    if not certifies(1.0):
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if certifies(mid) else (mid, hi)
+    return tr.review[0] + round(hi * tr.block[0]) + round(hi * tr.passed[0])
+
+
+def one_count(N: int, K: int, target: int, runs: int, rng: np.random.Generator, *,
+              anytime: bool = True, every: int = 1, max_labels: int = 600,
+              delta: float = 0.05) -> Tally:
+    """The bound behind each automatic stratum alone: ``K`` of a kind among ``N``, sampled
+    without replacement in draw order, its upper bound read after every ``every`` labels
+    (``every=0``: once, at ``max_labels``) and acted on the first time it is within
+    ``target``; wrong when ``K > target``."""
+    upper = cs_count_upper if anytime else count_upper
+    reads = range(max_labels, max_labels + 1) if every == 0 else range(every, max_labels + 1,
+                                                                        every)
+    out = Tally()
+    for _ in range(runs):
+        x = np.zeros(N, int)
+        x[:K] = 1
+        rng.shuffle(x)
+        seen = np.cumsum(x)
+        first = next((m for m in reads if upper(int(seen[m - 1]), m, N, delta) <= target), None)
+        out.add(first is not None and K > target, first is not None, first)
+    return out
