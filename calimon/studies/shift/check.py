@@ -116,7 +116,7 @@ def shift_thresholds(calib_run: str | Path, new: str | Path, *, far: Sequence[fl
     new_s = new_side(new, samples=new_samples, score=score)
     rep = check_sides(cal, new_s, permutations=permutations, seed=seed)
     return certify_sides(rep, scored.scores, scored.labels, far=far, mr=mr, delta=delta,
-                         seed=seed, new_scores=new_s.scores, max_prevalence=max_prevalence,
+                         seed=seed, new_scores=new_s.cert_scores, max_prevalence=max_prevalence,
                          max_detection=max_detection)
 
 
