@@ -93,7 +93,10 @@ def test_cli_prints_the_verdict_first_and_in_json(tmp_path):
                                  "--mr", "0.5", "--permutations", "20", "--json"])
     far_t, mr_t = json.loads(r.output)["targets"]
     assert far_t["verdict"]["kind"] == "shift breaks the certificate"
-    assert mr_t["verdict"] is None
+    # misbehaving scores are the same on chat and code (calimon.studies.shift.synthetic), so
+    # the covariate shift leaves MR where it was: the MR target gets a verdict too, and holds
+    assert mr_t["verdict"]["kind"] == "shift, certificate holds"
+    assert mr_t["verdict"]["weighted_read"] and mr_t["verdict"]["weights_check"]
 
 
 
