@@ -22,9 +22,11 @@ from calimon.studies.shift.verdict_mr import MrVerdict, check_weights, mr_verdic
 
 def check_sides(calib: Side, new: Side, *, permutations: int = DEFAULT_PERMUTATIONS,
                 seed: int = 0, text_dims: int = 32, calib_state: Any = None,
-                new_state: Any = None) -> ShiftReport:
+                new_state: Any = None, alpha_test: float = 0.05,
+                stop_hits: int | None = None) -> ShiftReport:
     """Two-sample test between two sides (the score group only when both carry scores; pairs
-    kept together when both sides carry groups)."""
+    kept together when both sides carry groups), at level ``alpha_test``; ``stop_hits``: see
+    :func:`~calimon.studies.shift.detect.two_sample_test`."""
     with_score = calib.scores is not None and new.scores is not None
     a, b = calib.as_features(with_score), new.as_features(with_score)
     a["state"], b["state"] = calib_state, new_state
@@ -32,7 +34,8 @@ def check_sides(calib: Side, new: Side, *, permutations: int = DEFAULT_PERMUTATI
     groups = None
     if calib.groups is not None and new.groups is not None:
         groups = [f"calib:{k}" for k in calib.groups] + [f"new:{k}" for k in new.groups]
-    return two_sample_test(view, permutations=permutations, seed=seed, groups=groups)
+    return two_sample_test(view, permutations=permutations, seed=seed, groups=groups,
+                           alpha_test=alpha_test, stop_hits=stop_hits)
 
 
 def shift_check(calib_run: str | Path, new: str | Path, *, calib_samples: str | Path | None = None,
