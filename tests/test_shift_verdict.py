@@ -93,7 +93,10 @@ def test_cli_prints_the_verdict_first_and_in_json(tmp_path):
                                  "--mr", "0.5", "--permutations", "20", "--json"])
     far_t, mr_t = json.loads(r.output)["targets"]
     assert far_t["verdict"]["kind"] == "shift breaks the certificate"
-    assert mr_t["verdict"] is None
+    # misbehaving scores are the same on chat and code (calimon.studies.shift.synthetic), so
+    # the covariate shift leaves MR where it was: the MR target gets a verdict too, and holds
+    assert mr_t["verdict"]["kind"] == "shift, certificate holds"
+    assert mr_t["verdict"]["weighted_read"] and mr_t["verdict"]["weights_check"]
 
 
 
@@ -146,3 +149,43 @@ def test_apply_policy_gives_the_verdict_for_the_policys_far_guarantee(tmp_path):
     assert r.exit_code == 0, r.output
     assert "shift check: SHIFT DETECTED" in r.output
     assert "shift verdict: FAR <= 0.1: " in r.output
+
+
+def _with_map(paths, f):
+    """Rewrite both runs' ``p_cal`` column as ``f(p_raw)`` (a calibration map)."""
+    import csv
+
+    for folder in (paths["calib"], paths["new"]):
+        path = folder / "curve.csv"
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+        for r in rows:
+            r["p_cal"] = repr(float(f(float(r["p_raw"]))))
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+@pytest.mark.parametrize("name,f", [("lowers high scores", lambda p: p ** 3),
+                                    ("raises them", lambda p: p ** (1 / 3))])
+def test_every_comparison_is_on_the_certified_scale(tmp_path, name, f):
+    # the threshold is certified on p_cal; the new traffic's flag rate must be read on p_cal too
+    # (it was read on p_raw: a map that lowers high scores leaned the FAR floor to "breaks", one
+    # that raises them to "holds"). A strictly increasing map flags the same transcripts, so
+    # the verdict is the identity map's.
+    from calimon.studies.shift.check import shift_thresholds
+
+    def verdict(folder, g):
+        paths = write_synthetic_shift(folder, n_calib=300, n_new=150, new_code=0.5)
+        _with_map(paths, g)
+        res = shift_thresholds(paths["calib"], paths["new"], far=[0.1], permutations=10)
+        new_raw = np.array([float(r.split(",")[7]) for r in
+                            (paths["new"] / "curve.csv").read_text().splitlines()[1:]])
+        return res.verdicts[0], res.naive[0].threshold, new_raw
+
+    base, _, _ = verdict(tmp_path / "identity", lambda p: p)
+    mapped, t, new_raw = verdict(tmp_path / "mapped", f)
+    assert mapped.new_flag_rate == pytest.approx(float(np.mean(f(new_raw) >= t)))
+    assert (mapped.kind, mapped.new_flag_rate, mapped.far_floor, mapped.far_calib) == (
+        base.kind, base.new_flag_rate, base.far_floor, base.far_calib), name

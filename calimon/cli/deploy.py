@@ -125,8 +125,7 @@ def _shift_lines(run_dir: Path, new: Path, rep, delta: float, score: str, seed: 
         return
     typer.echo(res.report.line())
     for v in res.verdicts:
-        if v is not None:
-            typer.echo(f"shift verdict: {v.line()}")
+        typer.echo(f"shift verdict: {v.line()}")
     for a in res.aware:
         typer.echo(f"shift-aware: {a.message()}")
 
@@ -211,15 +210,16 @@ def apply_policy_cmd(
 ) -> None:
     """Decide auto_pass / human_review / auto_block for each scored transcript."""
     from calimon.deploy.policies import apply_policy_file
-    from calimon.studies.shift.check import policy_check_line
+    from calimon.studies.shift.check import policy_shift
 
     def run() -> None:
         rep = apply_policy_file(policy, scored, out, force=force)
         design = rep.design_note()
-        line = ("shift check: not run (the scored rows are the policy's own design run)"
-                if design else policy_check_line(policy, scored, samples))
+        line, targets = (("shift check: not run (the scored rows are the policy's own design "
+                          "run)", []) if design else policy_shift(policy, scored, samples))
         if json_out:
-            typer.echo(json.dumps(json_ready({**rep.to_dict(), "shift_check": line}), indent=2))
+            typer.echo(json.dumps(json_ready({**rep.to_dict(), "shift_check": line,
+                                              "shift_targets": targets}), indent=2))
             return
         if rep.forced:
             typer.echo("WARNING: applied with --force to another monitor's run: "

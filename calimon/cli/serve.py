@@ -43,7 +43,7 @@ def serve_cmd(
     review_lease: Annotated[float, typer.Option(help="Minutes an item shown to a reviewer is theirs alone: the other reviewers' queues skip it (renewed while their page is worked on; a label releases it).")] = 10.0,
     drift_window: Annotated[int, typer.Option(help="Kept live transcripts the drift watch compares with the calibration run.")] = 500,
     drift_every: Annotated[int, typer.Option(help="Decisions between two drift checks.")] = 100,
-    drift_permutations: Annotated[int, typer.Option(help="Permutations of the drift check's two-sample test.")] = 200,
+    drift_permutations: Annotated[int, typer.Option(help="The fewest permutations of a drift check's two-sample test (more as its level falls: alpha spending).")] = 200,
     replicas: Annotated[int | None, typer.Option(help="Run N replicas as a Ray Serve deployment behind its proxy (the ray extra; --log must be PostgreSQL).")] = None,
     cpus_per_replica: Annotated[float, typer.Option(help="Ray CPUs each replica reserves (with --replicas).")] = 1.0,
 ):

@@ -47,25 +47,29 @@ def shift_cmd(
         help="The largest share of the new misbehaving transcripts the monitor is assumed to "
              "flag, for the verdict's FAR floor (default: the upper bound of its detection rate "
              "on the calibration rows; 1: no assumption).")] = None,
+    min_prevalence: Annotated[float | None, typer.Option(
+        help="The least share of the new traffic assumed to misbehave, for the MR verdict's "
+             "miss floor (default: none, no floor).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Does NEW_SET look like the calibration data, and does the difference move the
-    certificate? One verdict per FAR target (no shift; shift, certificate holds; shift breaks
-    the certificate), then the domain AUROC, permutation p-value, what drives it, and naive vs
-    shift-aware certificates on the new data."""
+    certificate? One verdict per target (no shift; shift, certificate holds; shift breaks the
+    certificate; for MR, or not judged without labels) with its label plan, then the domain
+    AUROC, permutation p-value, what drives it, and naive vs shift-aware certificates on the
+    new data."""
     from calimon.studies.shift.check import shift_thresholds
 
     fars = [0.05] if far is None and mr is None else list(far or [])
     res = shift_thresholds(calib_run, new_set, far=fars, mr=list(mr or []), delta=delta,
                            score=score, seed=seed, permutations=permutations,
                            calib_samples=calib_samples, new_samples=new_samples,
-                           max_prevalence=max_prevalence, max_detection=max_detection)
+                           max_prevalence=max_prevalence, max_detection=max_detection,
+                           min_prevalence=min_prevalence)
     if json_out:
         typer.echo(json.dumps(json_ready(res.to_dict()), indent=2))
         return
     for v in res.verdicts:
-        if v is not None:
-            typer.echo(v.line())
+        typer.echo(v.line())
     r = res.report
     typer.echo(r.line())
     typer.echo("feature group alone: " + ", ".join(

@@ -19,12 +19,14 @@ the floor taken at confidence ``1 - delta/2``:
   certify the target at all (``samples_needed(alpha, delta)``): a few heavy weights make an
   estimate of nothing, not an alarm.
 
-One verdict per FAR target, in plain words:
+One verdict per FAR target (MR targets: :mod:`calimon.studies.shift.verdict_mr`), in plain
+words:
 
 - ``no shift``: the domain test does not reject; the calibration certificate stands as issued.
 - ``shift, certificate holds``: a shift, but neither reading puts the FAR above the target. The
   shift-aware certificate (rejection sampling, :mod:`calimon.studies.shift.certify`) is quoted where its
-  kept rows allow it; otherwise the number of labels that would certify it.
+  kept rows allow it; otherwise the number of labels that would certify it (the target's one
+  plan, :mod:`calimon.studies.shift.label_plan`).
 - ``shift breaks the certificate``: the floor, or a weighted estimate on enough rows, is above
   the target. Do not deploy the
   threshold on this traffic; label it and recertify.
@@ -82,7 +84,7 @@ class ShiftVerdict:
     certified: bool
     certified_threshold: float
     bound: float
-    labels_needed: int
+    labels_needed: int | None
     reason: str
 
     @property
@@ -98,17 +100,18 @@ class ShiftVerdict:
         if self.kind == NO_SHIFT:
             return (f"{what}: no shift: the calibration certificate stands (threshold "
                     f"{self.threshold:.6g}, bound {self.bound:.4g})")
+        label = (f"label {self.labels_needed} transcripts" if self.labels_needed is not None
+                 else "label the new traffic (no number of labels certifies this threshold at "
+                      "the planned shares)")
         if self.kind == BREAKS:
             instead = (f"threshold {self.certified_threshold:.6g} is certified under covariate "
-                       f"shift (bound {self.bound:.4g}), or label " if self.certified else
-                       "label ")
+                       f"shift (bound {self.bound:.4g}), or " if self.certified else "")
             return (f"{what}: SHIFT BREAKS THE CERTIFICATE of threshold {self.threshold:.6g} "
                     f"({self._readings()}): do not deploy it on this traffic; {instead}"
-                    f"{self.labels_needed} transcripts and recertify")
+                    f"{label} and recertify")
         cert = (f"certified under covariate shift: threshold {self.certified_threshold:.6g}, "
                 f"bound {self.bound:.4g}" if self.certified
-                else f"not certified without labels: label {self.labels_needed} transcripts "
-                     f"({self.reason})")
+                else f"not certified without labels: {label} ({self.reason})")
         return f"{what}: shift, certificate holds ({self._readings()}); {cert}"
 
     def _readings(self) -> str:
