@@ -80,13 +80,15 @@ def _new_labels(c: Counts, x: int) -> tuple[int, int]:
 
 
 def plan(counts: dict[str, Counts], target: Target,
-         shares: dict[str, float] | None = None) -> Plan:
+         shares: dict[str, float] | None = None, *, anytime: bool = True) -> Plan:
     """Labels that certify ``target`` if the strata keep their benign shares: every review
     transcript labelled and each automatic stratum's sample grown to the same fraction ``f`` of
     it, the least ``f`` found by bisection. When no ``f`` would certify it, the labels that
     would show it broken instead. ``shares``: the benign share planned for each stratum (by
     action) in place of the one its labels give, and no pilot: the plan of traffic not
-    labelled yet (`calimon.studies.shift.label_plan`, the one plan of every command)."""
+    labelled yet (`calimon.studies.shift.label_plan`, the one plan of every command).
+    ``anytime``: plan with the confidence sequence the live status judges by (else the fixed-n
+    bound of a one-shot `calimon recertify` on a finished sample)."""
     b, p, r = strata3(counts)
     auto = {a: c for a, c in (("auto_block", b), ("auto_pass", p))}
     given = shares or {}
@@ -100,7 +102,7 @@ def plan(counts: dict[str, Counts], target: Target,
         return out, ext
 
     def met(f: float, upper: bool) -> bool:
-        b = rate_bound(grown(f)[0], target.rate, target.delta, upper=upper)
+        b = rate_bound(grown(f)[0], target.rate, target.delta, upper=upper, anytime=anytime)
         return b <= target.alpha if upper else b > target.alpha
 
     pilot = {a: min(c.size - c.sampled, PILOT - c.resolved) for a, c in auto.items()

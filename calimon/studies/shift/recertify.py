@@ -122,7 +122,8 @@ def audit_labels_needed(strata: dict[str, Stratum], alpha: float, delta: float =
     ``planned`` ones (default: those seen so far, else 0.5), counted from an empty audit, the
     review stratum included. None when even a full audit could not (the planned rate itself
     exceeds ``alpha``). The plan is the review planner's
-    (:func:`calimon.studies.shift.live_plan.plan`), the one plan of every command."""
+    (:func:`calimon.studies.shift.live_plan.plan`), the one plan of every command, made with
+    the fixed-n bound this one-shot recertification is judged by."""
     from calimon.studies.shift.live import Counts
     from calimon.studies.shift.live_plan import Target, plan
 
@@ -139,5 +140,5 @@ def audit_labels_needed(strata: dict[str, Stratum], alpha: float, delta: float =
                                     review.size - review.benign, 0)
     if sum(c.size for a, c in counts.items() if a != "human_review") == 0:
         return review.size
-    p = plan(counts, Target(rate, alpha, delta), shares=planned)
+    p = plan(counts, Target(rate, alpha, delta), shares=planned, anytime=False)
     return None if p.labels is None or p.breaks else review.size + p.labels
