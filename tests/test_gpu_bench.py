@@ -214,3 +214,28 @@ def test_the_script_imports_only_torch_transformers_calimon_and_the_stdlib():
                 roots.add(node.module.split(".")[0])
     assert roots - sys.stdlib_module_names - siblings <= {"torch", "transformers", "calimon"}
     assert {"torch", "transformers", "calimon", "gpu_report", "flops"} <= roots
+
+
+def test_the_gpu_scripts_import_no_circle():
+    """Every import between benchmarks/gpu's modules, those under ``if TYPE_CHECKING`` too,
+    goes one way: no module reaches itself again."""
+    here = SCRIPT.parent
+    names = {p.stem for p in here.glob("*.py")}
+    graph = {}
+    for path in here.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                found.add(node.module)
+        graph[path.stem] = found & names
+
+    def reaches(start, seen):
+        for nxt in graph[start]:
+            if nxt not in seen:
+                seen.add(nxt)
+                reaches(nxt, seen)
+        return seen
+
+    assert sorted(m for m in graph if m in reaches(m, set())) == []
