@@ -27,7 +27,7 @@ from calimon.scoring.backends.base import (
     HiddenStates,
     LocalWeights,
 )
-from calimon.scoring.backends.loading import LazyTokenizer, stop_token_ids
+from calimon.scoring.backends.loading import LazyTokenizer, causal_lm_class, stop_token_ids
 from calimon.scoring.backends.threads import ThreadGovernor, apply_threads
 
 
@@ -78,7 +78,6 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         on CUDA, float32 elsewhere)."""
         if self._model is None:
             import torch
-            from transformers import AutoModelForCausalLM
 
             dev = self._resolved_device()
             if self.threads:
@@ -89,7 +88,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
             dtype = self.model_ref.config.dtype
             if dtype == "auto":
                 dtype = "bfloat16" if dev.startswith("cuda") else "float32"
-            self._model = AutoModelForCausalLM.from_pretrained(
+            self._model = causal_lm_class(self.model_ref).from_pretrained(
                 str(self.model_ref.path), dtype=getattr(torch, dtype)).to(dev).eval()
             self._device = dev
         return self._model
