@@ -66,7 +66,7 @@ def test_the_generated_flags_reach_the_command_through_ctx_params():
 
 def test_backend_options_pick_the_backends_own_fields_and_check_them():
     s = {f.name: getattr(BackendSettings(), f.name) for f in fields(BackendSettings)}
-    assert backend_options("transformers", s) == {"device": "auto", "batch_tokens": 8192}
+    assert backend_options("transformers", s) == {"device": "auto"}  # batch_tokens: by device
     assert backend_options("transformers", {**s, "threads": 2})["threads"] == 2
     assert backend_options("chat", s) == {"concurrency": 8}
     assert backend_options("vllm", {**s, "kv_cache_gib": 1}) == {"kv_cache_gib": 1}

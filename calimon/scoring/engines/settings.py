@@ -39,7 +39,9 @@ class BackendSettings:
                          "server) or chat (messages to a chat-completions API; "
                          "docs/backends.md), or a plugin name.")
     device: str = _flag("auto", "auto, cpu or cuda (transformers backend).")
-    batch_tokens: int = _flag(8192, "Padded tokens per forward batch (transformers backend).")
+    batch_tokens: int | None = _flag(None, "Padded tokens per forward batch (transformers "
+                                     "backend; default 8192 on CPU, on a GPU a measured budget "
+                                     "within the free memory).")
     threads: int | None = _flag(None, "torch CPU threads (transformers backend; default: the "
                                 "free cores, re-read as the load changes).")
     base_url: str | None = _flag(None, "OpenAI-compatible server, e.g. "
