@@ -27,12 +27,28 @@ from calimon.scoring.engines.settings import BackendSettings
 __all__ = ["DEFAULT_BENCHMARK", "DEFAULT_MODEL", "DEFAULT_PROMPT", "DEFAULT_READOUT",
            "DEFAULT_SEED", "DEFAULT_STORE", "backend_flags", "settings_from"]
 
+# value ranges, so that a bad value is refused naming its flag before any work: a rate or
+# probability strictly inside (0, 1), a share of traffic in [0, 1], a count of samples >= 1
+def _rate(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not 0.0 < x < 1.0:  # NaN too
+        raise typer.BadParameter(f"expected a number strictly between 0 and 1, got {text!r}")
+    return x
+
+
+RATE: dict[str, Any] = {"parser": _rate, "metavar": "RATE"}
+SHARE: dict[str, Any] = {"min": 0.0, "max": 1.0}
+COUNT: dict[str, Any] = {"min": 1}
+
 # the monitor and the run
 ModelOpt = Annotated[str, typer.Option(help="Model config name (configs/models) or a local folder.")]
 BenchmarkOpt = Annotated[str, typer.Option(help="Benchmark name (calimon data list), a samples .jsonl path, or Inspect logs: path.eval or .json, a folder or a pattern of them, options as ?scorer=NAME&positive=VALUE or ?label=eval_mode (ControlArena) (docs/inspect.md).")]
 PromptOpt = Annotated[str, typer.Option(help="Prompt template of the monitor (configs/prompts).")]
 ReadoutOpt = Annotated[str, typer.Option(help="Confidence readout: verdict (P(Yes)), json (P(true)), verbal (a stated 0-100 probability) or sampled (share of Yes in k sampled answers; --backend chat).")]
-LimitOpt = Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).")]
+LimitOpt = Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells).", **COUNT)]
 SeedOpt = Annotated[int, typer.Option(help="Seed of every random choice (selection, folds, bootstrap).")]
 SplitOpt = Annotated[str, typer.Option(help="Split to evaluate: train, calib, test, or all (every labelled sample).")]
 StoreOpt = Annotated[Path, typer.Option(help="SQLite run store (readings are reused across runs).")]

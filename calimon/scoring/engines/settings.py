@@ -105,10 +105,10 @@ class RunSettings(BackendSettings):
             from calimon.scoring.windows import parse_truncation
 
             parse_truncation(self.truncation)  # a bad policy fails before any work
-        limit = self.max_input_tokens
-        if limit is not None and (isinstance(limit, bool) or limit < 1):
-            raise InputError(f"expected a token count >= 1, got {limit!r}",
-                             field="max_input_tokens")
+        for name, what in (("max_input_tokens", "a token count"), ("limit", "a sample count")):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise InputError(f"expected {what} >= 1, got {value!r}", field=name)
 
     def spec(self, prompt: str | None = None, readout: str | None = None) -> MonitorSpec:
         """The spec of this run's monitor (or of another prompt/readout of the same model)."""
