@@ -96,28 +96,29 @@ def curve_cmd(
 
 
 def _print_run(run, markdown: Path | None, as_json: bool) -> None:
-    """Write groups.md (and ``markdown``), then print the summary: JSON or the table."""
+    """Write groups.md (and ``markdown``), then print the summary: JSON or the table, read
+    from the run's typed result."""
     from calimon.calibration.direction import inversion_note
     from calimon.studies.curve.run import binary_check_line
     from calimon.studies.curve.tables import groups_markdown, operating_table
 
-    (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")
+    result = run.result
+    (run.out / "groups.md").write_text(groups_markdown(result) + "\n")
     if markdown:
-        markdown.write_text(groups_markdown(run.summary) + "\n")
+        markdown.write_text(groups_markdown(result) + "\n")
     if as_json:
         typer.echo(json.dumps({k: run.summary.get(k) for k in SUMMARY_KEYS}, default=str,
                               indent=1))
         return
-    warn = _forced_line(run.summary)
-    for line in (inversion_note(run.summary), warn, _store_note(run.summary),
+    for line in (inversion_note(run.summary), _forced_line(result), _store_note(run.summary),
                  binary_check_line(run.summary)):
         if line:
             typer.echo(line)
-    typer.echo(operating_table(run.summary))
-    usage = run.summary.get("timing", {}).get("api_usage")
+    typer.echo(operating_table(result))
+    usage = result.timing.api_usage if result.timing else None
     if usage:
         typer.echo("\n" + usage_line(usage))
-    if not run.summary["support"]["curve"]:
+    if not result.has_curve:
         typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, groups.md (no curve plots)")
         return
     typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, curve.png, curves_by_group.png, "
@@ -125,12 +126,12 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
                + (", calibration/" if (run.out / "calibration").is_dir() else ""))
 
 
-def _forced_line(summary: dict) -> str | None:
+def _forced_line(result) -> str | None:
     """The WARNING first line of a run that used --force: what differed, per artifact."""
     forced = {"calibration map applied with --force to another monitor's run":
-              (summary.get("calibration") or {}).get("forced"),
+              result.calibration.forced if result.calibration else None,
               "probe head made for another monitor, used with --force":
-              (summary.get("provenance") or {}).get("head_forced")}
+              result.provenance.head_forced}
     parts = [f"{what}: " + "; ".join(found) for what, found in forced.items() if found]
     return ("WARNING: " + " | ".join(parts)) if parts else None
 
