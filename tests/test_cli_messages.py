@@ -123,3 +123,28 @@ def test_curve_says_what_it_will_score_before_it_starts():
     assert "--limit N scores fewer" in whole and "5586 to score with direct/verdict" in whole
     limited = plan_line(CurveSettings(limit=40), [object()] * 40, [], 0)
     assert "--limit" not in limited and limited.endswith("every reading in the store")
+
+
+def test_the_console_table_shows_one_auroc_per_figure(tmp_path):
+    """The header's AUROC raw and the table's raw row are one number printed once: the
+    calibration report's rank AUROC and the curve's trapezoid AUROC may differ in their last
+    bits, which rounded to 0.518 in one place and 0.517 in the other."""
+    from dataclasses import replace
+
+    from test_class_support import scored_run
+
+    from calimon.run_folder import read_curve_json
+    from calimon.studies.curve.tables import operating_table
+
+    out, _ = scored_run(tmp_path, 40, 40)
+    r = read_curve_json(out)
+    cal = r.calibration
+    method = r.calibration_method
+    r = replace(r, auroc_raw=0.51750001, auroc=0.61250001, calibration=replace(
+        cal, metrics_before=replace(cal.metrics_before, auroc=0.51749999),
+        metrics_after={**cal.metrics_after,
+                       method: replace(cal.metrics_after[method], auroc=0.61249999)}))
+    text = operating_table(r)
+    assert f"AUROC raw 0.518 · calibrated ({method}) 0.613 ·" in text
+    rows = {ln.split()[0]: ln.split() for ln in text.splitlines() if ln.split()}
+    assert rows["raw"][5] == "0.518" and rows[method][5] == "0.613"
