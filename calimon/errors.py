@@ -90,9 +90,10 @@ class BackendError(CalimonError):
     """A model backend failed on a batch."""
 
 
-class ServiceUnreachable(CalimonError):
+class ServiceUnreachable(BackendError):
     """A server calimon talks to (an http or chat backend's, a `calimon serve`) did not answer
-    at all: no connection, or no answer in time. A later run may succeed."""
+    at all: no connection, or no answer in time. A later run may succeed. (A `BackendError`,
+    as it was before it had a code of its own.)"""
 
     exit_code = ExitCode.UNREACHABLE
 
