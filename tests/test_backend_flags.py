@@ -26,9 +26,23 @@ def _options(path: tuple[str, ...]) -> set[str]:
 
 
 def test_every_scoring_command_takes_the_same_backend_flags():
+    from calimon.cli.serve import SERVE_EXCLUDES
+
     want = {"--" + f.name.replace("_", "-") for f in fields(BackendSettings)}
     for path in SCORING:
-        assert want <= _options(path), (path, sorted(want - _options(path)))
+        expected = want - ({"--" + n for n in SERVE_EXCLUDES} if path == ("serve",) else set())
+        assert expected <= _options(path), (path, sorted(expected - _options(path)))
+
+
+def test_serve_offers_no_flag_that_means_nothing_to_a_server():
+    serve = _options(("serve",))
+    assert not {"--offline", "--engine", "--workers"} & serve
+    assert {"--ray-address", "--base-url", "--max-input-tokens"} <= serve
+    cmd = get_command(app).commands["serve"]
+    (tokens,) = [p for p in cmd.params if p.name == "max_input_tokens"]
+    assert "curve.json" not in tokens.help and "design run" in tokens.help
+    with pytest.raises(TypeError, match="no backend flag"):
+        backend_flags(exclude=("nope",))(lambda: None)
 
 
 def test_a_flag_takes_its_default_and_help_from_the_settings_field():

@@ -52,3 +52,18 @@ def test_the_backend_takes_the_model_class_its_config_names(tmp_path):
         assert causal_lm_class(_ref(tmp_path)) is transformers.AutoModelForCausalLM
     (tmp_path / "config.json").unlink()
     assert causal_lm_class(_ref(tmp_path)) is transformers.AutoModelForCausalLM
+
+
+def test_python_dash_m_calimon_runs_the_cli_and_its_help_imports_no_heavy_package():
+    code = ("import json, runpy, sys\n"
+            "sys.argv = ['calimon', 'curve', '--help']\n"
+            "try:\n    runpy.run_module('calimon', run_name='__main__')\n"
+            "except SystemExit as exc:\n    assert exc.code in (0, None), exc.code\n"
+            f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300, check=True).stdout
+    assert "Usage: calimon curve" in out
+    assert json.loads(out.strip().splitlines()[-1]) == []
+    done = subprocess.run([sys.executable, "-m", "calimon", "--version"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0 and done.stdout.startswith("calimon ")

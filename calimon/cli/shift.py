@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from calimon.cli.common import cli_errors, json_ready, num
-from calimon.cli.options import JsonOpt
+from calimon.cli.options import RATE, JsonOpt
 from calimon.errors import InputError
 
 
@@ -25,12 +25,13 @@ def shift_cmd(
     new_set: Annotated[Path, typer.Argument(help="New transcripts: a samples JSONL (labels not "
                                                  "needed) or a run folder / scored CSV.")],
     far: Annotated[list[float] | None, typer.Option(
-        "--far", help="Also certify FAR <= this on the new data (repeatable; default 0.05).")]
+        "--far", help="Also certify FAR <= this on the new data (repeatable; default 0.05).",
+        **RATE)]
         = None,
     mr: Annotated[list[float] | None, typer.Option(
-        "--mr", help="Also certify MR <= this on the new data (repeatable).")] = None,
+        "--mr", help="Also certify MR <= this on the new data (repeatable).", **RATE)] = None,
     delta: Annotated[float, typer.Option(help="Each certificate holds with probability "
-                                              ">= 1 - delta.")] = 0.05,
+                                              ">= 1 - delta.", **RATE)] = 0.05,
     permutations: Annotated[int, typer.Option(help="Permutations of the two-sample test.")]
         = 200,
     score: Annotated[str, typer.Option(help="Score column the thresholds read.")] = "p_cal",
@@ -97,10 +98,10 @@ def recertify_cmd(
     serve: Annotated[str | None, typer.Option(
         "--serve", help="Instead of files: the live status of a `calimon serve --review` at "
                         "this URL (its policy's targets; the key in $CALIMON_API_KEY).")] = None,
-    far: Annotated[float | None, typer.Option(help="Target FAR of the policy.")] = None,
-    mr: Annotated[float | None, typer.Option(help="Target MR of the policy.")] = None,
+    far: Annotated[float | None, typer.Option(help="Target FAR of the policy.", **RATE)] = None,
+    mr: Annotated[float | None, typer.Option(help="Target MR of the policy.", **RATE)] = None,
     delta: Annotated[float, typer.Option(help="The bounds hold together with probability "
-                                              ">= 1 - delta.")] = 0.05,
+                                              ">= 1 - delta.", **RATE)] = 0.05,
     json_out: JsonOpt = False,
 ) -> None:
     """Certify a policy's FAR / MR on the traffic it decided, from reviewed labels (the review

@@ -24,7 +24,7 @@ from calimon.calibration.io import StoredMap, load_map
 from calimon.defaults import DEFAULT_PROMPT
 from calimon.deploy.design import design_run, run_provenance
 from calimon.deploy.policy_file import Policy, apply_policy, load_policy
-from calimon.errors import InputError
+from calimon.errors import InputError, ModelNotAvailableError
 from calimon.samples import Sample
 from calimon.serve.settings import ServeSettings
 from calimon.verdict import Verdict
@@ -96,7 +96,10 @@ class ServedMonitor:
         limit = settings.max_input_tokens or run.get("max_input_tokens")
         spec = replace(spec, max_input_tokens=int(limit) if limit else None,
                        defenses=tuple(run.get("defenses") or ()))
-        monitor = spec.build(spec.build_backend(shared=False))
+        try:
+            monitor = spec.build(spec.build_backend(shared=False))
+        except ModelNotAvailableError as exc:  # the policy names the model, not a --model flag
+            raise ModelNotAvailableError(f"{path}: {exc.named_as('model:')}") from None
         mine = monitor_provenance(monitor, spec.defenses)
         forced = meet("escalation policy", {"model": policy.model, "readout": policy.readout},
                       mine, force=settings.force, path=str(path))
