@@ -46,10 +46,33 @@ def _verdict(code_pos_mu, *, weights="true", alpha=0.3, min_prevalence=None, see
 
 def test_a_shift_that_leaves_misbehaving_scores_alone_holds():
     v, plan, true_mr = _verdict(1.5)
-    assert v.kind == HOLDS and true_mr <= 0.3
+    assert true_mr <= 0.3
     assert v.weighted_read and v.weights_check and abs(v.weighted_mr - true_mr) < 0.05
-    assert v.line().startswith("MR <= 0.3: shift, certificate holds under covariate shift")
     assert plan.weighted  # the plan rests on the weights the verdict read
+    # no alarm; "holds" needs the shift-aware certificate to cover the threshold, and its
+    # kept rows certify a stricter one here
+    assert v.kind == NOT_JUDGED and "does not cover the threshold" in v.reason
+    assert v.line().startswith("MR <= 0.3: shift, not judged without labels")
+
+
+def test_holds_where_the_shift_aware_certificate_covers_the_threshold():
+    from types import SimpleNamespace
+
+    from calimon.deploy.guarantees import certify_mr
+    from calimon.studies.shift.verdict_mr import mr_verdict
+
+    rng = np.random.default_rng(2)
+    s = np.r_[rng.random(300) * 0.6, 0.4 + rng.random(300) * 0.6]
+    y = np.r_[np.zeros(300, int), np.ones(300, int)]
+    naive = certify_mr(s[y == 1], 0.3, 0.05)
+    rep = SimpleNamespace(shifted=True, weights=np.ones(600))
+    for aware_t, kind in ((naive.threshold + 0.01, HOLDS), (naive.threshold - 0.01, NOT_JUDGED)):
+        aware = SimpleNamespace(estimate=0.2, ess=300.0, labels_needed=50, abstained=False,
+                                reason="", threshold=aware_t, bound=0.25)
+        v = mr_verdict(rep, naive, aware, s, y, s)
+        assert v.weighted_read and v.kind == kind, (aware_t, v.reason)
+        if kind == HOLDS:
+            assert v.line().startswith("MR <= 0.3: shift, certificate holds under covariate")
 
 
 def test_a_shift_to_transcripts_the_monitor_misses_breaks_the_certificate():

@@ -12,7 +12,7 @@ from scipy.stats import norm
 from calimon.studies.shift.check import certify_sides, check_sides
 from calimon.studies.shift.sides import Side
 from calimon.studies.shift.synthetic import write_synthetic_shift
-from calimon.studies.shift.verdict import BREAKS, HOLDS, NO_SHIFT, far_floor
+from calimon.studies.shift.verdict import BREAKS, HOLDS, NO_SHIFT, NOT_JUDGED, far_floor
 
 CHAT = "please explain recipe travel weather story movie friend advice history music".split()
 OTHER = "invoice ledger audit tax payroll budget quarter revenue margin forecast".split()
@@ -50,9 +50,30 @@ def _verdict(new_words, new_benign_mu, seed=0):
 
 def test_a_shift_in_text_alone_is_found_and_judged_harmless():
     v, true_far = _verdict(OTHER, -2.0)
-    assert v.kind == HOLDS and true_far <= 0.1
-    assert "shift, certificate holds" in v.line()
-    assert v.far_floor == 0.0 and v.weighted_far <= 0.1
+    assert true_far <= 0.1 and v.far_floor == 0.0 and v.weighted_far <= 0.1
+    # no alarm; "holds" only where the shift-aware certificate covers the threshold (here it
+    # abstains: the text moved so far that most new transcripts have no calibration neighbour)
+    assert v.kind == NOT_JUDGED and not v.certified and "supports barely overlap" in v.reason
+    assert v.line().startswith("FAR <= 0.1: shift, not judged without labels")
+    assert f"label {v.labels_needed} transcripts" in v.line()
+
+
+def test_holds_only_where_the_shift_aware_certificate_covers_the_threshold():
+    from types import SimpleNamespace
+
+    from calimon.deploy.guarantees import certify_far
+    from calimon.studies.shift.verdict import shift_verdict
+
+    rng = np.random.default_rng(1)
+    s = np.r_[rng.random(300) * 0.6, 0.4 + rng.random(300) * 0.6]
+    y = np.r_[np.zeros(300, int), np.ones(300, int)]
+    naive = certify_far(s[y == 0], 0.1, 0.05)
+    shifted = SimpleNamespace(shifted=True)
+    for aware_t, kind in ((naive.threshold - 0.01, HOLDS), (naive.threshold, HOLDS),
+                          (naive.threshold + 0.01, NOT_JUDGED)):
+        aware = SimpleNamespace(estimate=0.05, ess=200.0, labels_needed=50, abstained=False,
+                                reason="", threshold=aware_t, bound=0.09)
+        assert shift_verdict(shifted, naive, aware, s, y).kind == kind, aware_t
 
 
 def test_a_shift_that_raises_benign_scores_breaks_the_certificate():
@@ -94,8 +115,9 @@ def test_cli_prints_the_verdict_first_and_in_json(tmp_path):
     far_t, mr_t = json.loads(r.output)["targets"]
     assert far_t["verdict"]["kind"] == "shift breaks the certificate"
     # misbehaving scores are the same on chat and code (calimon.studies.shift.synthetic), so
-    # the covariate shift leaves MR where it was: the MR target gets a verdict too, and holds
-    assert mr_t["verdict"]["kind"] == "shift, certificate holds"
+    # the covariate shift leaves MR where it was: the MR target gets a verdict too, no alarm;
+    # the shift-aware certificate's kept rows certify a stricter threshold, so not "holds"
+    assert mr_t["verdict"]["kind"] == "shift, not judged without labels"
     assert mr_t["verdict"]["weighted_read"] and mr_t["verdict"]["weights_check"]
 
 
@@ -120,7 +142,7 @@ def test_a_weighted_estimate_on_a_few_heavy_weights_is_not_an_alarm():
     naive = certify_far(s[y == 0], 0.1, 0.05)
     shifted = SimpleNamespace(shifted=True)
     few = shift_verdict(shifted, naive, _aware(0.5, 3.6), s, y)
-    assert few.kind == HOLDS and "weighted FAR not read (n_eff 3.6 < 29)" in few.line()
+    assert few.kind == NOT_JUDGED and "weighted FAR not read (n_eff 3.6 < 29)" in few.line()
     many = shift_verdict(shifted, naive, _aware(0.15, 80.0), s, y)
     assert many.kind == BREAKS and "weighted FAR 0.150 > 0.1" in many.reason
 

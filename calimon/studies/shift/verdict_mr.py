@@ -24,9 +24,10 @@ abstains with the labels that would settle it:
 
 Verdicts: ``no shift`` (the domain test does not reject); ``shift breaks the certificate``
 (the miss floor or a read weighted MR above the target); ``shift, certificate holds`` (the
-weighted MR read and at most the target, the floor too: a judgement under covariate shift,
-not a guarantee); otherwise ``shift, MR not judged without labels``, with the labels of the
-target's plan (:mod:`calimon.studies.shift.label_plan`).
+weighted MR read and at most the target, the floor too, and the shift-aware certificate
+covers the calibration threshold: it certifies a threshold at or above it, so MR <= alpha
+there under covariate shift at ``1 - delta``); otherwise ``shift, not judged without
+labels``, with the labels of the target's plan (:mod:`calimon.studies.shift.label_plan`).
 """
 
 from __future__ import annotations
@@ -40,9 +41,14 @@ import numpy as np
 from calimon.errors import InputError
 from calimon.numerics.binomial import cp_lower, cp_upper, samples_needed
 from calimon.studies.shift.certify import kish_ess
-from calimon.studies.shift.verdict import BREAKS, HOLDS, NO_SHIFT, NOT_CERTIFIED
-
-NOT_JUDGED = "shift, MR not judged without labels"
+from calimon.studies.shift.verdict import (
+    BREAKS,
+    HOLDS,
+    NO_SHIFT,
+    NOT_CERTIFIED,
+    NOT_JUDGED,
+    covers,
+)
 
 
 @dataclass(frozen=True)
@@ -129,12 +135,11 @@ class MrVerdict:
                     f"({self._readings()}): do not deploy it on this traffic; {labels} and "
                     f"recertify")
         if self.kind == HOLDS:
-            cert = (f"certified under covariate shift: threshold "
-                    f"{self.certified_threshold:.6g}, bound {self.bound:.4g}" if self.certified
-                    else f"not certified without labels: {labels}")
             return (f"{what}: shift, certificate holds under covariate shift "
-                    f"({self._readings()}); {cert}")
-        return f"{what}: {NOT_JUDGED} ({self._readings()}): {labels}"
+                    f"({self._readings()}); certified under covariate shift: threshold "
+                    f"{self.certified_threshold:.6g} (at or above {self.threshold:.6g}), bound "
+                    f"{self.bound:.4g}")
+        return f"{what}: {NOT_JUDGED} ({self._readings()}; {self.reason}): {labels}"
 
     def _readings(self) -> str:
         def above(x: float) -> str:
@@ -219,10 +224,12 @@ def mr_verdict(report: Any, naive: Any, aware: Any, calib_scores: Any, calib_lab
              if v > naive.alpha]
     if found:
         return MrVerdict(kind=BREAKS, reason=" and ".join(found), **cert, **base)
-    if read:
+    if read and covers(aware, t, "mr"):
         return MrVerdict(kind=HOLDS, reason=aware.reason, **cert, **base)
-    return MrVerdict(kind=NOT_JUDGED, reason="no label-free reading bears on MR here",
-                     certified=False, certified_threshold=math.nan, bound=math.nan, **base)
+    why = ("the shift-aware certificate does not cover the threshold" if read else
+           "no label-free reading bears on MR here")
+    return MrVerdict(kind=NOT_JUDGED, reason=why, certified=False,
+                     certified_threshold=math.nan, bound=math.nan, **base)
 
 
 def weights_read(rate: str, aware_ess: float, alpha: float, delta: float, check: Any) -> bool:
