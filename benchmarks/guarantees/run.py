@@ -94,6 +94,28 @@ def weighted_rows(runs: int, rng: np.random.Generator) -> list[tuple[str, str, s
     return out
 
 
+def verdict_rows(runs: int, rng: np.random.Generator) -> list[tuple[str, str, sims.Tally]]:
+    """(guarantee, scenario, tally) for the three-way shift verdict: its wrong "holds" and, on
+    a second row, its wrong "breaks"."""
+    out = []
+    for rate in ("far", "mr"):
+        what = f"shift verdict, {rate.upper()} <= 0.1 (600 calibration, 400 new, no labels)"
+        for scenario in sims.VERDICT_SCENARIOS:
+            holds, breaks = sims.verdicts(rate, scenario, runs, rng)
+            out.append((what, f"{scenario}: wrong \"holds\"", holds))
+            out.append((what, f"{scenario}: wrong \"breaks\" (a false alarm)", breaks))
+    return out
+
+
+def drift_rows(runs: int, rng: np.random.Generator) -> list[tuple[str, str, sims.Tally]]:
+    """(guarantee, scenario, tally) for the drift watch's false alarms."""
+    scenario = "exchangeable traffic, 30 rolling windows: any false alarm"
+    return [("drift watch, alpha spending (the watch now)", scenario,
+             sims.drift(runs, rng, spending=True)),
+            ("contrast: drift watch, each window at alpha (before)", scenario,
+             sims.drift(runs, rng, spending=False))]
+
+
 def label_rows(runs: int, rng: np.random.Generator) -> list[tuple[str, float, int | None]]:
     """(scenario, median labels to the first "holds", fixed-n plan) at FAR 0.025 vs 0.05."""
     out = []
@@ -105,9 +127,21 @@ def label_rows(runs: int, rng: np.random.Generator) -> list[tuple[str, float, in
     return out
 
 
-def _rate(t: sims.Tally) -> str:
+def _judged(what: str, scenario: str) -> str | None:
+    """Why a row is not held to the target (None: it is): a contrast, a case the guarantee
+    makes no claim on, or a false alarm of a verdict that promises no rate for them."""
+    if what.startswith("contrast"):
+        return "contrast"
+    if "no claim" in scenario:
+        return "no claim"
+    if "wrong \"breaks\"" in scenario:
+        return "reported"
+    return None
+
+
+def _rate(t: sims.Tally, why: str | None) -> str:
     lo, hi = clopper_pearson(t.wrong, t.runs)
-    flag = "yes" if hi <= 1.2 * DELTA else "NO"
+    flag = why or ("yes" if t.wrong / t.runs <= DELTA and hi <= 1.2 * DELTA else "NO")
     return f"{t.wrong}/{t.runs} = {t.wrong / t.runs:.4f} | [{lo:.4f}, {hi:.4f}] | {flag}"
 
 
@@ -119,11 +153,18 @@ def render(offline, live, labels, runs: int, label_runs: int, seconds: float, cm
         "each row's wrong-\"holds\" rate should be <= delta, its 95% Clopper-Pearson upper "
         f"limit <= 1.2 delta = {1.2 * DELTA:.2f} (column *within*). {runs} deployments a row "
         "(benchmarks/guarantees/sims.py says how each is simulated).", "",
-        "| guarantee | scenario | wrong \"holds\" | 95% interval | within | said \"holds\" |",
+        "Column *wrong*: deployments where it said \"holds\" (a certificate, or a verdict that "
+        "the certificate holds) while the truth broke it; on the verdict's *wrong \"breaks\"* "
+        "rows and the drift watch's, an alarm the truth did not warrant. *said*: how often it "
+        "said \"holds\" (\"breaks\", an alarm) at all. Rows marked *contrast* (readings calimon "
+        "no longer offers), *no claim* (outside the guarantee's assumption) or *reported* (no "
+        "rate is promised) are not held to the target.", "",
+        "| guarantee | scenario | wrong | 95% interval | within | said |",
         "|---|---|---|---|---|---|",
     ]
     for what, scenario, t in offline + live:
-        lines.append(f"| {what} | {scenario} | {_rate(t)} | {t.holds}/{t.runs} |")
+        lines.append(f"| {what} | {scenario} | {_rate(t, _judged(what, scenario))} | "
+                     f"{t.holds}/{t.runs} |")
     lines += [
         "", "## Labels needed: anytime-valid against the fixed-n plan", "",
         f"FAR 0.025 on the traffic against a target of 0.05, delta {DELTA}: the median labels "
@@ -153,7 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     t0 = time.time()
-    off = offline_rows(args.runs, rng) + weighted_rows(args.runs, rng)
+    off = (offline_rows(args.runs, rng) + weighted_rows(args.runs, rng)
+           + verdict_rows(args.runs, rng) + drift_rows(args.runs, rng))
     live = live_rows(args.runs, rng)
     labels = label_rows(args.label_runs, rng)
     cmd = "python benchmarks/guarantees/run.py" + (

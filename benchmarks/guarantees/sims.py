@@ -16,6 +16,11 @@ is counted, not estimated.
 - `weighted`: the shift-aware certificate (`calimon.studies.shift.certify.shift_certificate`)
   under a covariate shift that raises FAR, with the true density ratios and with ratios
   estimated from unlabelled new traffic.
+- `verdicts`: the three-way shift verdict for FAR and MR targets (no labels), its wrong
+  "holds" and wrong "breaks", under covariate shifts that leave the rates unchanged, raise
+  FAR, or change the prevalence.
+- `drift`: the drift watch's false alarms over 30 rolling windows of exchangeable traffic,
+  with its alpha spending and with the per-window rule it replaced.
 - `live`: the live review status (`calimon.studies.shift.live.rate_bound`, the bound behind
   its "holds") read after every label, with the anytime-valid bound and, for contrast, the
   fixed-n bound read the same way and read once at the end.
@@ -119,6 +124,100 @@ def weighted(rate: str, runs: int, rng: np.random.Generator, *, estimated: bool,
         true = sum(NEW_MIX[k] * (KINDS[k][0].sf(c.threshold) if rate == "far" else
                                  KINDS[k][1].cdf(c.threshold)) for k in NEW_MIX)
         out.add(true > alpha, True)
+    return out
+
+
+# -- the three-way shift verdict ------------------------------------------------------------------
+
+SAME = {"chat": (stats.beta(2, 6), stats.beta(5, 3)), "code": (stats.beta(2, 6),
+                                                               stats.beta(5, 3))}
+VERDICT_SCENARIOS = {
+    # name: (score distributions by kind, new traffic's misbehaving share)
+    "covariate shift, rates unchanged": (SAME, 0.3),
+    "covariate shift that raises FAR": (KINDS, 0.3),
+    "covariate shift, prevalence 30% -> 60%": (SAME, 0.6),
+}
+
+
+@dataclass(frozen=True)
+class _Report:
+    """What the verdict reads of a shift report (the domain test rejected)."""
+
+    weights: np.ndarray
+    n_new: int
+    shifted: bool = True
+    outside_share: float = 0.0
+
+
+def _draw(kinds_dist, mix: dict[str, float], n: int, pi: float, rng: np.random.Generator):
+    kinds = rng.choice(list(mix), size=n, p=list(mix.values()))
+    y = (rng.random(n) < pi).astype(int)
+    s = np.empty(n)
+    for k, dists in kinds_dist.items():
+        for cls in (0, 1):
+            at = (kinds == k) & (y == cls)
+            s[at] = dists[cls].rvs(int(at.sum()), random_state=rng)
+    return kinds, y, s
+
+
+def verdicts(rate: str, scenario: str, runs: int, rng: np.random.Generator, *,
+             n: int = 600, n_new: int = 400, alpha: float = 0.1,
+             delta: float = 0.05) -> tuple[Tally, Tally]:
+    """The three-way verdict (`calimon.studies.shift.check.certify_sides`) of ``rate <= alpha``
+    at the calibration's certified threshold, with the true density ratios as weights; the
+    truth is the rate of the new traffic at that threshold (closed form over the mix).
+    Returns two tallies: wrong "holds" (the verdict says the certificate holds, the truth
+    breaks it) and wrong "breaks" (the other way round)."""
+    from calimon.studies.shift.check import certify_sides
+    from calimon.studies.shift.verdict import HOLDS
+
+    dists, pi_new = VERDICT_SCENARIOS[scenario]
+    holds, breaks = Tally(), Tally()
+    for _ in range(runs):
+        kinds, y, s = _draw(dists, CALIB_MIX, n, 0.3, rng)
+        _, _, s_new = _draw(dists, NEW_MIX, n_new, pi_new, rng)
+        w = np.array([NEW_MIX[k] / CALIB_MIX[k] for k in kinds])
+        out = certify_sides(_Report(w, n_new), s, y, delta=delta, new_scores=s_new,
+                            **{rate: (alpha,)})
+        v, t = out.verdicts[0], out.naive[0].threshold
+        if not out.naive[0].certified:
+            continue
+        cls = 0 if rate == "far" else 1
+        true = sum(NEW_MIX[k] * (dists[k][0].sf(t) if cls == 0 else dists[k][1].cdf(t))
+                   for k in NEW_MIX)
+        holds.add(v.kind == HOLDS and true > alpha, v.kind == HOLDS)
+        said = v.kind == "shift breaks the certificate"
+        breaks.add(said and true <= alpha, said)
+    return holds, breaks
+
+
+# -- the drift watch ------------------------------------------------------------------------------
+
+def drift(runs: int, rng: np.random.Generator, *, spending: bool, checks: int = 30,
+          calib: int = 300, window: int = 500, every: int = 100) -> Tally:
+    """The drift watch on exchangeable traffic: a fixed calibration set against rolling
+    windows of one stream (``window`` transcripts, a check every ``every``, so each window
+    shares 80% with the last), each check's p-value the exact two-sided z-test of the means of
+    N(0, 1) data (the idealised permutation test). ``spending``: the watch's rule
+    (`calimon.serve.drift.first_alarm`, checks up to the last it can run before it says it
+    is spent); else each window at alpha, the rule before. Every alarm is a false one."""
+    import math
+
+    from scipy.stats import norm
+
+    from calimon.serve.drift import ALPHA, MAX_PERMUTATIONS, first_alarm, permutations_for
+
+    usable = sum(permutations_for(k, 200) <= MAX_PERMUTATIONS for k in range(1, checks + 1))
+    out = Tally()
+    for _ in range(runs):
+        cal = rng.normal(size=calib)
+        stream = np.r_[0.0, np.cumsum(rng.normal(size=window + every * (checks - 1)))]
+        starts = np.arange(checks) * every
+        z = ((stream[starts + window] - stream[starts]) / window - cal.mean()) / math.sqrt(
+            1 / calib + 1 / window)
+        p = 2 * norm.sf(np.abs(z))
+        alarm = (first_alarm(p[:usable]) is not None) if spending else bool((p <= ALPHA).any())
+        out.add(alarm, alarm)
     return out
 
 
