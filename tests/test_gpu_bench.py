@@ -260,3 +260,20 @@ def test_the_levers_suite_runs_on_the_cpu_and_its_plan_fits_one_call(tmp_path, c
     gpu.main(["--suite", "levers", "--plan"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert float(re.search(r"about (\d+) s of forward passes", last).group(1)) <= 240, last
+
+
+def test_only_keeps_the_named_paths_and_rounds_interleave_them():
+    import gpu_levers
+
+    args = gpu.parse_args(["--suite", "levers", "--plan", "--lengths", "4000", "600",
+                           "--only", "levers (*/plain liger", "calimon liger*",
+                           "--rounds", "2"])
+    cases = gpu.select(gpu_levers.plan_cases(args), args.only, args.rounds)
+    one_round = ["plain liger", "calimon liger", *gpu_levers.ATTENTION_LEVERS]
+    levers = [c for c in cases if c.section.startswith("levers (")]
+    assert [c.path for c in levers] == one_round * 2 + one_round * 2  # 4000, 600; twice
+    assert [max(c.lengths) for c in levers[:len(one_round) * 2]] == \
+        [4000] * len(one_round) + [600] * len(one_round)
+    # "calimon liger" without a section also keeps its real-length rows; nothing else is kept
+    assert {c.path for c in cases} == set(one_round)
+    assert gpu.select(cases, None, 1) == cases

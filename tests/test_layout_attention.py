@@ -104,6 +104,53 @@ def test_the_mask_path_is_kept_as_an_option_and_lower_right_agrees(monkeypatch):
         assert np.abs(np.exp(got) - np.exp(ref)).max() < 1e-5 and _close(got, ref)
 
 
+@pytest.mark.parametrize("packing", [True, False])
+def test_repeated_kv_heads_agree_with_grouped_ones(packing, monkeypatch):
+    model = _random_model("qwen3")
+    prompts = _prompts([40, 33, 57] if packing else [40, 40])
+    ref = _plain(model, prompts)
+    spy = _SdpaCalls(monkeypatch)
+    got = _backend(model, max_batch_size=8, packing=packing,
+                   attention="repeat_kv").next_token_logprobs(prompts, PREFIX)
+    heads = SMALL["num_attention_heads"]
+    assert spy.tails and all(q[1] == k[1] == heads for *_, q, k in spy.tails)
+    assert np.abs(np.exp(got) - np.exp(ref)).max() < 1e-5 and _close(got, ref)
+
+
+def test_the_flash_variant_hands_the_operator_unpadded_queries_and_grouped_heads(monkeypatch):
+    """The CUDA operator does not run on a CPU: a lower-right causal reference stands in for
+    it, and the pass must agree with a plain one (the GPU run checks the operator itself)."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    from calimon.scoring.backends import layout_attention as la
+
+    calls = []
+
+    def reference(q, k, v, scale):
+        calls.append((q.shape, k.shape))
+        k, v = la._repeat_kv(k, q.shape[1]), la._repeat_kv(v, q.shape[1])
+        bias = causal_lower_right(q.shape[2], k.shape[2])
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias,
+                                                                scale=scale)
+
+    model = _random_model("llama")
+    prompts = _prompts([40, 33, 57])
+    ref = _plain(model, prompts)
+    cpu = _backend(model, max_batch_size=8, attention="flash").next_token_logprobs(prompts,
+                                                                                  PREFIX)
+    assert not calls  # off FLASH_DEVICES the variant is "causal"
+    monkeypatch.setattr(la, "FLASH_DEVICES", la.FLASH_DEVICES | {"cpu"})
+    monkeypatch.setattr(la, "FLASH_DTYPES", (*la.FLASH_DTYPES, "float32"))
+    monkeypatch.setattr(la, "flash_kernel", reference)
+    got = _backend(model, max_batch_size=8, attention="flash").next_token_logprobs(prompts,
+                                                                                  PREFIX)
+    assert len(calls) == 3 * SMALL["num_hidden_layers"]
+    for q, k in calls:  # the tails alone as queries; kv heads as the model has them
+        assert q[2] + PREFIX == k[2] and k[1] == SMALL["num_key_value_heads"] < q[1]
+    for out in (cpu, got):
+        assert np.abs(np.exp(out) - np.exp(ref)).max() < 1e-5 and _close(out, ref)
+
+
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
 def test_a_packed_batch_matches_single_prompts_logprobs_and_states(kind, monkeypatch):
     model = _random_model(kind)
@@ -220,6 +267,36 @@ def test_a_gpu_recomputes_a_prefix_too_short_to_pay_and_a_cpu_always_reuses_it()
     edge = 218 / GPU_PREFIX_MIN_SHARE
     assert reuse_prefix("cuda", 218, [edge]) and not reuse_prefix("cuda", 218, [edge + 1])
     assert not reuse_prefix("cpu", 0, [100]) and not reuse_prefix("cuda", 5, [])
+
+
+def test_with_liger_kernels_gpu_rows_recompute_a_prefix_of_a_twentieth_of_the_prompt():
+    """perf-gpu-attention.md: rows of 4,000 tokens with liger's kernels (a 218-token prefix,
+    5.5%) ran faster recomputing the prefix; at 600 (36%) reuse still wins; a CPU reuses, and
+    packed batches and unmeasured kernels keep the eager share."""
+    from calimon.scoring.backends.gpu_defaults import GPU_ROWS_PREFIX_MIN_SHARE, reuse_prefix
+
+    assert not reuse_prefix("cuda", 218, [4000] * 8, "liger", True)
+    assert reuse_prefix("cuda", 218, [600] * 8, "liger", True)
+    assert reuse_prefix("cpu", 218, [4000], "liger", True)
+    assert reuse_prefix("cuda", 218, [4000] * 8, "liger", False)  # packed
+    for kernels in ("none", "compile"):
+        assert reuse_prefix("cuda", 218, [4000] * 8, kernels, True)
+    edge = 218 / GPU_ROWS_PREFIX_MIN_SHARE["liger"]
+    assert reuse_prefix("cuda", 218, [edge], "liger", True)
+    assert not reuse_prefix("cuda", 218, [edge + 1], "liger", True)
+
+
+@pytest.mark.parametrize(("lengths", "packing", "rows"), [
+    ([40, 40], True, True), ([40, 33], True, False), ([40, 33], False, True)])
+def test_the_backend_asks_with_its_kernels_and_layout(lengths, packing, rows, monkeypatch):
+    import calimon.scoring.backends.transformers_backend as tb
+
+    asked = []
+    monkeypatch.setattr(tb, "reuse_prefix", lambda *a: asked.append(a) or True)
+    backend = _backend(_random_model("qwen3"), max_batch_size=8, packing=packing)
+    backend.kernels_used = "liger"  # as a CUDA model fused with liger reports it
+    backend.next_token_logprobs(_prompts(lengths), PREFIX)
+    assert asked and all(a[3:] == ("liger", rows) for a in asked)
 
 
 def test_a_batch_that_skips_its_prefix_gives_the_same_readings_and_states(monkeypatch):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import time
 
-from gpu_plan import GRAPH_PATH, PLAIN_KERNELS, Case, real_lengths, samples_at
+from gpu_plan import GRAPH_PATH, PLAIN_KERNELS, Case, matches, real_lengths, samples_at
 
 # the suite's own defaults on the full model (the rest as run_gpu_perf.DEFAULTS)
 DEFAULTS = {"qwen3-4b": {"lengths": [600, 4000], "real_scales": [1, 4], "real_samples": [32, 16]}}
@@ -30,6 +30,9 @@ SWEEP = ((600, 64, (8, 13, 32, 64)), (4000, 32, (2, 4, 8, 16)))
 NEEDS_S = {GRAPH_PATH: 150}  # seconds a case needs left of --time-budget to start
 PLAIN_LEVERS = ("plain", "plain liger", "plain compile")
 CALIMON_LEVERS = ("calimon eager", "calimon varlen", "calimon liger", "calimon compile")
+# attention with the reused prefix (layout_attention's variants) and the prefix recomputed
+ATTENTION_LEVERS = ("calimon liger repeat_kv", "calimon liger lower_right", "calimon liger flash",
+                    "calimon liger recompute")
 
 
 SLOW_FIRST = ("plain liger", "plain compile", "calimon liger", "calimon compile", GRAPH_PATH)
@@ -42,7 +45,7 @@ def plan_cases(args, shape=None) -> list[Case]:
     for L in args.lengths:
         eq = (L,) * samples_at(args, L)
         cases += [Case(f"levers (verdict readout, batch {b})", p, "verdict", eq, b, "equal")
-                  for p in (*PLAIN_LEVERS, *CALIMON_LEVERS)]
+                  for p in (*PLAIN_LEVERS, *CALIMON_LEVERS, *ATTENTION_LEVERS)]
     for scale, n in zip(args.real_scales, args.real_samples, strict=True):
         lengths = real_lengths(n, scale * args.real_unit, args.seed, args.prefix_tokens)
         cases += [Case(f"levers, real lengths (humaneval-pairs, batch {b})", p, "verdict",
@@ -122,7 +125,10 @@ def agreement_rows(bench, prompts, prefix: int) -> list[str]:
                 .float(), -1).cpu() for p in prompts])
 
     ref, lines = plain("none"), []
-    for path in (*PLAIN_LEVERS[1:], *CALIMON_LEVERS, "calimon"):
+    only = bench.args.only
+    for path in (*PLAIN_LEVERS[1:], *CALIMON_LEVERS, *ATTENTION_LEVERS, "calimon"):
+        if not matches(path, only):
+            continue
         try:
             got = plain(PLAIN_KERNELS[path]) if path in PLAIN_KERNELS else _calimon(
                 bench, path, prompts, prefix)
@@ -139,7 +145,9 @@ def _calimon(bench, path: str, prompts, prefix: int):
     from gpu_plan import CALIMON_PATHS
 
     parts, n = bench.calimon, len(prompts)
-    opts = CALIMON_PATHS[path]
+    opts = dict(CALIMON_PATHS[path])
+    if not opts.pop("reuse_prefix", True):
+        prefix = 0
     backend = parts.Backend.from_loaded(
         parts.model_ref(bench.args), bench.model, _Pad(), max_batch_size=n,
         batch_tokens=n * max(map(len, prompts)), **opts)

@@ -29,10 +29,39 @@ CALIMON_PATHS = {"calimon": {}, "calimon padded": {"packing": False},
                  "calimon eager": {"kernels": "none", "varlen": False},
                  "calimon varlen": {"kernels": "none", "varlen": True},
                  "calimon liger": {"kernels": "liger", "varlen": True},
-                 "calimon compile": {"kernels": "compile", "varlen": True}}
+                 "calimon compile": {"kernels": "compile", "varlen": True},
+                 # attention with a reused prefix (layout_attention's variants), liger kernels;
+                 # "reuse_prefix": False recomputes the prefix instead (a script option, popped)
+                 "calimon liger repeat_kv": {"kernels": "liger", "attention": "repeat_kv"},
+                 "calimon liger lower_right": {"kernels": "liger", "attention": "lower_right"},
+                 "calimon liger flash": {"kernels": "liger", "attention": "flash"},
+                 "calimon liger recompute": {"kernels": "liger", "reuse_prefix": False}}
 # the plain loop with calimon's fused kernels (calimon.scoring.backends.fused), and compiled whole
 PLAIN_KERNELS = {"plain": "none", "plain liger": "liger", "plain compile": "compile"}
 GRAPH_PATH = "plain graph"
+
+
+def select(cases: list, only, rounds: int = 1) -> list:
+    """The cases whose path matches one of the ``only`` patterns (fnmatch; None: all), the
+    whole list run ``rounds`` times over (interleaved: A B C A B C)."""
+    return [c for c in cases if matches(c.path, only, c.section)] * rounds
+
+
+def matches(path: str, only, section: str | None = None) -> bool:
+    """Whether ``path`` matches one of the ``only`` fnmatch patterns (None: every path does);
+    a pattern ``SECTION/PATH`` also asks that the section match (where one is given)."""
+    from fnmatch import fnmatchcase
+
+    for pattern in only or ():
+        sec, _, pat = pattern.rpartition("/")
+        if fnmatchcase(path, pat) and (not sec or section is None or fnmatchcase(section, sec)):
+            return True
+    return only is None
+
+
+def reuses_prefix(path: str) -> bool:
+    """Whether a calimon path hands the backend its shared prefix (else it is recomputed)."""
+    return CALIMON_PATHS.get(path, {}).get("reuse_prefix", True)
 
 
 @dataclass(frozen=True)

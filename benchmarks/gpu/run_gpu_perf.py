@@ -37,6 +37,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks" / "perf"))  # flops.py: the FLOP count, stdlib only
 
 import flops  # noqa: E402
+import gpu_kernels  # noqa: E402
 import gpu_levers  # noqa: E402
 from gpu_agree import agreement, agreement_line  # noqa: E402
 from gpu_plan import (  # noqa: E402,F401 - re-exported for the tests
@@ -48,7 +49,9 @@ from gpu_plan import (  # noqa: E402,F401 - re-exported for the tests
     padding_share,
     plan,
     plan_text,
+    reuses_prefix,
     samples_at,
+    select,
     sorted_batches,
 )
 from gpu_report import COLUMNS, PEAKS, device_line, device_peak, render  # noqa: E402,F401
@@ -127,6 +130,7 @@ class Bench:
         parts = self.calimon
         ref = parts.model_ref(self.args)
         opts = dict(CALIMON_PATHS[case.path])
+        opts.pop("reuse_prefix", None)
         if case.batch is not None:
             opts.update(max_batch_size=case.batch, batch_tokens=case.batch * max(case.lengths))
         opts.update(case.opts)
@@ -134,7 +138,8 @@ class Bench:
             opts.update(getattr(self, "best_opts", {}))
         backend = parts.Backend.from_loaded(ref, self.model, types.SimpleNamespace(pad_token_id=0),
                                             **opts)
-        prompts, p = self.prompts(case.lengths), self.args.prefix_tokens
+        prompts = self.prompts(case.lengths)
+        p = self.args.prefix_tokens if reuses_prefix(case.path) else 0
         spec = parts.CaptureSpec(layers=(self.args.probe_layer,), pooling=("mean",))
         spans = self.spans(case.lengths)
 
@@ -362,6 +367,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--time-budget", type=float, default=float("inf"),
                     help="seconds after which the remaining cases are skipped (rows say so); "
                     "the report is rewritten after every case")
+    ap.add_argument("--only", nargs="+", metavar="PATH", help="run only the cases of these "
+                    "paths (fnmatch patterns, e.g. 'plain liger' 'calimon liger*'; "
+                    "'levers (*/calimon*': those of one section)")
+    ap.add_argument("--rounds", type=int, default=1, help="run the cases this many times "
+                    "over, interleaved (each case gets a row per round)")
+    ap.add_argument("--kernel-profile", action="store_true", help="levers suite, on CUDA: "
+                    "which attention kernels each path's pass launches (torch.profiler)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if args.tiny:
@@ -419,8 +431,8 @@ def main(argv: list[str] | None = None) -> Path:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     cfg, meta = load_config(args.config)
-    cases = (plan if args.suite == "default" else gpu_levers.plan_cases)(
-        args, Shape.from_config(cfg))
+    cases = select((plan if args.suite == "default" else gpu_levers.plan_cases)(
+        args, Shape.from_config(cfg)), args.only, args.rounds)
     if args.plan:
         print(plan_text(args, Shape.from_config(cfg), cases))
         return args.out
@@ -455,6 +467,8 @@ def main(argv: list[str] | None = None) -> Path:
         print(f"{case.section} | {' | '.join(row)} [{time.perf_counter() - start:.1f} s]",
               file=sys.stderr, flush=True)
         write()
+    if args.kernel_profile:
+        notes.append(gpu_kernels.profile_paragraph(bench, cases))
     if getattr(bench, "best_path", None):
         notes.append(f"Default batching ran with the options of {bench.best_path} (the fastest "
                      f"calimon lever at {max(args.lengths)} tokens): {bench.best_opts}.")

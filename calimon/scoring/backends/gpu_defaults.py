@@ -87,18 +87,29 @@ def varlen(choice: bool | None, device: str) -> bool:
 
 
 # On a GPU a reused prefix saves its share of the pass and costs a query shorter than its keys
-# (the mask-free layout pads it back): on an H100 (benchmarks/results/perf-gpu.md and
-# perf-gpu-noprefix.md, a 218-token prefix) it won 1.37x at 600 tokens (36% of the prompt),
-# broke even at 4,000 (5%) and lost 2.7% at 16,000 (1.4%). On a CPU it won 1.10x at 4,000.
+# (the mask-free layout pads it back) and the prefix's keys joined to the tails' in every layer.
+# Eager kernels (benchmarks/results/perf-gpu.md and perf-gpu-noprefix.md, H100, a 218-token
+# prefix): reuse won 1.37x at 600 tokens (36% of the prompt), broke even at 4,000 (5%) and lost
+# 2.7% at 16,000 (1.4%). On a CPU it won 1.10x at 4,000.
 GPU_PREFIX_MIN_SHARE = 0.05
+# Rows of equal length (a padded query) with liger's kernels: the rest of the pass is faster
+# and the padding weighs more. At 4,000 tokens recomputing the prefix was 2.6-3.5% faster (H100,
+# benchmarks/results/perf-gpu-attention.md; its kernel profile puts the query padding and the
+# joins at 180 of 1,898 ms, 9.5%): reuse pays from about a tenth of the prompt. Packed batches
+# (no query padding) and the kernels not listed keep the share above (not measured apart).
+GPU_ROWS_PREFIX_MIN_SHARE = {"liger": 0.10}
 
 
-def reuse_prefix(device: str, prefix_len: int, lengths: Sequence[int]) -> bool:
+def reuse_prefix(device: str, prefix_len: int, lengths: Sequence[int], kernels: str = "none",
+                 rows: bool = False) -> bool:
     """Whether a batch of prompts of these token `lengths` reuses its shared `prefix_len`
     tokens from the KV cache: always on a CPU; on a GPU when the prefix is at least
-    `GPU_PREFIX_MIN_SHARE` of the batch's mean prompt length."""
+    `GPU_PREFIX_MIN_SHARE` of the batch's mean prompt length, or for ``rows`` (a batch laid out
+    as rows, its query padded) run with fused ``kernels``, that kernels' `GPU_ROWS_PREFIX_MIN_SHARE`."""
     if prefix_len <= 0 or not lengths:
         return False
     if not is_gpu(device):
         return True
-    return prefix_len >= GPU_PREFIX_MIN_SHARE * (sum(lengths) / len(lengths))
+    share = GPU_ROWS_PREFIX_MIN_SHARE.get(kernels, GPU_PREFIX_MIN_SHARE) if rows \
+        else GPU_PREFIX_MIN_SHARE
+    return prefix_len >= share * (sum(lengths) / len(lengths))

@@ -12,8 +12,18 @@ kernel wants, with no mask at all:
   so queries and keys have the same length and ``is_causal`` is exactly the right triangle;
   the pad rows' outputs are dropped. The extra work is the prefix's own triangle (218 tokens
   against thousands). This is the very call a plain ``model(input_ids)`` makes, on every device.
+- ``repeat_kv``: as ``causal``, with the grouped key/value heads repeated to the query heads
+  before sdpa (as transformers does where it cannot declare grouped heads) instead of
+  ``enable_gqa``; kept to compare on a GPU.
 - ``lower_right``: torch's ``causal_lower_right`` bias (flash attention on a GPU, where its
   causal flag means lower right; a materialized mask on a CPU); kept to compare on a GPU.
+- ``flash``: on CUDA in half precision, torch's flash-attention operator called directly: its
+  causal flag is aligned to the lower right and it reads grouped key/value heads as they are,
+  so the queries are neither padded nor the heads repeated. Elsewhere ``flash`` is ``causal``.
+
+On an H100 (benchmarks/results/perf-gpu-attention.md, liger kernels, 4,000 tokens) ``causal``
+ran cuDNN's attention kernel, as the plain loop does, and was the fastest: ``repeat_kv`` 3-4%
+slower, ``flash`` and ``lower_right`` (torch's FlashAttention-2 kernel) 5-10% slower.
 
 Right padding needs no mask either: a real token never sees a later position, and padding only
 comes after the last real token of its row, whose outputs are never read.
@@ -38,11 +48,13 @@ import functools
 from dataclasses import dataclass
 
 IMPLEMENTATION = "calimon_sdpa"
-VARIANTS = ("causal", "lower_right")
+VARIANTS = ("causal", "repeat_kv", "lower_right", "flash")
 # decoder families whose attention is plain causal self-attention with rotary positions (no
 # sliding window, no logit soft-capping, no mask used outside attention): the ones tested
 MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3"})
 VARLEN_DEVICES = frozenset({"cuda"})  # where torch's varlen flash attention runs (tests add cpu)
+FLASH_DEVICES = frozenset({"cuda"})  # where the ``flash`` variant calls the operator (tests add cpu)
+FLASH_DTYPES = ("bfloat16", "float16")  # what torch's flash kernel takes (tests add float32)
 
 
 @dataclass(frozen=True)
@@ -181,18 +193,42 @@ def _causal(query, key, value, prefix: int, scaling, variant: str):
     """Queries that are the last of the keys, each seeing the keys up to its own position."""
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+    if variant == "flash" and _flash_on(query):
+        return flash_kernel(query, key, value, scaling)
     gqa = query.shape[1] != key.shape[1]
+    if gqa and variant in ("repeat_kv", "lower_right"):  # the bias's flash takes equal heads
+        key, value = _repeat_kv(key, query.shape[1]), _repeat_kv(value, query.shape[1])
+        gqa = False
     if prefix == 0:
         return sdpa(query, key, value, is_causal=True, scale=scaling, enable_gqa=gqa)
     if variant == "lower_right":
         from torch.nn.attention.bias import causal_lower_right
 
-        if gqa:  # the bias's flash dispatch takes equal head counts
-            reps = query.shape[1] // key.shape[1]
-            key, value = key.repeat_interleave(reps, 1), value.repeat_interleave(reps, 1)
         bias = causal_lower_right(query.shape[2], key.shape[2])
         return sdpa(query, key, value, attn_mask=bias, scale=scaling)
     b, h, t, d = query.shape
     padded = query.new_zeros((b, h, prefix + t, d))
     padded[:, :, prefix:] = query
     return sdpa(padded, key, value, is_causal=True, scale=scaling, enable_gqa=gqa)[:, :, prefix:]
+
+
+def _repeat_kv(x, heads: int):
+    """(batch, kv heads, keys, dim) -> (batch, heads, keys, dim), each kv head repeated for its
+    group of query heads (transformers' ``repeat_kv``)."""
+    b, kv, n, d = x.shape
+    return x[:, :, None].expand(b, kv, heads // kv, n, d).reshape(b, heads, n, d)
+
+
+def _flash_on(query) -> bool:
+    d = query.shape[-1]
+    return (query.device.type in FLASH_DEVICES and str(query.dtype).removeprefix("torch.")
+            in FLASH_DTYPES and d % 8 == 0 and d <= 256)
+
+
+def flash_kernel(query, key, value, scaling):
+    """torch's flash-attention operator, causal aligned to the lower right (the last query sees
+    every key), grouped key/value heads read in place; shapes as sdpa's."""
+    import torch
+
+    return torch.ops.aten._scaled_dot_product_flash_attention(
+        query, key, value, 0.0, True, False, scale=scaling)[0]

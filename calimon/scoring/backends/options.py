@@ -28,8 +28,9 @@ class TransformersOptions(BackendOptions):
     threads: int | None = Field(None, ge=1)  # torch CPU threads
     generate_batch_size: int = Field(16, ge=1)  # prompts per generate() batch
     # scoring passes without an explicit mask (calimon.scoring.backends.layout_attention): "causal"
-    # (default), "lower_right" (torch's causal_lower_right bias), "mask" (the explicit mask)
-    attention: Literal["causal", "lower_right", "mask"] = "causal"
+    # (default), "repeat_kv", "lower_right" (torch's causal_lower_right bias), "flash" (torch's
+    # flash operator on CUDA), "mask" (the explicit mask)
+    attention: Literal["causal", "repeat_kv", "lower_right", "flash", "mask"] = "causal"
     packing: bool = True  # a batch's prompts of different lengths in one sequence, no padding
     # fused RMSNorm/rotary/SwiGLU on a GPU (calimon.scoring.backends.fused); "auto": the
     # measured choice among those installed

@@ -176,7 +176,10 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         """The prefix this batch reuses from the KV cache: `prefix_len`, or 0 where recomputing
         it is cheaper (`reuse_prefix`)."""
         device = getattr(self, "_device", None) or self._resolved_device()
-        return prefix_len if reuse_prefix(device, prefix_len, [len(p) for p in batch]) else 0
+        lengths = [len(p) for p in batch]
+        rows = self.attention != "mask" and (not self.packing or len(set(lengths)) == 1)
+        return prefix_len if reuse_prefix(device, prefix_len, lengths,
+                                          self.kernels_used or "none", rows) else 0
 
     def greedy_among(self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int]],
                      prefix_len: int = 0) -> list[int]:
