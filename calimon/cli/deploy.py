@@ -1,6 +1,6 @@
-"""CLI of the deployment tools: ``thresholds``, ``escalate``, ``apply-policy``.
+"""CLI of the deployment tools: ``thresholds``, ``escalate``, ``apply-policy``, ``pin-policy``.
 
-``register(app)`` mounts the three as top-level commands. Each calls one library function,
+``register(app)`` mounts them as top-level commands. Each calls one library function,
 prints a compact table (or JSON with ``--json``) and turns a CalimonError into one line on
 stderr and its exit code.
 """
@@ -192,8 +192,31 @@ def escalate_cmd(
             typer.echo(f"guarantee: {what} <= {num(g.alpha)} at {num(1 - g.delta)}: {state}")
         if rep.n_dropped:
             typer.echo(f"{rep.n_dropped} row(s) without a score were left out")
+        if rep.pin_note():
+            typer.echo(rep.pin_note())
 
     cli_errors(run)()
+
+
+def pin_policy_cmd(
+    policy: Annotated[Path, typer.Argument(help="A version-1 policy YAML.")],
+    run: Annotated[Path, typer.Option(help="Its design run: the run folder (or scored CSV) "
+                                           "its provenance source_sha256 names.")],
+    out: Annotated[Path | None, typer.Option(help="Where to write the pinned policy "
+                                                  "(default: over POLICY).")] = None,
+) -> None:
+    """Pin a version-1 policy: embed its design run's calibration map and monitor (version 2),
+    so that calimon serve and the integrations decide the same from any folder."""
+    from calimon.deploy.pinned import pin_policy
+
+    def run_() -> None:
+        pinned = pin_policy(policy, run, out)
+        pin = pinned.pin
+        what = (f"map {pin.map_sha256}" if pin is not None and pin.map_sha256 else "no map")
+        typer.echo(f"policy {pinned.name!r} pinned to its design run {run} ({what}) "
+                   f"in {out or policy}")
+
+    cli_errors(run_)()
 
 
 def apply_policy_cmd(
@@ -251,7 +274,9 @@ def apply_policy_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Mount ``thresholds``, ``escalate`` and ``apply-policy`` on the main CLI."""
+    """Mount ``thresholds``, ``escalate``, ``apply-policy`` and ``pin-policy`` on the main
+    CLI."""
     app.command("thresholds")(thresholds_cmd)
     app.command("escalate")(escalate_cmd)
     app.command("apply-policy")(apply_policy_cmd)
+    app.command("pin-policy")(pin_policy_cmd)

@@ -19,12 +19,12 @@ from calimon.cli.options import (
 @backend_flags
 def serve_cmd(
     ctx: typer.Context,
-    policy: Annotated[Path, typer.Argument(help="Policy YAML (from `calimon escalate`): its model, readout, map and thresholds.")],
+    policy: Annotated[Path, typer.Argument(help="Policy YAML (from `calimon escalate`): its thresholds and the monitor and map it pins.")],
     host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs $CALIMON_API_KEY.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     log: Annotated[str, typer.Option(help="Decision log: a SQLite file (WAL), created if absent, or a postgresql://USER@HOST/DB URL (the postgres extra).")] = "runs/serve/decisions.sqlite",
-    calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map (default: the design run's calibration/<method>.json).")] = None,
-    prompt: Annotated[str | None, typer.Option(help="Prompt template (default: the one the map or the design run recorded).")] = None,
+    calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map; must be the one the policy pins (with --force: applied anyway, recorded).")] = None,
+    prompt: Annotated[str | None, typer.Option(help="Prompt template; must be the one the policy pins (with --force: used anyway, recorded).")] = None,
     max_input_tokens: MaxInputTokensOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Serve a policy or map made for another monitor anyway (recorded in /v1/info).")] = False,
     max_batch: Annotated[int, typer.Option(help="Requests gathered into one monitor call (transformers backend), or in flight at once (other backends).")] = 32,
