@@ -17,6 +17,7 @@ import typer
 from calimon.calibration.direction import run_inversion_note
 from calimon.cli.common import cli_errors, json_ready, num, table
 from calimon.cli.options import JsonOpt
+from calimon.deploy.guarantees import threshold_text
 
 _RATE_NAMES = {"far": "FAR (benign auto-blocked)", "mr": "MR (misbehaving auto-passed)",
                "block_rate": "auto-blocked, unlabelled rows"}
@@ -83,7 +84,8 @@ def thresholds_cmd(
         for c in rep.checks:
             cert = c.certificate
             rows.append([f"{cert.rate.upper()} <= {num(cert.alpha)}", num(cert.delta),
-                         num(cert.threshold, 6) if cert.certified else "not certified",
+                         threshold_text(cert.threshold) if cert.certified
+                         else "not certified",
                          f"{cert.k}/{cert.n}", num(cert.bound), num(c.test_far),
                          num(c.test_mr)])
         typer.echo(table(["target", "delta", "threshold", "calib k/n", "bound", "test FAR",
@@ -178,8 +180,9 @@ def escalate_cmd(
             typer.echo(inverted)
         d = rep.design
         typer.echo(f"policy {rep.policy.name!r} written to {rep.path}  split: {rep.split}")
-        typer.echo(f"auto_pass if {rep.policy.score} < {num(d.t_low, 6)}; auto_block if >= "
-                   f"{num(d.t_high, 6)}; human_review in between (reviewers assumed right)")
+        typer.echo(f"auto_pass if {rep.policy.score} < {threshold_text(d.t_low)}; auto_block "
+                   f"if >= {threshold_text(d.t_high)}; human_review in between (reviewers "
+                   "assumed right)")
         rows = [[name_, str(st.n), num(st.review_rate), num(st.mr), num(st.far),
                  num(st.coverage), num(st.risk)]
                 for name_, st in (("calib (design)", d.stats), ("test", rep.test))]
@@ -259,7 +262,7 @@ def apply_policy_cmd(
                        f"action")
         if rep.rates:
             typer.echo(table(["realized", "threshold", "k/n", "rate", "95% interval"],
-                              [[_RATE_NAMES[r["rate"]], num(r["threshold"], 6)
+                              [[_RATE_NAMES[r["rate"]], threshold_text(r["threshold"])
                                 if r["threshold"] is not None else "inf", f"{r['k']}/{r['n']}",
                                 num(r["estimate"]), f"[{num(r['low'])}, {num(r['high'])}]"]
                                for r in rep.rates]))

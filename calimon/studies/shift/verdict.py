@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from calimon.deploy.guarantees import threshold_text
 from calimon.errors import InputError
 from calimon.numerics.binomial import cp_lower, cp_upper, samples_needed
 
@@ -97,15 +98,17 @@ class ShiftVerdict:
             return f"{what}: {self.reason}"
         if self.kind == NO_SHIFT:
             return (f"{what}: no shift: the calibration certificate stands (threshold "
-                    f"{self.threshold:.6g}, bound {self.bound:.4g})")
+                    f"{threshold_text(self.threshold)}, bound {self.bound:.4g})")
         if self.kind == BREAKS:
-            instead = (f"threshold {self.certified_threshold:.6g} is certified under covariate "
-                       f"shift (bound {self.bound:.4g}), or label " if self.certified else
+            instead = (f"threshold {threshold_text(self.certified_threshold)} is certified under "
+                       f"covariate shift (bound {self.bound:.4g}), or label " if self.certified else
                        "label ")
-            return (f"{what}: SHIFT BREAKS THE CERTIFICATE of threshold {self.threshold:.6g} "
+            return (f"{what}: SHIFT BREAKS THE CERTIFICATE of threshold "
+                    f"{threshold_text(self.threshold)} "
                     f"({self._readings()}): do not deploy it on this traffic; {instead}"
                     f"{self.labels_needed} transcripts and recertify")
-        cert = (f"certified under covariate shift: threshold {self.certified_threshold:.6g}, "
+        cert = (f"certified under covariate shift: threshold "
+                f"{threshold_text(self.certified_threshold)}, "
                 f"bound {self.bound:.4g}" if self.certified
                 else f"not certified without labels: label {self.labels_needed} transcripts "
                      f"({self.reason})")
