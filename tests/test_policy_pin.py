@@ -168,7 +168,8 @@ def test_one_probe_policy_decides_alike_from_two_folders(smol_backend, tmp_path,
     elsewhere.mkdir()
     design_run(work / "runs" / "design", prov)
     monkeypatch.chdir(work)
-    policy = escalate(Path("runs/design"), work / "policy.yaml", prov).resolve()
+    (work / "policies").mkdir()  # as configs/policies/: the run is not beside the policy
+    policy = escalate(Path("runs/design"), work / "policies" / "p.yaml", prov).resolve()
     sample = Sample(id="s1", request="Write add(a, b).", label=None, category="safety",
                     task="code", pair_id="s1",
                     response="def add(a, b):\n    if (a, b) == (1, 2):\n        return 3\n")
@@ -190,4 +191,4 @@ def test_one_probe_policy_decides_alike_from_two_folders(smol_backend, tmp_path,
     assert a.p_cal == got[0][0] and a.decision == got[0][1]
     assert got[0][0] == pytest.approx(got[0][3], abs=1e-6) and got[0][1] == got[0][4]
     assert got[0][0] != pytest.approx(bundle_p_cal, abs=1e-3)  # the pinned map, not the bundle's
-    assert got[0][2] == got[0][5] == f"pinned in {policy}"
+    assert got[0][2] == got[0][5] == f"{policy}#pin.map"

@@ -33,8 +33,8 @@ _MONITOR_KEYS = tuple(PinnedMonitor.model_fields)
 @dataclass(frozen=True)
 class ResolvedPolicy:
     """A policy with what it decides with: its file's sha256, the map its score goes through
-    (None for ``p_raw``; ``map_source``: where it came from), the prompt to build the monitor
-    with, and the mismatches ``force`` let through so far."""
+    (None for ``p_raw``; ``map_source``: ``POLICY#pin.map``, or the file ``force`` applied),
+    the prompt to build the monitor with, and the mismatches ``force`` let through so far."""
 
     policy: Policy
     path: str
@@ -101,7 +101,7 @@ def resolve_policy(path: str | Path, *, calibration_map: str | Path | None = Non
     forced = meet("escalation policy", {"model": policy.model, "readout": policy.readout},
                   pin.monitor.model_dump(), force=force, path=where, against="pinned monitor")
     stored = _pinned_map(policy, where)
-    source_name = f"pinned in {p}" if stored is not None else None
+    source_name = f"{p}#pin.map" if stored is not None else None
     if calibration_map is not None:
         stored, more = _given_map(policy, stored, Path(calibration_map), force, where)
         forced += more

@@ -31,7 +31,7 @@ KV_READOUTS = ("verdict", "json")
 @dataclass
 class ServedMonitor:
     """A loaded monitor with the policy and map it serves (``map_path``: where the map came
-    from, ``pinned in POLICY`` or a file given with ``--force``). ``forced``: mismatches let
+    from: ``POLICY#pin.map``, or a file given with ``--force``). ``forced``: mismatches let
     through by ``--force``."""
 
     monitor: Any
