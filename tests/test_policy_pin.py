@@ -104,7 +104,7 @@ def test_a_run_without_a_map_gives_a_policy_that_is_never_served_with_another(tm
                                    "smollm2-135m", "--readout", "verdict", "--calibration",
                                    "platt", "--out", str(tmp_path / "p.yaml")])
     assert res.exit_code == 0, res.output
-    assert "records no 'platt' calibration map to pin" in res.output
+    assert "records no calibration map (calibration/platt.json) to pin" in res.output
     assert "calibration/platt.json" in refusal(lambda: resolve_policy(tmp_path / "p.yaml"),
                                                "pin.map")
 

@@ -51,10 +51,11 @@ class EscalationReport:
         """The line that says what the run did not record for the policy's pin (it is then
         applied to scored CSVs only: `calimon serve` and the integrations refuse it)."""
         pol, pin = self.policy, self.policy.pin
+        where = f" (calibration/{pol.calibration}.json)" if pol.calibration != "unknown" else ""
         missing = [what for what, gone in (
             ("monitor", pin is None or pin.monitor is None),
-            (f"{pol.calibration!r} calibration map",
-             pol.score == "p_cal" and (pin is None or pin.map is None))) if gone]
+            (f"calibration map{where}", pol.score == "p_cal" and (pin is None or pin.map is None)))
+            if gone]
         if not missing:
             return None
         return (f"note: the run records no {' and no '.join(missing)} to pin: apply-policy "
