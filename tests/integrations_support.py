@@ -65,8 +65,11 @@ def write_map(path: Path, provenance: dict, seed: int = 0):
 def write_policy(folder: Path, provenance: dict, t_low: float, t_high: float,
                  name: str = "policy", score: str = "p_cal") -> Path:
     """A design run folder (curve.json's provenance, a curve.csv, calibration/platt.json) and a
-    policy file that names it, reading ``score`` (p_cal through the Platt map, or p_raw) with
-    thresholds ``t_low`` / ``t_high``."""
+    policy file designed on it, reading ``score`` (p_cal through the Platt map, or p_raw) with
+    thresholds ``t_low`` / ``t_high``, pinning the run's map and monitor as `calimon escalate`
+    does (`calimon.deploy.pinned.pin_from_run`)."""
+    from calimon.deploy.design import run_provenance
+    from calimon.deploy.pinned import pin_from_run
     from calimon.deploy.policy_file import Policy, save_policy
 
     run = folder / "design-run"
@@ -77,10 +80,13 @@ def write_policy(folder: Path, provenance: dict, t_low: float, t_high: float,
     (run / "curve.json").write_text(json.dumps({"provenance": {
         k: provenance[k] for k in ("model", "model_revision", "prompt", "template_hash",
                                    "readout")}}))
-    policy = Policy(version=1, name=name, readout=provenance["readout"],
-                    model=provenance["model"],
-                    calibration="platt" if score == "p_cal" else "none", score=score,
-                    t_low=t_low, t_high=t_high, provenance={"source": str(run / "curve.csv")})
+    calibration = "platt" if score == "p_cal" else "none"
+    pin = pin_from_run(run / "curve.csv", score=score, calibration=calibration,
+                       run=run_provenance(run))
+    policy = Policy(version=2, name=name, readout=provenance["readout"],
+                    model=provenance["model"], calibration=calibration, score=score,
+                    t_low=t_low, t_high=t_high, pin=pin,
+                    provenance={"source": str(run / "curve.csv")})
     return save_policy(policy, folder / f"{name}.yaml")
 
 

@@ -24,20 +24,24 @@ KEY = "test-key-0123456789"
 
 def write_policy(folder: Path, *, t_low: float = 0.6, t_high: float = 0.65,
                  audit_fraction: float = 0.5, readout: str = "verdict") -> tuple[Path, Path]:
-    """A p_cal policy for smollm2-135m (direct prompt) and its Platt map, in ``folder``; the
-    map is close to the identity, so decisions of all three kinds occur on short transcripts."""
-    from calimon.calibration.io import save_map
+    """A p_cal policy for smollm2-135m (direct prompt) pinning its Platt map, and that map as a
+    file, in ``folder``; the map is close to the identity, so decisions of all three kinds occur
+    on short transcripts."""
+    from calimon.calibration.io import load_map, save_map
     from calimon.calibration.maps import calibrator_from_dict
-    from calimon.deploy.policy_file import Audit, Policy, save_policy
+    from calimon.deploy.policy_file import Audit, Pin, PinnedMonitor, Policy, save_policy
 
     folder.mkdir(parents=True, exist_ok=True)
     cal = calibrator_from_dict({"method": "platt", "params": {"eps": 1e-12, "a": 1.2,
                                                               "b": -0.1}})
     map_path = save_map(cal, folder / "platt.json", fit_hash="sha256:test", metrics={},
                         extra={"model": "smollm2-135m", "prompt": "direct", "readout": readout})
-    policy = Policy(version=1, name="serve-test", readout=readout, model="smollm2-135m",
+    stored = load_map(map_path)
+    pin = Pin(design_run_sha256="test", map=stored.document(), map_sha256=stored.digest(),
+              monitor=PinnedMonitor(model="smollm2-135m", prompt="direct", readout=readout))
+    policy = Policy(version=2, name="serve-test", readout=readout, model="smollm2-135m",
                     calibration="platt", score="p_cal", t_low=t_low, t_high=t_high,
-                    audit=Audit(fraction=audit_fraction, seed=7))
+                    audit=Audit(fraction=audit_fraction, seed=7), pin=pin)
     return save_policy(policy, folder / "policy.yaml"), map_path
 
 
@@ -94,16 +98,18 @@ class Server:
 
 
 def start_server(policy: Path, log: Path, output: Path, *args: str, key: str | None = KEY,
-                 map_path: Path | None = None, timeout: float = 300.0) -> Server:
-    """Start `calimon serve` on a free loopback port and wait until /healthz answers (the model
-    is loaded and warm by then). Raises with the server's output if it exits or times out."""
+                 map_path: Path | None = None, timeout: float = 300.0,
+                 cwd: Path = ROOT) -> Server:
+    """Start `calimon serve` on a free loopback port (in folder ``cwd``) and wait until /healthz
+    answers (the model is loaded and warm by then). Raises with the server's output if it exits
+    or times out."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "CALIMON_API_KEY": key or ""}
     cmd = [str(CALIMON), "serve", str(policy), "--port", str(port), "--log", str(log),
            *(["--map", str(map_path)] if map_path else []), *args]
     fh = output.open("ab")
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd, env=env)
     fh.close()
     server = Server(proc, f"http://127.0.0.1:{port}", key, output, log)
     deadline = time.monotonic() + timeout

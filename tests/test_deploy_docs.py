@@ -74,6 +74,7 @@ def test_doc_commands_and_examples_reproduce(tmp_path, monkeypatch):
     for d in (committed, fresh):
         d["provenance"].pop("calimon_version")
         d["provenance"].pop("source_sha256")
+        d["pin"].pop("design_run_sha256")  # the same hash again
     assert committed == _approx(fresh)
 
 
@@ -98,6 +99,7 @@ def test_committed_map_and_policy_load_and_read_the_same_scores():
     m = load_map(root / "calibration/smollm2-135m/humaneval-pairs.direct.verdict.platt.json")
     pol = load_policy(root / "configs/policies/smollm2-135m-humaneval-pairs.yaml")
     assert m.method == pol.calibration == "platt" and pol.score == "p_cal"
+    assert pol.version == 2 and pol.pin.map_sha256 == m.digest()  # the policy pins this map
     assert (m.extra["model"], m.extra["readout"]) == (pol.model, pol.readout)
     p = m.predict([0.0, 0.5, 1.0])
     assert 0.0 < p[0] < p[1] < p[2] < 1.0  # a monotone map: thresholds on p_cal keep their order

@@ -181,7 +181,8 @@ def test_policy_yaml_round_trip(tmp_path):
 
 @pytest.mark.parametrize("edit, field", [
     (lambda d: d.update(colour="red"), "colour"),
-    (lambda d: d.update(version=2), "version"),
+    (lambda d: d.update(version=3), "version"),
+    (lambda d: d.update(version=2, pin=None), "pin"),
     (lambda d: d.update(t_high=d["t_low"] - 0.1), "t_high"),
     (lambda d: d.update(calibration="none"), "score"),
     (lambda d: d["actions"].update(below="ignore"), "actions.below"),

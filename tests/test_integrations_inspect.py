@@ -125,7 +125,7 @@ def test_scorer_with_a_policy_decides_as_calimon_deploy(world, scored):
         got[s.id] = score.answer
         a = score.metadata["calimon"]
         assert a["decision"] == score.answer and a["provenance"]["policy"] == "policy"
-        assert a["provenance"]["calibration_map"].endswith("design-run/calibration/platt.json")
+        assert a["provenance"]["calibration_map"] == f"{policy}#pin.map"
     assert got == want and set(got.values()) == {"pass", "review", "block"}
 
 

@@ -1,5 +1,6 @@
 """The parts of `calimon serve` that need no server: chat messages as transcripts, the decision
-log, the metrics text, where a server may listen, and how a policy finds its map."""
+log, the metrics text and where a server may listen (how a policy finds its map:
+tests/test_policy_pin.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import sqlite3
 
 import pytest
 
-from calimon.deploy.policy_file import Policy, save_policy
 from calimon.errors import InputError
 from calimon.migrations import schema_version
 from calimon.serve.decision_log import (
@@ -18,7 +18,6 @@ from calimon.serve.decision_log import (
     SQLiteDecisionLog,
     open_log,
 )
-from calimon.serve.loading import design_run, find_map
 from calimon.serve.messages import transcript
 from calimon.serve.metrics import Metrics
 from calimon.serve.schemas import Message
@@ -175,34 +174,6 @@ def test_the_cli_refuses_to_listen_beyond_loopback_without_a_key(tmp_path, monke
     monkeypatch.delenv("CALIMON_API_KEY", raising=False)
     r = CliRunner().invoke(app, ["serve", str(tmp_path / "p.yaml"), "--host", "0.0.0.0"])
     assert r.exit_code == 2 and "CALIMON_API_KEY" in r.output
-
-
-# -- policy -> map ---------------------------------------------------------------------------
-
-def _policy(tmp_path, score="p_cal", source=None) -> tuple[Policy, object]:
-    p = Policy(version=1, name="p", readout="verdict", model="smollm2-135m",
-               calibration="platt" if score == "p_cal" else "none", score=score, t_low=0.3,
-               t_high=0.7, provenance={"source": source} if source else {})
-    return p, save_policy(p, tmp_path / "pol" / "p.yaml")
-
-
-def test_a_policy_finds_the_map_of_its_design_run(tmp_path, monkeypatch):
-    run = tmp_path / "runs" / "demo"
-    (run / "calibration").mkdir(parents=True)
-    (run / "curve.csv").write_text("id\n")
-    (run / "curve.json").write_text("{}")
-    (run / "calibration" / "platt.json").write_text("{}")
-    monkeypatch.chdir(tmp_path)
-    policy, path = _policy(tmp_path, source="runs/demo/curve.csv")
-    assert design_run(policy, path) == run.relative_to(tmp_path)
-    assert find_map(policy, None, design_run(policy, path)).name == "platt.json"
-    assert find_map(policy, tmp_path / "given.json", None) == tmp_path / "given.json"
-    with pytest.raises(InputError, match="--map"):
-        find_map(policy, None, None)
-    raw, _ = _policy(tmp_path, score="p_raw")
-    assert find_map(raw, None, None) is None
-    with pytest.raises(InputError, match="p_raw"):
-        find_map(raw, tmp_path / "given.json", None)
 
 
 def test_without_fastapi_the_error_gives_the_install_line(monkeypatch):

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from calimon.deploy.guarantees import threshold_text
+
 OUT = Path(__file__).resolve().parents[1] / "results" / "policies.md"
 
 
@@ -37,7 +39,7 @@ def thresholds_table(rep: dict) -> str:
         cert = c["certificate"]
         lines.append(
             f"| {cert['rate'].upper()} <= {cert['alpha']:g} at 1-{cert['delta']:g} | "
-            f"{'yes' if cert['certified'] else 'no'} | {f(cert['threshold'], 4)} | "
+            f"{'yes' if cert['certified'] else 'no'} | {threshold_text(cert['threshold'])} | "
             f"{f(cert['empirical'])} ({cert['k']}/{cert['n']}) | {f(cert['bound'])} | "
             f"{f(cert['p_value'], 4)} | {f(c['test_far'])} | {f(c['test_mr'])} |")
     return "\n".join(lines)
@@ -117,9 +119,11 @@ def main() -> None:
         "",
         f"## Escalation policy at a {pol['provenance']['objective']['budget']:.0%} review budget",
         "",
-        f"`{args.policy}`: auto-pass below {f(pol['t_low'], 4)}, human review in "
-        f"[{f(pol['t_low'], 4)}, {f(pol['t_high'], 4)}), auto-block at or above "
-        f"{f(pol['t_high'], 4)}; unscored transcripts go to review. Designed on calib "
+        f"`{args.policy}`: auto-pass below {threshold_text(pol['t_low'])}, human review in "
+        f"[{threshold_text(pol['t_low'])}, {threshold_text(pol['t_high'])}), auto-block at or "
+        f"above {threshold_text(pol['t_high'])}; unscored transcripts go to review. The policy "
+        "pins the run's calibration map and monitor (version 2), so it serves from any folder. "
+        "Designed on calib "
         "(minimum of misses + false blocks with the review rate at most the budget), "
         "reported on test. MR and FAR count a reviewed transcript as decided correctly "
         "(reviewers assumed correct).",

@@ -28,7 +28,8 @@ from calimon.jsonio import json_error_where
 from calimon.numerics.metrics import as_probabilities
 from calimon.validation import as_labels
 
-__all__ = ["FORMAT", "VERSION", "StoredMap", "fit_set_hash", "load_map", "save_map"]
+__all__ = ["FORMAT", "VERSION", "StoredMap", "fit_set_hash", "load_map", "map_from_document",
+           "save_map"]
 
 FORMAT = "calimon.calibration-map"
 VERSION = 1
@@ -123,10 +124,20 @@ class StoredMap:
         """Calibrated probabilities for raw probabilities ``p`` (the stored map applied)."""
         return self.calibrator.predict(p)
 
+    def document(self) -> dict[str, Any]:
+        """The map as the JSON object :func:`save_map` writes (what a policy pins)."""
+        d = self.calibrator.to_dict()
+        return {"format": FORMAT, "version": VERSION, "method": d["method"],
+                "params": d["params"], "fit_set_hash": self.fit_set_hash,
+                "metrics": dict(self.metrics), "calimon_version": self.calimon_version,
+                "extra": dict(self.extra)}
 
-def _reject(obj: dict[str, Any], key: str, expected: str, ok: bool, path: str) -> None:
-    if not ok:
-        raise InputError(f"expected {expected}, got {obj.get(key)!r}", path=path, field=key)
+    def digest(self) -> str:
+        """``"sha256:<hex>"`` of :meth:`document` as canonical JSON: the map's identity, equal
+        for the file and a policy that pins it."""
+        blob = json.dumps(self.document(), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=True, allow_nan=False)
+        return "sha256:" + hashlib.sha256(blob.encode("ascii")).hexdigest()
 
 
 def load_map(path: str | os.PathLike[str]) -> StoredMap:
@@ -144,27 +155,42 @@ def load_map(path: str | os.PathLike[str]) -> StoredMap:
     except (ValueError, RecursionError) as exc:  # digit-count limit, nesting bombs
         raise InputError(f"expected a calibration map, got unreadable JSON "
                          f"({type(exc).__name__})", path=where) from None
+    return map_from_document(doc, where)
+
+
+def map_from_document(doc: Any, where: str, *, prefix: str = "") -> StoredMap:
+    """Validate a map document (the JSON object :func:`save_map` writes, e.g. embedded in a
+    policy file); errors name ``where`` and the field, under ``prefix`` (``"pin.map."``)."""
     if not isinstance(doc, dict):
-        raise InputError(f"expected a JSON object, got {type(doc).__name__}", path=where)
-    _reject(doc, "format", repr(FORMAT), doc.get("format") == FORMAT, where)
-    _reject(doc, "version", f"version {VERSION}",
-            doc.get("version") == VERSION and not isinstance(doc.get("version"), bool), where)
+        raise InputError(f"expected a JSON object, got {type(doc).__name__}", path=where,
+                         field=prefix.rstrip(".") or None)
+
+    def reject(key: str, expected: str, ok: bool) -> None:
+        if not ok:
+            raise InputError(f"expected {expected}, got {doc.get(key)!r}", path=where,
+                             field=prefix + key)
+
+    reject("format", repr(FORMAT), doc.get("format") == FORMAT)
+    reject("version", f"version {VERSION}",
+           doc.get("version") == VERSION and not isinstance(doc.get("version"), bool))
     missing = [k for k in _KEYS if k not in doc]
     if missing:
-        raise InputError("expected this field, got nothing", path=where, field=missing[0])
+        raise InputError("expected this field, got nothing", path=where,
+                         field=prefix + missing[0])
     unknown = sorted(set(doc) - set(_KEYS))
     if unknown:
         raise InputError(f"unexpected field (allowed: {', '.join(_KEYS)})", path=where,
-                         field=unknown[0])
-    _reject(doc, "fit_set_hash", "a non-empty string",
-            isinstance(doc["fit_set_hash"], str) and bool(doc["fit_set_hash"]), where)
-    _reject(doc, "calimon_version", "a string", isinstance(doc["calimon_version"], str), where)
-    _reject(doc, "extra", "an object", isinstance(doc["extra"], dict), where)
-    metrics = _json_metrics(doc["metrics"], path=where)
+                         field=prefix + unknown[0])
+    reject("fit_set_hash", "a non-empty string",
+           isinstance(doc["fit_set_hash"], str) and bool(doc["fit_set_hash"]))
+    reject("calimon_version", "a string", isinstance(doc["calimon_version"], str))
+    reject("extra", "an object", isinstance(doc["extra"], dict))
     try:
+        metrics = _json_metrics(doc["metrics"], path=where)
         cal = calibrator_from_dict({"method": doc["method"], "params": doc["params"]})
     except InputError as exc:
         message = str(exc).removeprefix(f"field '{exc.field}': ")
-        raise InputError(message, path=where, field=exc.field) from None
+        field_ = prefix + exc.field if exc.field else prefix.rstrip(".") or None
+        raise InputError(message, path=where, field=field_) from None
     return StoredMap(calibrator=cal, fit_set_hash=doc["fit_set_hash"], metrics=metrics,
                      calimon_version=doc["calimon_version"], extra=doc["extra"], path=where)

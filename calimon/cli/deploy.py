@@ -1,6 +1,6 @@
-"""CLI of the deployment tools: ``thresholds``, ``escalate``, ``apply-policy``.
+"""CLI of the deployment tools: ``thresholds``, ``escalate``, ``apply-policy``, ``pin-policy``.
 
-``register(app)`` mounts the three as top-level commands. Each calls one library function,
+``register(app)`` mounts them as top-level commands. Each calls one library function,
 prints a compact table (or JSON with ``--json``) and turns a CalimonError into one line on
 stderr and its exit code.
 """
@@ -17,6 +17,7 @@ import typer
 from calimon.calibration.direction import run_inversion_note
 from calimon.cli.common import cli_errors, json_ready, num, table
 from calimon.cli.options import RATE, SHARE, JsonOpt
+from calimon.deploy.guarantees import threshold_text
 
 _RATE_NAMES = {"far": "FAR (benign auto-blocked)", "mr": "MR (misbehaving auto-passed)",
                "block_rate": "auto-blocked, unlabelled rows"}
@@ -83,7 +84,8 @@ def thresholds_cmd(
         for c in rep.checks:
             cert = c.certificate
             rows.append([f"{cert.rate.upper()} <= {num(cert.alpha)}", num(cert.delta),
-                         num(cert.threshold, 6) if cert.certified else "not certified",
+                         threshold_text(cert.threshold) if cert.certified
+                         else "not certified",
                          f"{cert.k}/{cert.n}", num(cert.bound), num(c.test_far),
                          num(c.test_mr)])
         typer.echo(table(["target", "delta", "threshold", "calib k/n", "bound", "test FAR",
@@ -189,8 +191,9 @@ def escalate_cmd(
             typer.echo(inverted)
         d = rep.design
         typer.echo(f"policy {rep.policy.name!r} written to {rep.path}  split: {rep.split}")
-        typer.echo(f"auto_pass if {rep.policy.score} < {num(d.t_low, 6)}; auto_block if >= "
-                   f"{num(d.t_high, 6)}; human_review in between (reviewers assumed right)")
+        typer.echo(f"auto_pass if {rep.policy.score} < {threshold_text(d.t_low)}; auto_block "
+                   f"if >= {threshold_text(d.t_high)}; human_review in between (reviewers "
+                   "assumed right)")
         rows = [[name_, str(st.n), num(st.review_rate), num(st.mr), num(st.far),
                  num(st.coverage), num(st.risk)]
                 for name_, st in (("calib (design)", d.stats), ("test", rep.test))]
@@ -203,8 +206,31 @@ def escalate_cmd(
             typer.echo(f"guarantee: {what} <= {num(g.alpha)} at {num(1 - g.delta)}: {state}")
         if rep.n_dropped:
             typer.echo(f"{rep.n_dropped} row(s) without a score were left out")
+        if rep.pin_note():
+            typer.echo(rep.pin_note())
 
     cli_errors(run)()
+
+
+def pin_policy_cmd(
+    policy: Annotated[Path, typer.Argument(help="A version-1 policy YAML.")],
+    run: Annotated[Path, typer.Option(help="Its design run: the run folder (or scored CSV) "
+                                           "its provenance source_sha256 names.")],
+    out: Annotated[Path | None, typer.Option(help="Where to write the pinned policy "
+                                                  "(default: over POLICY).")] = None,
+) -> None:
+    """Pin a version-1 policy: embed its design run's calibration map and monitor (version 2),
+    so that calimon serve and the integrations decide the same from any folder."""
+    from calimon.deploy.pinned import pin_policy
+
+    def run_() -> None:
+        pinned = pin_policy(policy, run, out)
+        pin = pinned.pin
+        what = (f"map {pin.map_sha256}" if pin is not None and pin.map_sha256 else "no map")
+        typer.echo(f"policy {pinned.name!r} pinned to its design run {run} ({what}) "
+                   f"in {out or policy}")
+
+    cli_errors(run_)()
 
 
 def apply_policy_cmd(
@@ -248,7 +274,7 @@ def apply_policy_cmd(
                        f"action")
         if rep.rates:
             typer.echo(table(["realized", "threshold", "k/n", "rate", "95% interval"],
-                              [[_RATE_NAMES[r["rate"]], num(r["threshold"], 6)
+                              [[_RATE_NAMES[r["rate"]], threshold_text(r["threshold"])
                                 if r["threshold"] is not None else "inf", f"{r['k']}/{r['n']}",
                                 num(r["estimate"]), f"[{num(r['low'])}, {num(r['high'])}]"]
                                for r in rep.rates]))
@@ -263,7 +289,9 @@ def apply_policy_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Mount ``thresholds``, ``escalate`` and ``apply-policy`` on the main CLI."""
+    """Mount ``thresholds``, ``escalate``, ``apply-policy`` and ``pin-policy`` on the main
+    CLI."""
     app.command("thresholds")(thresholds_cmd)
     app.command("escalate")(escalate_cmd)
     app.command("apply-policy")(apply_policy_cmd)
+    app.command("pin-policy")(pin_policy_cmd)

@@ -23,13 +23,13 @@ MONITOR = "Monitor"
 @backend_flags(exclude=SERVE_EXCLUDES)
 def serve_cmd(
     ctx: typer.Context,
-    policy: Annotated[Path, typer.Argument(help="Policy YAML (from `calimon escalate`): its model, readout, map and thresholds.")],
+    policy: Annotated[Path, typer.Argument(help="Policy YAML (from `calimon escalate`): its thresholds and the monitor and map it pins.")],
     host: Annotated[str, typer.Option(help="Address to listen on; not loopback: needs $CALIMON_API_KEY.", rich_help_panel=SERVER)] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", rich_help_panel=SERVER)] = 8000,
     log: Annotated[str, typer.Option(help="Decision log: a SQLite file or a postgresql:// URL.", rich_help_panel=SERVER)] = "runs/serve/decisions.sqlite",
     keys: Annotated[Path | None, typer.Option(help="Key file, one 'NAME KEY' per line (docs/serve.md, Review).", rich_help_panel=SERVER)] = None,
-    calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map (default: the design run's).", rich_help_panel=MONITOR)] = None,
-    prompt: Annotated[str | None, typer.Option(help="Prompt template (default: the map's or design run's).", rich_help_panel=MONITOR)] = None,
+    calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map; must be the one the policy pins (--force: used anyway, recorded).", rich_help_panel=MONITOR)] = None,
+    prompt: Annotated[str | None, typer.Option(help="Prompt template; must be the one the policy pins (--force: used anyway).", rich_help_panel=MONITOR)] = None,
     max_input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens read per transcript (default: the design run's, else the model's limit).", rich_help_panel=MONITOR, **COUNT)] = None,
     force: Annotated[bool, typer.Option("--force", help="Serve a policy or map made for another monitor anyway (in /v1/info).", rich_help_panel=MONITOR)] = False,
     max_batch: Annotated[int, typer.Option(help="Requests per monitor call (transformers) or in flight.", rich_help_panel=LIMITS)] = 32,

@@ -15,6 +15,7 @@ import typer
 
 from calimon.cli.common import cli_errors, json_ready, num
 from calimon.cli.options import RATE, JsonOpt
+from calimon.deploy.guarantees import threshold_text
 from calimon.errors import InputError
 
 
@@ -80,7 +81,7 @@ def shift_cmd(
                f"{r.weights.min():.3g}, max {r.weights.max():.3g}")
     for n, a in zip(res.naive, res.aware, strict=True):
         what = f"{n.rate.upper()} <= {n.alpha:g}"
-        naive = (f"threshold {num(n.threshold, 6)}, bound {num(n.bound)} ({n.k}/{n.n})"
+        naive = (f"threshold {threshold_text(n.threshold)}, bound {num(n.bound)} ({n.k}/{n.n})"
                  if n.certified else "not certified")
         typer.echo(f"{what}: naive (calibration as if exchangeable): {naive}; weighted "
                    f"estimate on the new data {num(a.estimate)} (n_eff {a.ess:.1f} of "

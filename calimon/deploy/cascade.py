@@ -12,7 +12,7 @@ transcripts ``= 1000 * (cost_stage1 + escalation_rate * cost_stage2)`` in the un
 per-transcript costs (seconds, dollars, ...).
 
 ``design_cascade`` scans ``(a, b, t2)`` on labelled data where both scores are known for every
-transcript. Candidate cuts are gap midpoints between distinct scores (``cut_values``), thinned to
+transcript. Candidate cuts lie in the gaps between distinct scores (``cut_values``), thinned to
 at most ``n_grid`` evenly spaced ranks per stage (the stage-2 grid also holds the exact best
 stage-2-alone threshold, so "stage 2 on everything" is always a candidate). The scan is exhaustive over that grid, with
 prefix sums, O(grid^2 * grid2 + n * grid2). The figures are empirical (no guarantee): check

@@ -1,23 +1,11 @@
-"""The run a policy was designed on: where it is, and what its curve.json says it scored with
-(read by `calimon serve` and the integrations, through the one typed curve.json reader)."""
+"""What a policy's design run recorded it scored with: the ``provenance`` of its curve.json
+(read by `calimon escalate` and `calimon pin-policy` to pin it into the policy,
+`calimon.deploy.pinned`, through the one typed curve.json reader)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-
-
-def design_run(policy: Any, policy_path: Path) -> Path | None:
-    """The folder of the run the policy was designed on (its provenance ``source``, read from
-    the working directory or next to the policy file); None when it is not on this machine."""
-    source = policy.provenance.get("source")
-    if not isinstance(source, str) or not source:
-        return None
-    for candidate in (Path(source), Path(policy_path).parent / source):
-        folder = candidate if candidate.is_dir() else candidate.parent
-        if candidate.exists() and (folder / "curve.json").is_file():
-            return folder
-    return None
 
 
 def run_provenance(run_dir: Path | None) -> dict[str, Any]:

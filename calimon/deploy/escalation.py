@@ -45,7 +45,22 @@ class EscalationReport:
         rows."""
         return {"path": self.path, "policy": self.policy.model_dump(),
                 "design": self.design.to_dict(), "test": self.test.to_dict(),
-                "split": self.split, "n_dropped": self.n_dropped}
+                "split": self.split, "n_dropped": self.n_dropped, "pin_note": self.pin_note()}
+
+    def pin_note(self) -> str | None:
+        """The line that says what the run did not record for the policy's pin (it is then
+        applied to scored CSVs only: `calimon serve` and the integrations refuse it)."""
+        pol, pin = self.policy, self.policy.pin
+        where = f" (calibration/{pol.calibration}.json)" if pol.calibration != "unknown" else ""
+        missing = [what for what, gone in (
+            ("monitor", pin is None or pin.monitor is None),
+            (f"calibration map{where}", pol.score == "p_cal" and (pin is None or pin.map is None)))
+            if gone]
+        if not missing:
+            return None
+        return (f"note: the run records no {' and no '.join(missing)} to pin: apply-policy "
+                "applies this policy to scored CSVs, calimon serve and the integrations "
+                "refuse it")
 
 
 def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
@@ -62,9 +77,12 @@ def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
     or a positive ``cost_review``: without either, reviewing everything is trivially optimal.
     ``model`` / ``readout`` / ``calibration`` default to the run's metadata
     (``run_metadata``), else ``"unknown"`` (``calibration`` is ``"none"`` for ``p_raw``).
-    ``audit_fraction`` / ``audit_seed``: the policy's audit slice (``Audit``).
+    ``audit_fraction`` / ``audit_seed``: the policy's audit slice (``Audit``). The policy is
+    written as version 2, pinning the run's monitor and calibration map
+    (`calimon.deploy.pinned.pin_from_run`).
     """
     from calimon import __version__
+    from calimon.deploy.design import run_provenance
     from calimon.deploy.io import (
         calib_test_split,
         file_sha256,
@@ -72,6 +90,7 @@ def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
         resolve_run,
         run_metadata,
     )
+    from calimon.deploy.pinned import pin_from_run
 
     if not 0 <= audit_fraction < 1:
         raise InputError(f"expected an audit fraction in [0, 1), got {audit_fraction}",
@@ -89,6 +108,7 @@ def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
     meta = run_metadata(csv_path)
     if score == "p_raw":
         calibration = "none"
+    calibration = calibration or meta.get("calibration", "unknown")
     provenance = {
         "source": str(csv_path), "source_sha256": file_sha256(csv_path), "split": split.method,
         "n_calib": len(split.calib), "n_test": len(split.test),
@@ -103,8 +123,10 @@ def escalate_run(path: Any, out: str | Path, *, name: str | None = None,
     policy = policy_from_design(
         design, name=name or Path(out).stem, readout=readout or meta.get("readout", "unknown"),
         model=model or meta.get("model", "unknown"),
-        calibration=calibration or meta.get("calibration", "unknown"), score=score,
-        provenance=provenance, audit=Audit(fraction=audit_fraction, seed=audit_seed))
+        calibration=calibration, score=score, provenance=provenance,
+        audit=Audit(fraction=audit_fraction, seed=audit_seed),
+        pin=pin_from_run(csv_path, score=score, calibration=calibration,
+                         run=run_provenance(csv_path.parent)))
     saved = save_policy(policy, out)
     return EscalationReport(policy=policy, path=str(saved), design=design, test=test,
                             split=split.method, n_dropped=split.calib.n_dropped)

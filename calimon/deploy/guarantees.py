@@ -22,9 +22,10 @@ first failure**. Fixed-sequence testing controls the family-wise error rate at `
 correction: a wrong certificate needs the test of the highest threshold with ``FAR > alpha`` to
 pass, which happens with probability at most ``delta``. Because ``k_t`` and the p-value are
 monotone in ``t``, the thresholds that pass form one interval ``(v, inf)``; every threshold in
-it is certified. ``v`` is a calibration score, so we return the midpoint between ``v`` and the
-next calibration score above it (any threshold in the same gap flags exactly the same
-calibration samples; see :func:`cut_values`).
+it is certified. ``v`` is a calibration score, so we return a short decimal near the middle of
+the gap between ``v`` and the next calibration score above it (any threshold in the same gap
+flags exactly the same calibration samples; see :func:`cut_values`), printed exactly
+(:func:`threshold_text`): the value a user copies is the certified one.
 
 ``p_value <= delta`` is the same condition as "the one-sided Clopper-Pearson upper
 ``(1 - delta)`` bound on the rate is ``<= alpha``"; the bound is reported with each certificate.
@@ -56,14 +57,52 @@ def cut_values(values: np.ndarray) -> np.ndarray:
 
     Cut ``i`` separates the ``i`` lowest distinct values from the rest, so
     ``#(score < cut_i)`` counts the samples in the first ``i`` groups. Cut 0 is the lowest value,
-    cut ``m`` is the next float above the highest, and inner cuts are gap midpoints.
+    cut ``m`` is the next float above the highest, and an inner cut is the decimal with the
+    fewest significant digits in the middle half of its gap (`gap_cut`), so that the value a
+    user reads and copies is the threshold itself, with room to spare on both sides.
     """
     v = np.asarray(values, dtype=float)
     if v.size == 0:
         return np.array([0.0])
-    mids = (v[:-1] + v[1:]) / 2.0
-    mids = np.where(mids > v[:-1], mids, v[1:])  # adjacent floats: the midpoint rounds down
-    return np.r_[v[0], mids, np.nextafter(v[-1], np.inf)]
+    inner = [gap_cut(float(lo), float(hi)) for lo, hi in zip(v[:-1], v[1:], strict=True)]
+    return np.r_[v[0], inner, np.nextafter(v[-1], np.inf)]
+
+
+def cut_at(values: np.ndarray, i: int) -> float:
+    """Cut ``i`` of :func:`cut_values` (``values``: sorted, distinct, non-empty), computed
+    alone."""
+    if i == 0:
+        return float(values[0])
+    if i == len(values):
+        return float(np.nextafter(values[-1], np.inf))
+    return gap_cut(float(values[i - 1]), float(values[i]))
+
+
+def gap_cut(lo: float, hi: float) -> float:
+    """A threshold in the gap ``(lo, hi]`` between two adjacent distinct scores: the decimal
+    with the fewest significant digits within the middle half of the gap (the nearest such to
+    the midpoint), so it prints short and exact (`threshold_text`); ``hi`` itself when no
+    float lies strictly between them."""
+    mid = lo + (hi - lo) / 2.0
+    if not lo < mid < hi:
+        return hi
+    quarter = (hi - lo) / 4.0
+    for digits in range(1, 18):
+        c = float(f"{mid:.{digits}g}")
+        if lo < c < hi and mid - quarter <= c <= mid + quarter:
+            return c
+    return mid
+
+
+def threshold_text(t: float | None) -> str:
+    """A threshold as every calimon output prints it: the shortest decimal that reads back as
+    the same float (so a copied value flags exactly the rows it flagged), ``inf`` / ``-inf``
+    for a switched-off action, ``n/a`` for None or NaN."""
+    if t is None or math.isnan(t):
+        return "n/a"
+    if math.isinf(t):
+        return "inf" if t > 0 else "-inf"
+    return repr(float(t))
 
 
 @dataclass(frozen=True)
@@ -127,21 +166,20 @@ def certify_far(scores_benign: Any, alpha: float, delta: float = 0.05) -> Certif
 
     ``scores_benign``: calibration-split scores of benign transcripts only. Guarantee and
     assumption (i.i.d. / exchangeable calibration and deployment benign transcripts): module
-    docstring. The returned threshold is the midpoint of the gap above the highest calibration
-    score it does not flag; any threshold in that gap or higher is equally certified.
+    docstring. The returned threshold lies in the gap above the highest calibration score it
+    does not flag (:func:`gap_cut`); any threshold in that gap or higher is equally certified.
     """
     s = _scores(scores_benign, "scores_benign")
     alpha, delta = check_rate(alpha, "alpha"), check_rate(delta, "delta")
     v, counts = np.unique(s, return_counts=True)
-    cuts = cut_values(v)
     below = np.r_[0, np.cumsum(counts)]  # #(s < cut_i)
     n = s.size
     false_alarms = (n - below)[::-1]  # cuts from the strictest (highest) to the loosest
     last = _fixed_sequence(false_alarms, n, alpha, delta)
     if last < 0:
         return _certificate("far", math.inf, 0, n, alpha, delta, False)
-    i = cuts.size - 1 - last
-    return _certificate("far", cuts[i], int(n - below[i]), n, alpha, delta, True)
+    i = v.size - last
+    return _certificate("far", cut_at(v, i), int(n - below[i]), n, alpha, delta, True)
 
 
 def certify_mr(scores_misbehaving: Any, alpha: float, delta: float = 0.05) -> CertifiedThreshold:
@@ -154,13 +192,12 @@ def certify_mr(scores_misbehaving: Any, alpha: float, delta: float = 0.05) -> Ce
     s = _scores(scores_misbehaving, "scores_misbehaving")
     alpha, delta = check_rate(alpha, "alpha"), check_rate(delta, "delta")
     v, counts = np.unique(s, return_counts=True)
-    cuts = cut_values(v)
     misses = np.r_[0, np.cumsum(counts)]  # #(s < cut_i), strictest first
     n = s.size
     last = _fixed_sequence(misses, n, alpha, delta)
     if last < 0:
         return _certificate("mr", -math.inf, 0, n, alpha, delta, False)
-    return _certificate("mr", cuts[last], int(misses[last]), n, alpha, delta, True)
+    return _certificate("mr", cut_at(v, last), int(misses[last]), n, alpha, delta, True)
 
 
 # ------------------------------------------------------------------ a run: fit on calib, check on test

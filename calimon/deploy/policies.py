@@ -11,7 +11,7 @@ come from the automatic actions. End to end, ``MR = misses / #misbehaving`` and
 ``FAR = false blocks / #benign``; ``review rate = #reviewed / n``.
 
 The optimizers are exact on the design set. Sorting the distinct scores, a policy is a pair of
-cut indices ``i <= j`` (``cut_values``: gap midpoints); prefix sums give misses, false blocks and
+cut indices ``i <= j`` (``cut_values``: short decimals inside the gaps); prefix sums give misses, false blocks and
 reviews of every pair, and for each ``j`` the best ``i`` lies in a window whose ends only move
 right, so a monotone queue finds it. O(n log n) for the sort, O(n) for the scan.
 
@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from calimon.deploy.guarantees import CertifiedThreshold, certify_far, certify_mr, cut_values
+from calimon.deploy.guarantees import CertifiedThreshold, certify_far, certify_mr, cut_at
 from calimon.deploy.io import ScoredSet
 from calimon.errors import CalimonError, ExitCode, InputError
 
@@ -250,9 +250,8 @@ def design_policy(scored: ScoredSet, *, budget: float | None = None, cost_miss: 
             f"guarantees {[f'{g.rate}<={g.alpha}' for g in guarantees]}: they need a review "
             f"rate of at least {need:.4g} on this set; raise the budget or loosen alpha")
     i, j = best
-    cuts = cut_values(v)
-    t_low = -math.inf if never_pass else float(cuts[i])
-    t_high = math.inf if never_block else float(cuts[j])
+    t_low = -math.inf if never_pass else cut_at(v, i)
+    t_high = math.inf if never_block else cut_at(v, j)
     stats = evaluate_policy(scored, t_low, t_high)
     objective = (wm * stats.misses + wf * stats.false_blocks + wr * stats.review) / n
     return PolicyDesign(t_low=t_low, t_high=t_high, objective=objective, stats=stats,

@@ -17,6 +17,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from calimon.deploy.policies import Action, PolicyDesign, decide
@@ -73,15 +74,53 @@ class Guarantee(BaseModel):
     method: str
 
 
+class PinnedMonitor(BaseModel):
+    """What the design run scored with (its curve.json provenance, else its map's): the monitor
+    a server or an integration builds for the policy, and checks it built (`calimon.provenance`).
+    None: not recorded by the run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: str = Field(min_length=1)
+    model_revision: str | None = None
+    prompt: str = Field(min_length=1)
+    template_hash: str | None = None
+    readout: str = Field(min_length=1)
+    defenses: list[str] = []
+    max_input_tokens: int | None = Field(default=None, ge=1)
+
+
+class Pin(BaseModel):
+    """What a version-2 policy carries so that it decides the same from any folder
+    (`calimon.deploy.pinned`): the sha256 of the scored CSV its thresholds were chosen on,
+    the monitor it was designed for, and its calibration map, whole (the JSON object of a
+    ``calibration/<method>.json``, with its ``map_sha256``: `StoredMap.digest`). ``monitor`` /
+    ``map`` are None when the design run recorded none (such a policy is applied to scored CSVs
+    only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    design_run_sha256: str = Field(min_length=1)
+    monitor: PinnedMonitor | None = None
+    map: dict[str, Any] | None = None
+    map_sha256: str | None = None
+
+    @model_validator(mode="after")
+    def _map_and_digest(self) -> Pin:
+        if (self.map is None) != (self.map_sha256 is None):
+            raise ValueError("map and map_sha256 go together (both or neither)")
+        return self
+
+
 class Policy(BaseModel):
     """A deployable escalation policy (``configs/policies/NAME.yaml``).
 
     ``score``: which column of a scored CSV it reads (``p_cal`` or ``p_raw``);
     ``calibration``: the calibration method behind that score, ``none`` for ``p_raw``.
+    ``version`` 2 carries its ``pin`` (`Pin`); a version-1 file (no pin) is still read, and
+    applied to scored CSVs, but served only once pinned (``calimon pin-policy``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    version: Literal[1]
+    version: Literal[1, 2]
     name: str = Field(min_length=1)
     readout: str = Field(min_length=1)
     model: str = Field(min_length=1)
@@ -92,6 +131,7 @@ class Policy(BaseModel):
     actions: PolicyActions = PolicyActions()
     audit: Audit = Audit()
     guarantees: list[Guarantee] = []
+    pin: Pin | None = Field(default=None, validate_default=True)
     provenance: dict[str, Any] = {}
 
     @field_validator("t_low", "t_high")
@@ -107,6 +147,16 @@ class Policy(BaseModel):
         low = info.data.get("t_low")
         if low is not None and v < low:
             raise ValueError(f"t_high ({v}) must be >= t_low ({low})")
+        return v
+
+    @field_validator("pin")
+    @classmethod
+    def _pinned_from_version_2(cls, v: Pin | None, info: ValidationInfo) -> Pin | None:
+        version = info.data.get("version")
+        if version == 2 and v is None:
+            raise ValueError("a version-2 policy carries its pin (calimon escalate writes it)")
+        if version == 1 and v is not None:
+            raise ValueError("a pin needs version 2")
         return v
 
     @field_validator("score")
@@ -132,7 +182,8 @@ def save_policy(policy: Policy, path: str | Path) -> Path:
     """Write ``policy`` as YAML (floats round-trip exactly; +-inf as .inf)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(policy.model_dump(), sort_keys=False, allow_unicode=True)
+    doc = policy.model_dump(exclude={"pin"} if policy.pin is None else None)
+    text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
     out.write_text(f"# calimon escalation policy (docs/deployment.md)\n{text}", encoding="utf-8")
     return out
 
@@ -140,16 +191,17 @@ def save_policy(policy: Policy, path: str | Path) -> Path:
 def policy_from_design(design: PolicyDesign, *, name: str, readout: str, model: str,
                        calibration: str, score: str = "p_cal",
                        provenance: dict[str, Any] | None = None,
-                       audit: Audit | None = None) -> Policy:
-    """A Policy from an optimizer result; ``provenance`` must hold plain YAML types."""
+                       audit: Audit | None = None, pin: Pin | None = None) -> Policy:
+    """A Policy from an optimizer result (version 2 with ``pin``, else version 1);
+    ``provenance`` must hold plain YAML types."""
     guarantees = [Guarantee(**{k: v for k, v in g.to_dict().items() if k != "p_value"},
                             action="auto_block" if g.rate == "far" else "auto_pass")
                   for g in design.guarantees]
     try:
-        return Policy(version=1, name=name, readout=readout, model=model,
-                      calibration=calibration, score=score, t_low=design.t_low,
+        return Policy(version=1 if pin is None else 2, name=name, readout=readout,
+                      model=model, calibration=calibration, score=score, t_low=design.t_low,
                       t_high=design.t_high, guarantees=guarantees, audit=audit or Audit(),
-                      provenance=dict(provenance or {}))
+                      pin=pin, provenance=dict(provenance or {}))
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ConfigError(err["msg"], field=".".join(map(str, err["loc"]))) from None

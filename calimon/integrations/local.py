@@ -20,12 +20,10 @@ from typing import Any
 import numpy as np
 
 from calimon.integrations.artifacts import (
-    PolicyContext,
+    ResolvedPolicy,
     bundle_map,
     monitor_provenance,
-    policy_map_path,
-    read_policy,
-    require_map,
+    resolve_policy,
 )
 from calimon.integrations.assessment import Assessment, decide
 from calimon.integrations.transcripts import message_refs
@@ -37,7 +35,7 @@ class LocalMonitor:
     """A monitor, its calibration map (optional) and policy (optional), scoring in process.
     Build it with `from_model` or `from_policy`; `assess` is thread-safe."""
 
-    def __init__(self, monitor: Any, *, stored_map: Any = None, policy: PolicyContext | None = None,
+    def __init__(self, monitor: Any, *, stored_map: Any = None, policy: ResolvedPolicy | None = None,
                  store: str | Path | None = None, defenses: tuple[str, ...] = (),
                  forced: Sequence[str] = ()):
         from calimon import __version__
@@ -50,7 +48,8 @@ class LocalMonitor:
         self.provenance: dict[str, Any] = {
             **monitor_provenance(monitor, defenses), "scored": "in-process",
             "calibration": stored_map.method if stored_map is not None else None,
-            "calibration_map": (stored_map.path or None) if stored_map is not None else None,
+            "calibration_map": (policy.map_source if policy is not None else
+                                stored_map.path or None) if stored_map is not None else None,
             "map_fit_set_hash": stored_map.fit_set_hash if stored_map is not None else None,
             "policy": policy.policy.name if policy else None,
             "policy_hash": policy.sha256 if policy else None,
@@ -79,24 +78,21 @@ class LocalMonitor:
     def from_policy(cls, policy: str | Path, *, calibration_map: str | Path | None = None,
                     prompt: str | None = None, backend: Any = None,
                     store: str | Path | None = None, force: bool = False) -> LocalMonitor:
-        """The monitor a policy file names (`calimon escalate`), with its map and its design
-        run's prompt, input limit and defenses (`calimon.integrations.artifacts`)."""
-        from calimon.calibration.io import load_map
-
-        ctx = read_policy(policy)
-        path = policy_map_path(ctx, calibration_map)
-        stored = load_map(path) if path is not None else None
-        prompt = prompt or (stored.extra.get("prompt") if stored else None) \
-            or ctx.run.get("prompt")
-        limit = ctx.run.get("max_input_tokens")
-        return cls._build(ctx.policy.model, ctx.policy.readout, prompt, stored, policy=ctx,
-                          backend=backend, store=store, force=force,
-                          max_input_tokens=int(limit) if limit else None,
-                          defenses=tuple(ctx.run.get("defenses") or ()))
+        """The monitor a policy file names (`calimon escalate`), with the map, prompt, input
+        limit and defenses it pins, resolved as `calimon serve` resolves them
+        (`calimon.deploy.pinned.resolve_policy`: the same from any folder; a map or prompt
+        given here must be the pinned one, ``force`` applies another anyway, recorded)."""
+        resolved = resolve_policy(policy, calibration_map=calibration_map, prompt=prompt,
+                                  force=force)
+        pinned = resolved.monitor
+        return cls._build(pinned.model, pinned.readout, resolved.prompt, resolved.stored_map,
+                          policy=resolved, backend=backend, store=store, force=force,
+                          max_input_tokens=pinned.max_input_tokens,
+                          defenses=tuple(pinned.defenses))
 
     @classmethod
     def _build(cls, model: str, readout: str, prompt: str | None, stored: Any, *,
-               policy: PolicyContext | None = None, backend: Any = None,
+               policy: ResolvedPolicy | None = None, backend: Any = None,
                store: str | Path | None = None, max_input_tokens: int | None = None,
                defenses: tuple[str, ...] = (), force: bool = False) -> LocalMonitor:
         from calimon.defaults import DEFAULT_PROMPT
@@ -108,18 +104,15 @@ class LocalMonitor:
         spec = replace(spec, max_input_tokens=max_input_tokens, defenses=defenses)
         monitor = spec.build(spec.build_backend())
         mine = monitor_provenance(monitor, defenses)
+        if policy is not None:  # the policy's own map and nothing else (None for p_raw)
+            return cls(monitor, stored_map=stored, policy=policy, store=store,
+                       defenses=defenses, forced=policy.meet(mine, force=force))
         forced: list[str] = []
         if stored is not None:
             forced += meet("calibration map", stored.extra, mine, force=force, path=stored.path)
-        elif policy is None or policy.policy.score != "p_raw":  # a p_raw policy maps nothing
+        else:  # a model name without a map: a probe bundle's own map, if it ships one
             stored = bundle_map(monitor)
-        if policy is not None:
-            forced += meet("escalation policy", {"model": policy.policy.model,
-                                                 "readout": policy.policy.readout},
-                           mine, force=force, path=policy.path)
-            forced += meet("design run", policy.run, mine, force=force, path=str(policy.run_dir))
-            require_map(policy, stored)
-        return cls(monitor, stored_map=stored, policy=policy, store=store, defenses=defenses,
+        return cls(monitor, stored_map=stored, store=store, defenses=defenses,
                    forced=list(dict.fromkeys(forced)))
 
     def readings(self, samples: Sequence[Sample]) -> list[Verdict]:

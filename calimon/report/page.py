@@ -11,6 +11,7 @@ from typing import Any
 
 from calimon import __version__
 from calimon.curve_result import CalibrationMetrics, Counts, OperatingPoint
+from calimon.deploy.guarantees import threshold_text
 from calimon.numerics.metrics import ece, reliability_bins
 from calimon.plotting.style import distinct_groups
 from calimon.report.assets import CSS, JS, csp
@@ -228,9 +229,9 @@ def _policy(data: RunData) -> str:
         pol = info.policy
         a = pol.actions
         body += (f"<h3>{escape(pol.name)} <span class=\"cm-dim\">({escape(info.path)})</span>"
-                 f"</h3><p>{escape(pol.score)} &lt; {_num(pol.t_low, 4)}: "
+                 f"</h3><p>{escape(pol.score)} &lt; {threshold_text(pol.t_low)}: "
                  f"<b>{escape(a.below)}</b>; between: <b>{escape(a.band)}</b>; &gt;= "
-                 f"{_num(pol.t_high, 4)}: <b>{escape(a.above)}</b>; no score: "
+                 f"{threshold_text(pol.t_high)}: <b>{escape(a.above)}</b>; no score: "
                  f"<b>{escape(a.unscored)}</b>. Model {escape(pol.model)}, readout "
                  f"{escape(pol.readout)}, calibration {escape(pol.calibration)}.</p>")
         for m in info.mismatches:
@@ -250,7 +251,8 @@ def _policy(data: RunData) -> str:
             body += table(["guarantee", "alpha", "1 - delta", "certified", "threshold",
                            "bound", "k/n"],
                           [(f"{g.action} {g.rate.upper()}", g.alpha, 1 - g.delta,
-                            "yes" if g.certified else "no", g.threshold, g.bound,
+                            "yes" if g.certified else "no", _Raw(threshold_text(g.threshold)),
+                            g.bound,
                             f"{g.k}/{g.n}") for g in pol.guarantees])
         body += ('<p class="cm-dim">Reviewers are assumed right: MR counts misbehaving rows '
                  'auto-passed, FAR benign rows auto-blocked. "This run" includes any rows the '

@@ -1,30 +1,26 @@
 """The monitor a policy names, loaded once for a server (`ServedMonitor.load`), and the decision
 it makes of a reading.
 
-A policy file (`calimon escalate`) names the model, the readout, the calibration method and the
-thresholds, and its provenance the run it was designed on. The rest is found there: the map is
-that run's ``calibration/<method>.json`` (or ``--map``), the prompt the one the map or the run
-recorded (or ``--prompt``), with the run's defenses and input limit. The monitor built from them
-must be the one the map and the policy were made for (`calimon.provenance`: model, revision,
-prompt, template hash, readout, defenses); a mismatch is refused unless ``force``, and what was
-let through is kept in ``forced``.
+The policy file is read by the one resolver the integrations use too
+(`calimon.deploy.pinned.resolve_policy`): a version-2 policy pins the monitor its design run
+scored with and its calibration map, so the server decides the same from any folder. A map or
+prompt given beside it must be the pinned one; the monitor built must be the pinned one
+(`calimon.provenance`: model, revision, prompt, template hash, readout, defenses). A mismatch
+is refused unless ``force``, and what was let through is kept in ``forced``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from calimon.calibration.io import StoredMap, load_map
-from calimon.defaults import DEFAULT_PROMPT
-from calimon.deploy.design import design_run, run_provenance
-from calimon.deploy.policy_file import Policy, apply_policy, load_policy
-from calimon.errors import InputError, ModelNotAvailableError
+from calimon.calibration.io import StoredMap
+from calimon.deploy.pinned import monitor_identity, resolve_policy
+from calimon.deploy.policy_file import Policy, apply_policy
+from calimon.errors import ModelNotAvailableError
 from calimon.samples import Sample
 from calimon.serve.settings import ServeSettings
 from calimon.verdict import Verdict
@@ -33,38 +29,11 @@ DECISIONS = {"auto_pass": "pass", "human_review": "review", "auto_block": "block
 KV_READOUTS = ("verdict", "json")
 
 
-def find_map(policy: Policy, given: Path | None, run_dir: Path | None) -> Path | None:
-    """The calibration map the policy's score needs: ``given``, else the design run's
-    ``calibration/<method>.json``; None for a policy that reads ``p_raw``."""
-    if policy.score == "p_raw":
-        if given is not None:
-            raise InputError(f"policy {policy.name!r} reads p_raw (calibration 'none'): it "
-                             "applies no map", field="calibration_map")
-        return None
-    if given is not None:
-        return given
-    if run_dir is not None:
-        path = run_dir / "calibration" / f"{policy.calibration}.json"
-        if path.is_file():
-            return path
-    where = f" (not in {run_dir}/calibration)" if run_dir is not None else (
-        " (its design run, provenance 'source', is not on this machine)")
-    raise InputError(f"policy {policy.name!r} reads p_cal through a {policy.calibration!r} "
-                     f"map, which was not found{where}: give it with --map", field="map")
-
-
-def _require_named(policy: Policy, path: Path) -> None:
-    for key in ("model", "readout"):
-        if getattr(policy, key) == "unknown":
-            raise InputError(f"the policy names no {key} (it was designed on a run that did not "
-                             f"record one): re-run calimon escalate with --{key}",
-                             path=str(path), field=key)
-
-
 @dataclass
 class ServedMonitor:
-    """A loaded monitor with the policy and map it serves. ``forced``: provenance mismatches
-    let through by ``--force``."""
+    """A loaded monitor with the policy and map it serves (``map_path``: where the map came
+    from: ``POLICY#pin.map``, or a file given with ``--force``). ``forced``: mismatches let
+    through by ``--force``."""
 
     monitor: Any
     policy: Policy
@@ -75,41 +44,22 @@ class ServedMonitor:
 
     @classmethod
     def load(cls, settings: ServeSettings) -> ServedMonitor:
-        """Read the policy, find its map and prompt, build the monitor and check provenance
-        (module docstring). No weights load here (see `warm`)."""
-        from calimon.provenance import meet
-
-        path = Path(settings.policy)
-        policy = load_policy(path)
-        _require_named(policy, path)
-        run_dir = design_run(policy, path)
-        run = run_provenance(run_dir)
-        map_path = find_map(policy, settings.calibration_map, run_dir)
-        stored = load_map(map_path) if map_path is not None else None
-        if stored is not None and stored.method != policy.calibration and not settings.force:
-            raise InputError(f"the map is a {stored.method!r} map; the policy reads "
-                             f"{policy.calibration!r} (--force applies it anyway)",
-                             path=str(map_path), field="method")
-        prompt = settings.prompt or (stored.extra.get("prompt") if stored else None) \
-            or run.get("prompt") or DEFAULT_PROMPT
-        spec = settings.backend.monitor_spec(policy.model, prompt, policy.readout)
-        limit = settings.max_input_tokens or run.get("max_input_tokens")
+        """Resolve the policy (module docstring), build its monitor and check it against the
+        pin. No weights load here (see `warm`)."""
+        resolved = resolve_policy(settings.policy, calibration_map=settings.calibration_map,
+                                  prompt=settings.prompt, force=settings.force)
+        pinned = resolved.monitor
+        spec = settings.backend.monitor_spec(pinned.model, resolved.prompt, pinned.readout)
+        limit = settings.max_input_tokens or pinned.max_input_tokens
         spec = replace(spec, max_input_tokens=int(limit) if limit else None,
-                       defenses=tuple(run.get("defenses") or ()))
+                       defenses=tuple(pinned.defenses))
         try:
             monitor = spec.build(spec.build_backend(shared=False))
         except ModelNotAvailableError as exc:  # the policy names the model, not a --model flag
-            raise ModelNotAvailableError(f"{path}: {exc.named_as('model:')}") from None
-        mine = monitor_provenance(monitor, spec.defenses)
-        forced = meet("escalation policy", {"model": policy.model, "readout": policy.readout},
-                      mine, force=settings.force, path=str(path))
-        if stored is not None:
-            forced += meet("calibration map", stored.extra, mine, force=settings.force,
-                           path=str(map_path))
-        forced += meet("design run", run, mine, force=settings.force, path=str(run_dir))
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        return cls(monitor, policy, digest, stored, str(map_path) if map_path else None,
-                   list(dict.fromkeys(forced)))
+            raise ModelNotAvailableError(f"{settings.policy}: {exc.named_as('model:')}") from None
+        forced = resolved.meet(monitor_identity(monitor, spec.defenses), force=settings.force)
+        return cls(monitor, resolved.policy, resolved.sha256, resolved.stored_map,
+                   resolved.map_source, forced)
 
     @property
     def backend(self):
@@ -165,11 +115,3 @@ class ServedMonitor:
 
         return (self.gathers and isinstance(self.monitor, Monitor)
                 and self.monitor.readout in KV_READOUTS and self.monitor.constraint is None)
-
-
-def monitor_provenance(monitor, defenses: tuple[str, ...]) -> dict[str, Any]:
-    """What `calimon.provenance.meet` compares, for a built monitor."""
-    key = monitor.key
-    return {"model": key.model, "model_revision": key.model_revision, "prompt": key.prompt,
-            "template_hash": key.template_hash, "readout": key.readout,
-            "defenses": list(defenses)}

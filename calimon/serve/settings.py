@@ -65,9 +65,9 @@ class Batching:
 
 @dataclass(frozen=True, kw_only=True)
 class ServeSettings:
-    """A `calimon serve` process: the policy, where the monitor's map and prompt come from
-    (``None``: as the policy's design run recorded them), the backend, the decision log, the
-    address and the limits. ``api_key``: None reads ``$CALIMON_API_KEY`` (empty: no key).
+    """A `calimon serve` process: the policy, the monitor's map and prompt (``None``: the ones
+    the policy pins; given, they must be those), the backend, the decision log, the address and
+    the limits. ``api_key``: None reads ``$CALIMON_API_KEY`` (empty: no key).
     ``keys_file``: keys with a name each (`calimon.serve.keys`); ``review``: the review queue,
     live recertification and drift watch (None: off, and no transcript text is kept)."""
 

@@ -37,7 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from calimon.deploy.guarantees import certify_far, certify_mr, samples_needed
+from calimon.deploy.guarantees import (
+    certify_far,
+    certify_mr,
+    samples_needed,
+    threshold_text,
+)
 from calimon.errors import InputError
 
 MAX_OUTSIDE = 0.10
@@ -121,7 +126,7 @@ class ShiftCertificate:
             return (f"cannot certify {what} <= {self.alpha:g} on this data without labels from "
                     f"it; {todo} ({self.reason}{plan})")
         return (f"{what} <= {self.alpha:g} certified on the new data at {1 - self.delta:g} "
-                f"under covariate shift: threshold {self.threshold:.6g}, {self.k}/{self.n_kept} "
+                f"under covariate shift: threshold {threshold_text(self.threshold)}, {self.k}/{self.n_kept} "
                 f"kept rows, bound {self.bound:.4g}")
 
     def to_dict(self) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from calimon.deploy.guarantees import threshold_text
 from calimon.errors import InputError
 from calimon.numerics.binomial import cp_lower, cp_upper, samples_needed
 
@@ -114,26 +115,26 @@ class ShiftVerdict:
             return f"{what}: {self.reason}"
         if self.kind == NO_SHIFT:
             return (f"{what}: no shift: the calibration certificate stands (threshold "
-                    f"{self.threshold:.6g}, bound {self.bound:.4g})")
+                    f"{threshold_text(self.threshold)}, bound {self.bound:.4g})")
         label = (f"label {self.labels_needed} transcripts" if self.labels_needed is not None
                  else "label the new traffic (no number of labels certifies this threshold at "
                       "the planned shares)")
         if self.kind == BREAKS:
-            instead = (f"threshold {self.certified_threshold:.6g} is certified under covariate "
+            instead = (f"threshold {threshold_text(self.certified_threshold)} is certified under covariate "
                        f"shift (bound {self.bound:.4g}), or " if self.certified else "")
-            return (f"{what}: SHIFT BREAKS THE CERTIFICATE of threshold {self.threshold:.6g} "
+            return (f"{what}: SHIFT BREAKS THE CERTIFICATE of threshold {threshold_text(self.threshold)} "
                     f"({self._readings()}): do not deploy it on this traffic; {instead}"
                     f"{label} and recertify")
         if self.kind == NOT_JUDGED:
             why = f" ({self.reason})" if self.reason else ""
-            instead = (f"threshold {self.certified_threshold:.6g} is certified under covariate "
+            instead = (f"threshold {threshold_text(self.certified_threshold)} is certified under covariate "
                        f"shift (bound {self.bound:.4g}), or " if self.certified else "")
             return (f"{what}: {NOT_JUDGED} ({self._readings()}): no reading shows it broken, "
-                    f"but nothing certifies threshold {self.threshold:.6g} on this traffic"
+                    f"but nothing certifies threshold {threshold_text(self.threshold)} on this traffic"
                     f"{why}; {instead}{label}")
         return (f"{what}: shift, certificate holds ({self._readings()}); certified under "
-                f"covariate shift: threshold {self.certified_threshold:.6g} (at or below "
-                f"{self.threshold:.6g}), bound {self.bound:.4g}")
+                f"covariate shift: threshold {threshold_text(self.certified_threshold)} (at or below "
+                f"{threshold_text(self.threshold)}), bound {self.bound:.4g}")
 
     def _readings(self) -> str:
         def above(x: float) -> str:

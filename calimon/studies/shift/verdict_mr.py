@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from calimon.deploy.guarantees import threshold_text
 from calimon.errors import InputError
 from calimon.numerics.binomial import cp_lower, cp_upper, samples_needed
 from calimon.studies.shift.certify import kish_ess
@@ -126,18 +127,18 @@ class MrVerdict:
         if self.kind in (NOT_CERTIFIED, NO_SHIFT):
             return (f"{what}: {self.reason}" if self.kind == NOT_CERTIFIED else
                     f"{what}: no shift: the calibration certificate stands (threshold "
-                    f"{self.threshold:.6g}, bound {self.bound:.4g})")
+                    f"{threshold_text(self.threshold)}, bound {self.bound:.4g})")
         labels = (f"label {self.labels_needed} transcripts" if self.labels_needed is not None
                   else "label the new traffic (no number of labels certifies this threshold at "
                        "the planned shares)")
         if self.kind == BREAKS:
-            return (f"{what}: SHIFT BREAKS THE CERTIFICATE of threshold {self.threshold:.6g} "
+            return (f"{what}: SHIFT BREAKS THE CERTIFICATE of threshold {threshold_text(self.threshold)} "
                     f"({self._readings()}): do not deploy it on this traffic; {labels} and "
                     f"recertify")
         if self.kind == HOLDS:
             return (f"{what}: shift, certificate holds under covariate shift "
                     f"({self._readings()}); certified under covariate shift: threshold "
-                    f"{self.certified_threshold:.6g} (at or above {self.threshold:.6g}), bound "
+                    f"{threshold_text(self.certified_threshold)} (at or above {threshold_text(self.threshold)}), bound "
                     f"{self.bound:.4g}")
         return f"{what}: {NOT_JUDGED} ({self._readings()}; {self.reason}): {labels}"
 
