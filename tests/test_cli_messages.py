@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from calimon.cli import app
@@ -106,6 +107,10 @@ def test_serve_says_where_its_missing_model_is_named(big_run, tmp_path, monkeypa
     code, out = invoke("escalate", big_run, "--budget", 0.5, "--out", policy, "--model",
                        "qwen3-4b", "--readout", "verdict", "--score", "p_raw")
     assert code == 0, out
+    # the synthetic run recorded no monitor: pin the one a model run would have recorded
+    doc = yaml.safe_load(policy.read_text())
+    doc["pin"]["monitor"] = {"model": "qwen3-4b", "prompt": "direct", "readout": "verdict"}
+    policy.write_text(yaml.safe_dump(doc))
     code, out = invoke("serve", policy, "--log", tmp_path / "log.sqlite")
     assert code == 4, out  # something missing on this machine
     (line,) = [ln for ln in out.splitlines() if ln.startswith("calimon: error:")]
