@@ -299,6 +299,21 @@ def test_the_backend_asks_with_its_kernels_and_layout(lengths, packing, rows, mo
     assert asked and all(a[3:] == ("liger", rows) for a in asked)
 
 
+def test_the_first_batch_asks_with_the_kernels_it_runs_with(monkeypatch):
+    """The kernels are fused before the first batch's prefix rule is asked, so it sees the
+    kernels that batch runs with (it saw none, and reused the prefix a liger model
+    recomputes)."""
+    import calimon.scoring.backends.fused as fused
+    import calimon.scoring.backends.transformers_backend as tb
+
+    asked = []
+    monkeypatch.setattr(tb, "reuse_prefix", lambda *a: asked.append(a[3]) or True)
+    monkeypatch.setattr(fused, "fuse", lambda model, kernels: "liger")
+    backend = _backend(_random_model("qwen3"), max_batch_size=8)
+    backend.next_token_logprobs(_prompts([40, 40]), PREFIX)
+    assert asked and set(asked) == {"liger"}
+
+
 def test_a_batch_that_skips_its_prefix_gives_the_same_readings_and_states(monkeypatch):
     """Where the rule says recompute, the whole prompt runs as one tail: log-probs, pooled and
     per-token states (their spans shifted by the prefix) equal the prefix path's."""

@@ -146,6 +146,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
 
             self.kernels_used = fuse(model, gpu_defaults.kernels(self.kernels,
                                                                  self._resolved_device()))
+
     def _resolved_device(self) -> str:
         if self._model is not None:
             return self._device
@@ -175,6 +176,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
     def _prefix_for(self, batch: Sequence[Sequence[int]], prefix_len: int) -> int:
         """The prefix this batch reuses from the KV cache: `prefix_len`, or 0 where recomputing
         it is cheaper (`reuse_prefix`)."""
+        self._fuse(self.model)  # the rule depends on the kernels the first batch runs with
         device = getattr(self, "_device", None) or self._resolved_device()
         lengths = [len(p) for p in batch]
         rows = self.attention != "mask" and (not self.packing or len(set(lengths)) == 1)
