@@ -26,6 +26,7 @@ def serve_cmd(
     calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map (default: the design run's calibration/<method>.json).")] = None,
     prompt: Annotated[str | None, typer.Option(help="Prompt template (default: the one the map or the design run recorded).")] = None,
     max_input_tokens: MaxInputTokensOpt = None,
+    truncation: Annotated[str | None, typer.Option(help="How a transcript over the input limit is read: head_tail or window[:max|mean[:OVERLAP]] (calimon curve --truncation); session steps read only the windows they did not read before (default: the design run's policy).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Serve a policy or map made for another monitor anyway (recorded in /v1/info).")] = False,
     max_batch: Annotated[int, typer.Option(help="Requests gathered into one monitor call (transformers backend), or in flight at once (other backends).")] = 32,
     batch_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for more requests after its first (transformers backend).")] = 5.0,
@@ -55,7 +56,7 @@ def serve_cmd(
 
     settings = ServeSettings(
         policy=policy, calibration_map=calibration_map, prompt=prompt,
-        max_input_tokens=max_input_tokens, force=force,
+        max_input_tokens=max_input_tokens, truncation=truncation, force=force,
         backend=settings_from(BackendSettings, ctx.params), log=log, host=host, port=port,
         batching=Batching(max_batch=max_batch, wait_ms=batch_wait_ms, max_queue=max_queue,
                           pass_rows=pass_rows),

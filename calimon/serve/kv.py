@@ -64,8 +64,10 @@ class HeadCache:
     def __init__(self):
         self._state: KVState | None = None
 
-    def seed(self, backend, head: list[int]) -> KVState | None:
-        """A copy of the cached head (computed now if the head changed); None for no head."""
+    def seed(self, backend, head: list[int], depth: int | None = None) -> KVState | None:
+        """A copy of the cached head (computed now if the head changed); None for no head.
+        ``depth``: only the first ``depth`` decoder layers are copied, the others left empty
+        (a pass that stops at that layer, `calimon.serve.probe_kv`)."""
         import copy
 
         import torch
@@ -83,7 +85,12 @@ class HeadCache:
             backend.forward_calls += 1
             self._state = KVState(list(head), cache)
         with torch.inference_mode():
-            return KVState(list(head), copy.deepcopy(self._state.cache))
+            if depth is None:
+                return KVState(list(head), copy.deepcopy(self._state.cache))
+            cache = copy.copy(self._state.cache)
+            cache.layers = [copy.deepcopy(layer) if i < depth else type(layer)()
+                            for i, layer in enumerate(self._state.cache.layers)]
+            return KVState(list(head), cache)
 
 
 def _crop(cache, keep: int) -> None:

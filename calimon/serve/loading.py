@@ -4,7 +4,8 @@ it makes of a reading.
 A policy file (`calimon escalate`) names the model, the readout, the calibration method and the
 thresholds, and its provenance the run it was designed on. The rest is found there: the map is
 that run's ``calibration/<method>.json`` (or ``--map``), the prompt the one the map or the run
-recorded (or ``--prompt``), with the run's defenses and input limit. The monitor built from them
+recorded (or ``--prompt``), with the run's defenses, input limit and truncation policy (head_tail, or the window policy,
+which applies to session steps too: `calimon.serve.probe_steps`). The monitor built from them
 must be the one the map and the policy were made for (`calimon.provenance`: model, revision,
 prompt, template hash, readout, defenses); a mismatch is refused unless ``force``, and what was
 let through is kept in ``forced``.
@@ -95,7 +96,8 @@ class ServedMonitor:
         spec = settings.backend.monitor_spec(policy.model, prompt, policy.readout)
         limit = settings.max_input_tokens or run.get("max_input_tokens")
         spec = replace(spec, max_input_tokens=int(limit) if limit else None,
-                       defenses=tuple(run.get("defenses") or ()))
+                       defenses=tuple(run.get("defenses") or ()),
+                       truncation=settings.truncation or recorded_truncation(run))
         monitor = spec.build(spec.build_backend(shared=False))
         mine = monitor_provenance(monitor, spec.defenses)
         forced = meet("escalation policy", {"model": policy.model, "readout": policy.readout},
@@ -162,6 +164,23 @@ class ServedMonitor:
 
         return (self.gathers and isinstance(self.monitor, Monitor)
                 and self.monitor.readout in KV_READOUTS and self.monitor.constraint is None)
+
+    @property
+    def probe_capable(self) -> bool:
+        """Whether a session can extend a probe head's state (`calimon.serve.probe_kv`): a
+        probe head or bundle, windowed or not, on the transformers backend."""
+        from calimon.serve.probe_steps import probe_monitor
+
+        return self.gathers and probe_monitor(self.monitor) is not None
+
+
+def recorded_truncation(run: dict[str, Any]) -> str:
+    """The truncation policy a design run recorded (`calimon.scoring.windows.truncation_record`)
+    as the ``--truncation`` text that builds it; ``head_tail`` when it recorded none."""
+    record = run.get("truncation") or {}
+    if record.get("policy") != "window":
+        return "head_tail"
+    return f"window:{record.get('aggregate', 'max')}:{record.get('overlap', 0.25)}"
 
 
 def monitor_provenance(monitor, defenses: tuple[str, ...]) -> dict[str, Any]:

@@ -65,8 +65,9 @@ class Batching:
 
 @dataclass(frozen=True, kw_only=True)
 class ServeSettings:
-    """A `calimon serve` process: the policy, where the monitor's map and prompt come from
-    (``None``: as the policy's design run recorded them), the backend, the decision log, the
+    """A `calimon serve` process: the policy, where the monitor's map, prompt, input limit and
+    ``truncation`` policy come from (``None``: as the policy's design run recorded them), the
+    backend, the decision log, the
     address and the limits. ``api_key``: None reads ``$CALIMON_API_KEY`` (empty: no key).
     ``keys_file``: keys with a name each (`calimon.serve.keys`); ``review``: the review queue,
     live recertification and drift watch (None: off, and no transcript text is kept)."""
@@ -75,6 +76,7 @@ class ServeSettings:
     calibration_map: Path | None = None
     prompt: str | None = None
     max_input_tokens: int | None = None
+    truncation: str | None = None
     force: bool = False
     backend: BackendSettings = field(default_factory=BackendSettings)
     log: str = str(DEFAULT_LOG)
