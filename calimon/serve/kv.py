@@ -39,6 +39,13 @@ class KVState:
         return total
 
 
+def full_use(service, tokens: int) -> dict[str, Any]:
+    """The cost of scoring a whole prompt: every token but the template's shared head, which the
+    backend keeps cached."""
+    head = getattr(getattr(service.served.monitor, "encoder", None), "prefix_len", 0) or 0
+    return {"mode": "full", "reused_tokens": 0, "computed_tokens": max(tokens - head, 0)}
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     """Length of the longest common prefix of two token lists."""
     n = min(len(a), len(b))

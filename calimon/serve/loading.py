@@ -169,7 +169,7 @@ class ServedMonitor:
     def probe_capable(self) -> bool:
         """Whether a session can extend a probe head's state (`calimon.serve.probe_kv`): a
         probe head or bundle, windowed or not, on the transformers backend."""
-        from calimon.serve.probe_steps import probe_monitor
+        from calimon.serve.probe_kv import probe_monitor
 
         return self.gathers and probe_monitor(self.monitor) is not None
 

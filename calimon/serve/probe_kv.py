@@ -50,6 +50,14 @@ class ProbeState:
         return kv + sum(a.nbytes for a in self.states.values())
 
 
+def probe_monitor(monitor):
+    """The `ProbeMonitor` a served monitor is or wraps (a `WindowedMonitor`), else None."""
+    from calimon.scoring.probes.monitor import ProbeMonitor
+
+    inner = getattr(monitor, "inner", monitor)
+    return inner if isinstance(inner, ProbeMonitor) else None
+
+
 def depth_of(spec: CaptureSpec) -> int:
     """The deepest layer a capture reads (0: the token embeddings)."""
     return max((*spec.layers, *spec.token_layers), default=0)

@@ -23,18 +23,10 @@ import time
 from typing import Any
 
 from calimon.samples import Sample
-from calimon.serve.probe_kv import ProbeState, depth_of, extend_probe, seed_state
+from calimon.serve.kv import full_use
+from calimon.serve.probe_kv import ProbeState, depth_of, extend_probe, probe_monitor, seed_state
 from calimon.serve.sessions import Session
-from calimon.serve.steps import full_use
 from calimon.verdict import Verdict
-
-
-def probe_monitor(monitor):
-    """The `ProbeMonitor` a served monitor is or wraps (a `WindowedMonitor`), else None."""
-    from calimon.scoring.probes.monitor import ProbeMonitor
-
-    inner = getattr(monitor, "inner", monitor)
-    return inner if isinstance(inner, ProbeMonitor) else None
 
 
 def probe_step(service, session: Session, sample: Sample) -> tuple[Verdict, dict[str, Any]]:

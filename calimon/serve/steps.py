@@ -25,8 +25,9 @@ from calimon.numerics.readouts import answer_token_ids, read_distribution
 from calimon.samples import Sample
 from calimon.serve.decision_log import LoggedDecision
 from calimon.serve.errors import ApiError
-from calimon.serve.kv import extend
+from calimon.serve.kv import extend, full_use
 from calimon.serve.messages import transcript
+from calimon.serve.probe_steps import probe_step
 from calimon.serve.schemas import StepRequest
 from calimon.serve.service import (
     Service,
@@ -106,8 +107,6 @@ async def _locked_step(service: Service, session: Session, req: StepRequest, rid
 async def _reading(service: Service, session: Session, sample: Sample
                    ) -> tuple[Verdict, dict[str, Any]]:
     if service.probe_kv:
-        from calimon.serve.probe_steps import probe_step
-
         call = lambda: probe_step(service, session, sample)  # noqa: E731
     elif service.kv:
         call = lambda: kv_step(service, session, sample)  # noqa: E731
@@ -132,13 +131,6 @@ async def _reading(service: Service, session: Session, sample: Sample
         raise ApiError(503, "backend_error", "the monitor failed on this transcript; retry",
                        headers={"Retry-After": "1"})
     return verdict, kv
-
-
-def full_use(service: Service, tokens: int) -> dict[str, Any]:
-    """The cost of scoring a whole prompt: every token but the template's shared head, which the
-    backend keeps cached."""
-    head = getattr(getattr(service.served.monitor, "encoder", None), "prefix_len", 0) or 0
-    return {"mode": "full", "reused_tokens": 0, "computed_tokens": max(tokens - head, 0)}
 
 
 def kv_step(service: Service, session: Session, sample: Sample) -> tuple[Verdict, dict]:
