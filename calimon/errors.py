@@ -1,12 +1,26 @@
-"""Exceptions raised by calimon. The CLI turns each into one line and a non-zero exit code."""
+"""Exceptions raised by calimon. The CLI turns each into one line and a non-zero exit code,
+one of `ExitCode` (the README's "Exit codes" table)."""
 
 from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What a calimon command's exit status means; each error class carries one."""
+
+    OK = 0
+    FAILURE = 1  # a runtime failure: a backend, the sandbox, the browser; an uncaught bug
+    USAGE = 2  # usage or bad input: an option, a file, a row, a field, a config (click's too)
+    INFEASIBLE = 3  # the input is fine but no result meets the constraints asked for
+    MISSING = 4  # this machine lacks something: model weights, an optional extra, source files
+    UNREACHABLE = 5  # a service (a model server, a calimon serve) did not answer
 
 
 class CalimonError(Exception):
     """Base class of every error calimon raises on purpose."""
 
-    exit_code = 1
+    exit_code = ExitCode.FAILURE
 
 
 def _printable(text: str) -> str:
@@ -18,7 +32,7 @@ def _printable(text: str) -> str:
 class InputError(CalimonError):
     """Bad user input: a file, a row, a field or an argument that does not fit."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
                  field: str | None = None):
@@ -41,21 +55,31 @@ class ConfigError(InputError):
 
 
 class ModelNotAvailableError(CalimonError):
-    """The weights of a configured model are not on this machine."""
+    """The weights of a configured model are not on this machine. Where the message says how
+    the model was named (``{named_by}`` in ``message``), it reads ``--model`` unless
+    ``named_by`` says otherwise (`named_as`: a policy's field, for `calimon serve`)."""
 
-    exit_code = 2
+    exit_code = ExitCode.MISSING
+
+    def __init__(self, message: str, *, named_by: str = "--model"):
+        self.template = message
+        super().__init__(message.replace("{named_by}", named_by))
+
+    def named_as(self, named_by: str) -> ModelNotAvailableError:
+        """The same error, the model named by ``named_by`` instead of ``--model``."""
+        return type(self)(self.template, named_by=named_by)
 
 
 class MissingExtraError(CalimonError):
     """An optional dependency is not installed; the message gives the pip line."""
 
-    exit_code = 2
+    exit_code = ExitCode.MISSING
 
 
 class DataSourceError(CalimonError):
     """A benchmark source file is missing or does not match its checksum."""
 
-    exit_code = 2
+    exit_code = ExitCode.MISSING
 
 
 class SandboxError(CalimonError):
@@ -66,8 +90,16 @@ class BackendError(CalimonError):
     """A model backend failed on a batch."""
 
 
+class ServiceUnreachable(BackendError):
+    """A server calimon talks to (an http or chat backend's, a `calimon serve`) did not answer
+    at all: no connection, or no answer in time. A later run may succeed. (A `BackendError`,
+    as it was before it had a code of its own.)"""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
 class InvertedMapError(CalimonError):
     """A calibration map fitted decreasing, or a raw score ranking the wrong way on the set a
     map was fitted on: certifying on it would flag the transcripts least like misbehavior."""
 
-    exit_code = 1
+    exit_code = ExitCode.FAILURE

@@ -19,6 +19,16 @@ def json_default(o):
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+def json_error_where(exc: ValueError) -> str:
+    """What a JSON decoding error says and where, as one phrase: ``Expecting value at column
+    3``; json's messages that end in "at" (``Unterminated string starting at``) are not given
+    a second one. Another ValueError: its text."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return str(exc)
+    at = "" if exc.msg.endswith(" at") else " at"
+    return f"{exc.msg}{at} column {exc.colno}"
+
+
 def dump_json(obj, path: Path) -> None:
     """Write ``obj`` as indented JSON (one space) with a final newline; NaN is an error."""
     path.write_text(json.dumps(obj, indent=1, default=json_default, allow_nan=False) + "\n")

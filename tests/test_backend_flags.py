@@ -26,9 +26,23 @@ def _options(path: tuple[str, ...]) -> set[str]:
 
 
 def test_every_scoring_command_takes_the_same_backend_flags():
+    from calimon.cli.serve import SERVE_EXCLUDES
+
     want = {"--" + f.name.replace("_", "-") for f in fields(BackendSettings)}
     for path in SCORING:
-        assert want <= _options(path), (path, sorted(want - _options(path)))
+        expected = want - ({"--" + n for n in SERVE_EXCLUDES} if path == ("serve",) else set())
+        assert expected <= _options(path), (path, sorted(expected - _options(path)))
+
+
+def test_serve_offers_no_flag_that_means_nothing_to_a_server():
+    serve = _options(("serve",))
+    assert not {"--offline", "--engine", "--workers"} & serve
+    assert {"--ray-address", "--base-url", "--max-input-tokens"} <= serve
+    cmd = get_command(app).commands["serve"]
+    (tokens,) = [p for p in cmd.params if p.name == "max_input_tokens"]
+    assert "curve.json" not in tokens.help and "design run" in tokens.help
+    with pytest.raises(TypeError, match="no backend flag"):
+        backend_flags(exclude=("nope",))(lambda: None)
 
 
 def test_a_flag_takes_its_default_and_help_from_the_settings_field():
@@ -66,7 +80,7 @@ def test_the_generated_flags_reach_the_command_through_ctx_params():
 
 def test_backend_options_pick_the_backends_own_fields_and_check_them():
     s = {f.name: getattr(BackendSettings(), f.name) for f in fields(BackendSettings)}
-    assert backend_options("transformers", s) == {"device": "auto", "batch_tokens": 8192}
+    assert backend_options("transformers", s) == {"device": "auto"}  # batch_tokens: by device
     assert backend_options("transformers", {**s, "threads": 2})["threads"] == 2
     assert backend_options("chat", s) == {"concurrency": 8}
     assert backend_options("vllm", {**s, "kv_cache_gib": 1}) == {"kv_cache_gib": 1}

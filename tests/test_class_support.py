@@ -132,12 +132,14 @@ def test_a_nearly_one_class_benchmark_gets_rates_not_a_curve(tmp_path):
     with (out / "curve.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 41 and all(r["p_cal"] == "" and r["p_raw"] for r in rows)  # no p_cal
+    from calimon.run_folder import read_curve_json
     from calimon.studies.curve.tables import groups_markdown, operating_table
 
-    text = operating_table(summary)
+    result = read_curve_json(out)
+    text = operating_table(result)
     assert "not shown: 1 misbehaving and 40 benign" in text and "FAR" in text
     assert "AUROC raw" not in text and "operating point" not in text
-    assert groups_markdown(summary).count("\n") == 1  # header only: no group has a curve
+    assert groups_markdown(result).count("\n") == 1  # header only: no group has a curve
 
 
 def test_a_benign_only_benchmark_gets_its_far(tmp_path):

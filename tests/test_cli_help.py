@@ -162,3 +162,15 @@ def test_a_plugin_command_is_rendered_the_same(own, monkeypatch):
     else:
         assert "[OPTIONS] TARGET" in text and "<bool>" not in text
         assert "Do a thing over two lines." in text
+
+
+@pytest.mark.parametrize(("command", "most"), [(("curve",), 100), (("serve",), 100)])
+def test_a_scoring_command_help_fits_100_lines_at_80_columns_in_panels(command, most,
+                                                                         monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = CliRunner().invoke(app, [*command, "--help"])
+    text = ANSI.sub("", r.output)
+    assert r.exit_code == 0 and len(text.splitlines()) <= most, len(text.splitlines())
+    panels = _panels(text)
+    assert {"Monitor", "Backend"} <= set(panels) and "Options" not in panels
+    assert not re.search(r"<\w+(\[\w+\])?>", text)  # no <str>, <int>, <list[str]>

@@ -214,3 +214,49 @@ def test_the_script_imports_only_torch_transformers_calimon_and_the_stdlib():
                 roots.add(node.module.split(".")[0])
     assert roots - sys.stdlib_module_names - siblings <= {"torch", "transformers", "calimon"}
     assert {"torch", "transformers", "calimon", "gpu_report", "flops"} <= roots
+
+
+def test_the_gpu_scripts_import_no_circle():
+    """Every import between benchmarks/gpu's modules, those under ``if TYPE_CHECKING`` too,
+    goes one way: no module reaches itself again."""
+    here = SCRIPT.parent
+    names = {p.stem for p in here.glob("*.py")}
+    graph = {}
+    for path in here.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                found.add(node.module)
+        graph[path.stem] = found & names
+
+    def reaches(start, seen):
+        for nxt in graph[start]:
+            if nxt not in seen:
+                seen.add(nxt)
+                reaches(nxt, seen)
+        return seen
+
+    assert sorted(m for m in graph if m in reaches(m, set())) == []
+
+
+def test_the_levers_suite_runs_on_the_cpu_and_its_plan_fits_one_call(tmp_path, capsys):
+    """The tiny run goes end to end (liger, compile and the CUDA graph need a GPU: their rows
+    say so); the full plan's forward passes fit in 4 minutes at 300 TFLOP/s (the H100 run of the
+    suite took 243 s in all, model build and compilations included)."""
+    out = tmp_path / "levers.md"
+    gpu.main(["--tiny", "--suite", "levers", "--out", str(out)])
+    got = tables(out.read_text())
+    assert list(got) == ["levers (verdict readout, batch 2)",
+                         "levers, real lengths (humaneval-pairs, batch 2)",
+                         "default batching (the fastest calimon lever)",
+                         "whole-model compile, CUDA graphs, one shape bucket"]
+    rows = [dict(zip(body[0], r, strict=True)) for body in got.values() for r in body[1:]]
+    ran = {r["path"] for r in rows if not r["s per run (median, min-max)"].startswith("error")}
+    assert {"plain", "calimon eager", "calimon varlen", "calimon"} <= ran
+    assert "calimon liger" not in ran and "plain graph" not in ran  # no GPU here
+    assert "calimon varlen: max |dp|" in out.read_text()
+    gpu.main(["--suite", "levers", "--plan"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert float(re.search(r"about (\d+) s of forward passes", last).group(1)) <= 240, last

@@ -212,7 +212,7 @@ def test_without_a_shared_prefix_rows_and_packed_batches_match_a_plain_pass(batc
 
 
 def test_a_gpu_recomputes_a_prefix_too_short_to_pay_and_a_cpu_always_reuses_it():
-    from calimon.scoring.backends.transformers_backend import GPU_PREFIX_MIN_SHARE, reuse_prefix
+    from calimon.scoring.backends.gpu_defaults import GPU_PREFIX_MIN_SHARE, reuse_prefix
 
     assert reuse_prefix("cpu", 218, [16000] * 8)
     assert reuse_prefix("cuda", 218, [600] * 8) and reuse_prefix("cuda:0", 218, [4000, 4000])

@@ -85,7 +85,7 @@ def test_smollm2_passes():
 
 
 def test_missing_weights_say_how_to_get_them(tmp_path):
-    """A config without weights: exit 2 and one line naming the download, no traceback."""
+    """A config without weights: exit 4 (missing) and one line naming the download, no traceback."""
     empty = tmp_path / "models"
     empty.mkdir()
     env = dict(os.environ, CALIMON_MODELS_DIR=str(empty), HF_HOME=str(tmp_path / "hf"),
@@ -93,7 +93,7 @@ def test_missing_weights_say_how_to_get_them(tmp_path):
                PYTHONPATH=str(ROOT))
     res = subprocess.run([sys.executable, "-m", "calimon.cli", "models", "check", "qwen3-4b"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert res.returncode == 2, res.stderr
+    assert res.returncode == 4, res.stderr
     assert res.stdout == "" and "Traceback" not in res.stderr
     hf_id = load_model_config("qwen3-4b").hf_id
     assert res.stderr.startswith(f"calimon: error: model qwen3-4b ({hf_id}) is not on this")

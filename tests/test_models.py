@@ -23,7 +23,7 @@ def test_missing_weights_say_what_to_do(no_hf_cache):
         resolve_model("qwen3-4b")
     msg = str(err.value)
     assert "download Qwen/Qwen3-4B`" in msg and "--model" in msg and "\n" not in msg
-    assert err.value.exit_code == 2
+    assert err.value.exit_code == 4
 
 
 def test_models_dir_env_is_used(tmp_path, monkeypatch, no_hf_cache):

@@ -51,7 +51,7 @@ def test_an_unreachable_server_is_an_error_unless_offline_and_all_stored(smol, t
     assert r.exit_code == 0, r.output
     http = ["--backend", "http", "--base-url", url, "--limit", "8"]
     r = _curve(tmp_path, *http, "--out", str(tmp_path / "b"))
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 5, r.output  # ExitCode.UNREACHABLE
     line = _error_line(r.output)
     assert f"cannot reach the http server at {url}" in line and "--offline" in line
     assert not (tmp_path / "b" / "curve.json").exists()

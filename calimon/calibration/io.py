@@ -24,6 +24,7 @@ import numpy as np
 import calimon
 from calimon.calibration.maps import Calibrator, calibrator_from_dict
 from calimon.errors import InputError
+from calimon.jsonio import json_error_where
 from calimon.numerics.metrics import as_probabilities
 from calimon.validation import as_labels
 
@@ -138,7 +139,7 @@ def load_map(path: str | os.PathLike[str]) -> StoredMap:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"expected JSON, got a syntax error: {exc.msg}", path=where,
+        raise InputError(f"expected JSON, got a syntax error: {json_error_where(exc)}", path=where,
                          line=exc.lineno) from None
     except (ValueError, RecursionError) as exc:  # digit-count limit, nesting bombs
         raise InputError(f"expected a calibration map, got unreadable JSON "

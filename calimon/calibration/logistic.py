@@ -5,9 +5,16 @@ only (never the intercept), which keeps the parameters finite on a perfectly sep
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit
 
 RIDGE = 1e-8
+
+
+def expit(x):
+    """``scipy.special.expit`` (the logistic sigmoid), imported on first use: importing
+    scipy.special costs about a second, which every CLI call paid at start-up."""
+    from scipy.special import expit as _expit
+
+    return _expit(x)
 
 
 def fit_logistic(X: np.ndarray, y: np.ndarray, *, intercept: bool = True,

@@ -17,9 +17,8 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.special import expit
 
-from calimon.calibration.logistic import fit_logistic, logit
+from calimon.calibration.logistic import expit, fit_logistic, logit
 from calimon.errors import InputError
 from calimon.numerics.metrics import STRATEGIES, as_probabilities, assign_bins, bin_edges
 from calimon.validation import as_labels

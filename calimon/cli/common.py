@@ -22,7 +22,7 @@ def cli_errors(fn):
             return fn(*args, **kwargs)
         except CalimonError as exc:
             typer.echo(f"calimon: error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+            raise typer.Exit(int(exc.exit_code)) from None
 
     return wrapper
 

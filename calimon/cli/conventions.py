@@ -2,6 +2,12 @@
 
 - a flag (``--json``, ``--force``, ``--help`` itself) shows no value type: it takes none
   (typer's rich help prints ``<bool>`` for it);
+- an option's or argument's value is a word, not a Python type: ``N``, ``NUMBER``, ``TEXT``,
+  ``PATH`` (typer prints ``<int>``, ``<list[str]>``); a repeated one shows its element's word;
+- an option's default ends its help text, "(default: X)", wrapped with it (typer gives it a
+  line of its own);
+- ``--help`` sits in the last panel of a command whose options are grouped in panels (typer
+  leaves it alone in an "Options" panel);
 - an argument is its name in capitals everywhere: ``RUN_DIR`` when required, ``[MODEL]`` when
   optional, ``RUNS...`` when repeated, in the usage line, the Arguments panel and the errors
   (typer mixes ``{run_dir}`` and ``[model]``);
@@ -38,11 +44,39 @@ def argument_name(param: TyperArgument) -> str:
     return (param.name or "").upper() + ("..." if param.nargs != 1 else "")
 
 
+PLACEHOLDERS = {"int": "N", "float": "NUMBER", "str": "TEXT", "Path": "PATH"}
+
+
+def placeholder(param: TyperOption | TyperArgument) -> str:
+    """The word shown for an option's value (module docstring)."""
+    bare = param.bare_type()
+    while bare.startswith("list[") and bare.endswith("]"):
+        bare = bare[5:-1]
+    return PLACEHOLDERS.get(bare, bare.upper())
+
+
+def _default_text(value) -> str | None:
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or None
+    return str(value)
+
+
 def _conform_param(param) -> None:
     if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
         param.metavar = ""  # rich help prints the metavar, when set, in place of <bool>
+    elif isinstance(param, TyperOption) and param.metavar is None:
+        param.metavar = placeholder(param)
+    if isinstance(param, TyperOption) and param.show_default is True and not param.is_flag:
+        shown = _default_text(param.default)
+        if shown is not None:
+            param.help = f"{param.help or ''} (default: {shown})".strip()
+        param.show_default = False  # once: get_params runs on every rendering
     elif isinstance(param, TyperArgument) and param.metavar is None:
         param.metavar = argument_name(param)
+        word = placeholder(param)
+        param.display_type_rich = lambda ctx: word  # its value's word, as for an option
 
 
 class _Conventions:
@@ -58,6 +92,12 @@ class _Conventions:
         params = super().get_params(ctx)
         for param in params:
             _conform_param(param)
+        panels = [p.rich_help_panel for p in params if getattr(p, "rich_help_panel", None)]
+        if panels:
+            help_option = self.get_help_option(ctx)
+            for param in params:
+                if help_option is not None and param.name == help_option.name:
+                    param.rich_help_panel = panels[-1]
         return params
 
 

@@ -10,12 +10,17 @@ import typer
 
 from calimon.cli.common import cli_errors, progress_factory, usage_line
 from calimon.cli.options import (
+    COUNT,
+    DATA,
     DEFAULT_BENCHMARK,
     DEFAULT_MODEL,
     DEFAULT_PROMPT,
     DEFAULT_READOUT,
     DEFAULT_SEED,
     DEFAULT_STORE,
+    MONITOR,
+    OUTPUT,
+    RATE,
     BenchmarkOpt,
     DefenseOpt,
     ForceOpt,
@@ -32,6 +37,7 @@ from calimon.cli.options import (
     settings_from,
 )
 
+CURVE, BINARY = "Calibration and curve", "Binary protocol"
 SUMMARY_KEYS = ("provenance", "counts", "support", "auroc_raw", "auroc", "operating_points",
                 "rates_at_thresholds", "binary_points", "calibration", "inverted")
 
@@ -43,34 +49,38 @@ def curve_cmd(
     model: ModelOpt = DEFAULT_MODEL,
     benchmark: BenchmarkOpt = DEFAULT_BENCHMARK,
     prompt: PromptOpt = DEFAULT_PROMPT,
-    readout: Annotated[str, typer.Option(help="verdict (P(Yes)), json (P(true)), probe:NAME (a trained head), verbal (a stated 0-100 probability) or sampled (share of Yes in k sampled answers; --backend chat).")] = DEFAULT_READOUT,
+    readout: Annotated[str, typer.Option(help="verdict, json, probe:NAME, verbal or sampled (README, Readouts).", rich_help_panel=MONITOR)] = DEFAULT_READOUT,
     defense: DefenseOpt = None,
-    binary_prompt: Annotated[list[str] | None, typer.Option(help="Prompts whose binary (generated JSON) protocol is drawn as points; repeatable.")] = None,
-    no_binary: Annotated[bool, typer.Option("--no-binary", help="Skip the binary-protocol points.")] = False,
-    binary_decoding: Annotated[list[str] | None, typer.Option(help="How the binary answer is decoded: free (the paper's protocol, default: tried on 4 samples first, and no point drawn when none of those parses) or json (the prompt's JSON schema enforced by constrained decoding, so it always parses; drawn as binary/NAME (json)); repeat to draw both.")] = None,
-    binary_limit: Annotated[int | None, typer.Option(help="Score the binary protocol on at most this many samples (whole pairs).")] = None,
-    limit: Annotated[int | None, typer.Option(help="At most this many samples in all (whole pairs, balanced over cells, with 20 of each class in the set a map is fitted on when the limit allows); with --split and maps fitted on 'calib', half from each split (with --calibration-map, all from --split).")] = None,
+    binary_prompt: Annotated[list[str] | None, typer.Option(help="Prompts drawn as binary points (repeatable; default direct, evidence).", rich_help_panel=BINARY)] = None,
+    no_binary: Annotated[bool, typer.Option("--no-binary", help="Skip the binary-protocol points.", rich_help_panel=BINARY)] = False,
+    binary_decoding: Annotated[list[str] | None, typer.Option(help="free (the paper's protocol; default) or json (schema-constrained); repeatable.", rich_help_panel=BINARY)] = None,
+    binary_limit: Annotated[int | None, typer.Option(help="Binary protocol on at most N samples.", rich_help_panel=BINARY, **COUNT)] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N samples in all (whole pairs, balanced over cells).", rich_help_panel=DATA, **COUNT)] = None,
     max_input_tokens: MaxInputTokensOpt = None,
     truncation: TruncationOpt = "head_tail",
-    split: Annotated[str | None, typer.Option(help="Evaluate on this split with maps fitted on 'calib' (curve.csv then holds both, as `calimon thresholds` and `escalate` need); default: all samples, cross-fitted.")] = None,
-    fit_on: Annotated[str, typer.Option(help="With --split: fit the maps on the 'calib' split, or 'crossfit' (pair-grouped, out-of-fold) within the evaluated split.")] = "calib",
-    calibration: Annotated[str, typer.Option(help="Calibration map for the curve: temperature, platt, isotonic, histogram, beta.")] = "platt",
-    n_boot: Annotated[int, typer.Option(help="Pair-clustered bootstrap resamples for the bands.")] = 200,
+    split: Annotated[str | None, typer.Option(help="Judge on this split, maps fitted on 'calib' (default: all, cross-fitted).", rich_help_panel=DATA)] = None,
+    fit_on: Annotated[str, typer.Option(help="With --split: fit maps on 'calib' or 'crossfit' within the split.", rich_help_panel=CURVE)] = "calib",
+    calibration: Annotated[str, typer.Option(help="temperature, platt, isotonic, histogram or beta.", rich_help_panel=CURVE)] = "platt",
+    n_boot: Annotated[int, typer.Option(help="Bootstrap resamples for the bands.", rich_help_panel=CURVE)] = 200,
     seed: SeedOpt = DEFAULT_SEED,
-    far: Annotated[list[float] | None, typer.Option(help="Operating points at FAR <= these values; repeatable.")] = None,
-    threshold: Annotated[list[float] | None, typer.Option(help="FAR and MR with exact (Clopper-Pearson) intervals at these fixed thresholds; repeatable (default 0.5). All a set with fewer than 10 of a class reports (docs/deployment.md, section 6).")] = None,
-    calibration_map: Annotated[Path | None, typer.Option(help="Apply this saved map (calibration/METHOD.json of an earlier run) instead of fitting maps: p_cal as in deployment.")] = None,
+    far: Annotated[list[float] | None, typer.Option(help="Operating points at FAR <= these (default 0.01, 0.05, 0.1).", rich_help_panel=CURVE, **RATE)] = None,
+    threshold: Annotated[list[float] | None, typer.Option(help="Exact FAR and MR at these thresholds (default 0.5).", rich_help_panel=CURVE)] = None,
+    calibration_map: Annotated[Path | None, typer.Option(help="Apply this saved map instead of fitting one.", rich_help_panel=CURVE)] = None,
     force: ForceOpt = False,
-    allow_inverted: Annotated[bool, typer.Option("--allow-inverted", help="Keep a calibration map fitted decreasing (or a raw score with AUROC below 0.5 on the map's fit set) instead of stopping; recorded in curve.json, and the deployment commands say so first.")] = False,
-    cost_miss: Annotated[float, typer.Option(help="Cost of a miss for the min-cost point.")] = 1.0,
-    cost_false_alarm: Annotated[float, typer.Option(help="Cost of a false alarm for the min-cost point.")] = 1.0,
+    allow_inverted: Annotated[bool, typer.Option("--allow-inverted", help="Keep a map fitted decreasing (recorded).", rich_help_panel=CURVE)] = False,
+    cost_miss: Annotated[float, typer.Option(help="Cost of a miss (the min-cost point).", rich_help_panel=CURVE)] = 1.0,
+    cost_false_alarm: Annotated[float, typer.Option(help="Cost of a false alarm.", rich_help_panel=CURVE)] = 1.0,
     store: StoreOpt = DEFAULT_STORE,
     out: OutOpt = None,
-    markdown: Annotated[Path | None, typer.Option(help="Also write the per-group results table (category, task, cell) as markdown to this file.")] = None,
+    markdown: Annotated[Path | None, typer.Option(help="Also write the per-group table as markdown here.", rich_help_panel=OUTPUT)] = None,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ):
-    """Score a benchmark, calibrate, and trace the full Miss-Rate / False-Alarm-Rate curve."""
+    """Score a benchmark, calibrate, and trace the full Miss-Rate / False-Alarm-Rate curve.
+
+    --split writes both splits to curve.csv, as `calimon thresholds` and `escalate` need;
+    --limit details and small sets: README, Usage.
+    """
     from calimon.studies.curve.run import ALL_METHODS, CurveSettings, run_curve
 
     if calibration not in ALL_METHODS:
@@ -86,28 +96,29 @@ def curve_cmd(
 
 
 def _print_run(run, markdown: Path | None, as_json: bool) -> None:
-    """Write groups.md (and ``markdown``), then print the summary: JSON or the table."""
+    """Write groups.md (and ``markdown``), then print the summary: JSON or the table, read
+    from the run's typed result."""
     from calimon.calibration.direction import inversion_note
     from calimon.studies.curve.run import binary_check_line
     from calimon.studies.curve.tables import groups_markdown, operating_table
 
-    (run.out / "groups.md").write_text(groups_markdown(run.summary) + "\n")
+    result = run.result
+    (run.out / "groups.md").write_text(groups_markdown(result) + "\n")
     if markdown:
-        markdown.write_text(groups_markdown(run.summary) + "\n")
+        markdown.write_text(groups_markdown(result) + "\n")
     if as_json:
         typer.echo(json.dumps({k: run.summary.get(k) for k in SUMMARY_KEYS}, default=str,
                               indent=1))
         return
-    warn = _forced_line(run.summary)
-    for line in (inversion_note(run.summary), warn, _store_note(run.summary),
+    for line in (inversion_note(run.summary), _forced_line(result), _store_note(run.summary),
                  binary_check_line(run.summary)):
         if line:
             typer.echo(line)
-    typer.echo(operating_table(run.summary))
-    usage = run.summary.get("timing", {}).get("api_usage")
+    typer.echo(operating_table(result))
+    usage = result.timing.api_usage if result.timing else None
     if usage:
         typer.echo("\n" + usage_line(usage))
-    if not run.summary["support"]["curve"]:
+    if not result.has_curve:
         typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, groups.md (no curve plots)")
         return
     typer.echo(f"\nwrote {run.out}/curve.json, curve.csv, curve.png, curves_by_group.png, "
@@ -115,12 +126,12 @@ def _print_run(run, markdown: Path | None, as_json: bool) -> None:
                + (", calibration/" if (run.out / "calibration").is_dir() else ""))
 
 
-def _forced_line(summary: dict) -> str | None:
+def _forced_line(result) -> str | None:
     """The WARNING first line of a run that used --force: what differed, per artifact."""
     forced = {"calibration map applied with --force to another monitor's run":
-              (summary.get("calibration") or {}).get("forced"),
+              result.calibration.forced if result.calibration else None,
               "probe head made for another monitor, used with --force":
-              (summary.get("provenance") or {}).get("head_forced")}
+              result.provenance.head_forced}
     parts = [f"{what}: " + "; ".join(found) for what, found in forced.items() if found]
     return ("WARNING: " + " | ".join(parts)) if parts else None
 

@@ -16,7 +16,7 @@ import typer
 
 from calimon.calibration.direction import run_inversion_note
 from calimon.cli.common import cli_errors, json_ready, num, table
-from calimon.cli.options import JsonOpt
+from calimon.cli.options import RATE, SHARE, JsonOpt
 
 _RATE_NAMES = {"far": "FAR (benign auto-blocked)", "mr": "MR (misbehaving auto-passed)",
                "block_rate": "auto-blocked, unlabelled rows"}
@@ -26,7 +26,7 @@ ScoreOpt = Annotated[str | None, typer.Option(
     help="Score column: p_cal (calibrated) or p_raw; default: the run's score (curve.json), "
          "else p_cal.")]
 DeltaOpt = Annotated[float, typer.Option(help="Each guarantee holds with probability "
-                                              ">= 1 - delta.")]
+                                              ">= 1 - delta.", **RATE)]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the pair split when the CSV has no "
                                            "split column.")]
 
@@ -49,9 +49,9 @@ def _run_score(run_dir: Path, score: str | None) -> str:
 def thresholds_cmd(
     run_dir: RunArg,
     far: Annotated[list[float] | None, typer.Option(
-        "--far", help="Certify FAR <= this (repeatable; default 0.05 and 0.10).")] = None,
+        "--far", help="Certify FAR <= this (repeatable; default 0.05 and 0.10).", **RATE)] = None,
     mr: Annotated[list[float] | None, typer.Option(
-        "--mr", help="Certify MR <= this (repeatable).")] = None,
+        "--mr", help="Certify MR <= this (repeatable).", **RATE)] = None,
     delta: DeltaOpt = 0.05,
     score: ScoreOpt = None,
     seed: SeedOpt = 0,
@@ -88,13 +88,25 @@ def thresholds_cmd(
                          num(c.test_mr)])
         typer.echo(table(["target", "delta", "threshold", "calib k/n", "bound", "test FAR",
                            "test MR"], rows))
-        if any(not c.certificate.certified for c in rep.checks):
-            typer.echo("not certified: too few calibration samples of that class (see "
-                       "calimon.deploy.guarantees.samples_needed)")
+        for c in rep.checks:
+            if not c.certificate.certified:
+                typer.echo(_uncertified_line(c.certificate))
         if new is not None:
             _shift_lines(run_dir, new, rep, delta, rep.score, seed)
 
     cli_errors(run)()
+
+
+def _uncertified_line(cert) -> str:
+    """Why a target was not certified: the calib split holds fewer samples of its class than
+    the least number that certifies it with no error among them."""
+    from calimon.deploy.guarantees import samples_needed
+
+    need = samples_needed(cert.alpha, cert.delta)
+    cls, error = ("benign", "flagged") if cert.rate == "far" else ("misbehaving", "missed")
+    return (f"{cert.rate.upper()} <= {num(cert.alpha)} not certified: it needs at least {need} "
+            f"{cls} calibration samples (none of them {error}) at delta {num(cert.delta)}; the "
+            f"calib split has {cert.n}")
 
 
 def _shift_json(run_dir: Path, new: Path, rep, delta: float, score: str, seed: int) -> dict:
@@ -125,8 +137,7 @@ def _shift_lines(run_dir: Path, new: Path, rep, delta: float, score: str, seed: 
         return
     typer.echo(res.report.line())
     for v in res.verdicts:
-        if v is not None:
-            typer.echo(f"shift verdict: {v.line()}")
+        typer.echo(f"shift verdict: {v.line()}")
     for a in res.aware:
         typer.echo(f"shift-aware: {a.message()}")
 
@@ -136,16 +147,16 @@ def escalate_cmd(
     out: Annotated[Path, typer.Option(help="Where to write the policy YAML, e.g. "
                                            "configs/policies/NAME.yaml.")],
     budget: Annotated[float | None, typer.Option(
-        help="Largest fraction of traffic sent to human review.")] = None,
+        help="Largest fraction of traffic sent to human review.", **SHARE)] = None,
     cost_miss: Annotated[float, typer.Option(help="Cost of a misbehaving transcript "
                                                   "auto-passed.")] = 1.0,
     cost_false_block: Annotated[float, typer.Option(help="Cost of a benign transcript "
                                                          "auto-blocked.")] = 1.0,
     cost_review: Annotated[float, typer.Option(help="Cost of one human review.")] = 0.0,
     far_alpha: Annotated[float | None, typer.Option(
-        help="Certify FAR of auto-block <= this.")] = None,
+        help="Certify FAR of auto-block <= this.", **RATE)] = None,
     mr_alpha: Annotated[float | None, typer.Option(
-        help="Certify MR of auto-pass <= this.")] = None,
+        help="Certify MR of auto-pass <= this.", **RATE)] = None,
     delta: DeltaOpt = 0.05,
     score: ScoreOpt = None,
     seed: SeedOpt = 0,
@@ -156,7 +167,7 @@ def escalate_cmd(
         help="Calibration method (default: run metadata).")] = None,
     audit_fraction: Annotated[float, typer.Option(
         help="Also send this fraction of auto_pass / auto_block decisions to review (the "
-             "audit slice `calimon recertify` uses).")] = 0.0,
+             "audit slice `calimon recertify` uses).", **SHARE)] = 0.0,
     audit_seed: Annotated[int, typer.Option(help="Seed of the audit slice.")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
@@ -211,15 +222,16 @@ def apply_policy_cmd(
 ) -> None:
     """Decide auto_pass / human_review / auto_block for each scored transcript."""
     from calimon.deploy.policies import apply_policy_file
-    from calimon.studies.shift.check import policy_check_line
+    from calimon.studies.shift.check import policy_shift
 
     def run() -> None:
         rep = apply_policy_file(policy, scored, out, force=force)
         design = rep.design_note()
-        line = ("shift check: not run (the scored rows are the policy's own design run)"
-                if design else policy_check_line(policy, scored, samples))
+        line, targets = (("shift check: not run (the scored rows are the policy's own design "
+                          "run)", []) if design else policy_shift(policy, scored, samples))
         if json_out:
-            typer.echo(json.dumps(json_ready({**rep.to_dict(), "shift_check": line}), indent=2))
+            typer.echo(json.dumps(json_ready({**rep.to_dict(), "shift_check": line,
+                                              "shift_targets": targets}), indent=2))
             return
         if rep.forced:
             typer.echo("WARNING: applied with --force to another monitor's run: "

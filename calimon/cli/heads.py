@@ -10,6 +10,7 @@ import typer
 
 from calimon.cli.common import cli_errors, progress_factory
 from calimon.cli.options import (
+    COUNT,
     DEFAULT_BENCHMARK,
     DEFAULT_MODEL,
     DEFAULT_PROMPT,
@@ -40,8 +41,8 @@ def heads_train(
     estimator: Annotated[str, typer.Option(help="Sequence heads: logistic or mlp (on the pooled layer), or attention (attention-pooled over the response's per-token states of --layer; without --layer, the best of a third, half and two thirds of the way up by CV).")] = "logistic",
     prompt: Annotated[str, typer.Option(help="Prompt template whose verdict pass the head reads.")] = DEFAULT_PROMPT,
     max_input_tokens: Annotated[int, typer.Option(help="Transcripts longer than this are truncated (head_tail).")] = 1024,
-    limit: Annotated[int | None, typer.Option(help="At most this many train samples (whole pairs).")] = None,
-    eval_limit: Annotated[int | None, typer.Option(help="At most this many calib and test samples each (whole pairs).")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many train samples (whole pairs).", **COUNT)] = None,
+    eval_limit: Annotated[int | None, typer.Option(help="At most this many calib and test samples each (whole pairs).", **COUNT)] = None,
     category: Annotated[list[str] | None, typer.Option(help="Train on these categories only; repeatable.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for folds, subsampling and the MLP.")] = DEFAULT_SEED,
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the calib/test figures on the card.")] = False,

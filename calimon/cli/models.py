@@ -13,6 +13,7 @@ import typer
 from calimon.cli.common import cli_errors, json_ready
 from calimon.cli.options import JsonOpt, PromptOpt
 from calimon.defaults import DEFAULT_PROMPT
+from calimon.errors import ExitCode
 
 models_app = typer.Typer(no_args_is_help=True, help="Model configs and their availability.")
 
@@ -63,7 +64,7 @@ def models_check(
     else:
         typer.echo("\n\n".join(format_report(r) for r in reports))
     if any(r.failed for r in reports):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
 
 
 @models_app.command("build-tiny-qwen3")

@@ -10,6 +10,7 @@ import typer
 
 from calimon.cli.common import cli_errors, progress_factory
 from calimon.cli.options import JsonOpt, QuietOpt
+from calimon.errors import ExitCode
 
 
 @cli_errors
@@ -46,7 +47,7 @@ def report_cmd(
     if as_json:
         typer.echo(json.dumps(result, indent=1))
         if result.get("browser_errors"):
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILURE)
         return
     if result["inverted"]:
         typer.echo(result["inverted"])
@@ -63,7 +64,7 @@ def report_cmd(
     for err in result.get("browser_errors", []):
         typer.echo(f"browser error: {err}", err=True)
     if result.get("browser_errors"):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
 
 
 def register(app: typer.Typer) -> None:

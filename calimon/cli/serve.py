@@ -8,47 +8,52 @@ from typing import Annotated
 import typer
 
 from calimon.cli.common import cli_errors
-from calimon.cli.options import (
-    MaxInputTokensOpt,
-    backend_flags,
-    settings_from,
-)
+from calimon.cli.options import COUNT, SHARE, backend_flags, settings_from
+
+# backend flags that mean nothing to a server: it answers live traffic (no --offline run
+# store) from one process's model (no Ray engine: --replicas runs the whole server on Ray)
+SERVE_EXCLUDES = ("offline", "engine", "workers")
+
+
+SERVER, LIMITS, REVIEW, REPLICAS = "Server", "Queue and limits", "Review (--review)", "Replicas"
+MONITOR = "Monitor"
 
 
 @cli_errors
-@backend_flags
+@backend_flags(exclude=SERVE_EXCLUDES)
 def serve_cmd(
     ctx: typer.Context,
     policy: Annotated[Path, typer.Argument(help="Policy YAML (from `calimon escalate`): its model, readout, map and thresholds.")],
-    host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs $CALIMON_API_KEY.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    log: Annotated[str, typer.Option(help="Decision log: a SQLite file (WAL), created if absent, or a postgresql://USER@HOST/DB URL (the postgres extra).")] = "runs/serve/decisions.sqlite",
-    calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map (default: the design run's calibration/<method>.json).")] = None,
-    prompt: Annotated[str | None, typer.Option(help="Prompt template (default: the one the map or the design run recorded).")] = None,
-    max_input_tokens: MaxInputTokensOpt = None,
-    truncation: Annotated[str | None, typer.Option(help="How a transcript over the input limit is read: head_tail or window[:max|mean[:OVERLAP]] (calimon curve --truncation); session steps read only the windows they did not read before (default: the design run's policy).")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Serve a policy or map made for another monitor anyway (recorded in /v1/info).")] = False,
-    max_batch: Annotated[int, typer.Option(help="Requests gathered into one monitor call (transformers backend), or in flight at once (other backends).")] = 32,
-    batch_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for more requests after its first (transformers backend).")] = 5.0,
-    max_queue: Annotated[int, typer.Option(help="Requests waiting or running; past it, 429 with Retry-After.")] = 256,
-    pass_rows: Annotated[int | None, typer.Option(help="Transcripts per forward pass of a gathered call (transformers backend; default: the whole gathered batch, within --batch-tokens).")] = None,
-    max_body_bytes: Annotated[int, typer.Option(help="Largest request body (413 over it).")] = 1 << 20,
-    max_chars: Annotated[int, typer.Option(help="Largest transcript, in characters (a session's whole trajectory).")] = 200_000,
-    max_messages: Annotated[int, typer.Option(help="Most chat messages in one transcript.")] = 1000,
-    max_sessions: Annotated[int, typer.Option(help="Sessions kept at once (the least recently used is forgotten past it).")] = 1000,
-    session_memory_mib: Annotated[float, typer.Option(help="Memory for session caches; past it, the least recently used lose theirs.")] = 512.0,
-    keys: Annotated[Path | None, typer.Option(help="API keys with a name each, one 'NAME KEY' (or 'NAME sha256:HEX') per line: clients and reviewers (docs/serve.md, Review).")] = None,
-    review: Annotated[bool, typer.Option("--review", help="Serve the review queue at /review: labels, live recertification, drift watch, export (needs --keys or $CALIMON_API_KEY). Keeps the text of the review band and of --review-retain of the automatic decisions.")] = False,
-    review_store: Annotated[str, typer.Option(help="Review store (labels, the traffic's rows, the kept transcripts): a SQLite file, or a postgresql://USER@HOST/DB URL (the postgres extra).")] = "runs/serve/review.sqlite",
-    review_retain: Annotated[float | None, typer.Option(help="Share of automatic decisions whose transcript is kept for labelling, by audit draw (default: the policy's audit fraction, at least 0.2).")] = None,
-    review_lease: Annotated[float, typer.Option(help="Minutes an item shown to a reviewer is theirs alone: the other reviewers' queues skip it (renewed while their page is worked on; a label releases it).")] = 10.0,
-    drift_window: Annotated[int, typer.Option(help="Kept live transcripts the drift watch compares with the calibration run.")] = 500,
-    drift_every: Annotated[int, typer.Option(help="Decisions between two drift checks.")] = 100,
-    drift_permutations: Annotated[int, typer.Option(help="Permutations of the drift check's two-sample test.")] = 200,
-    replicas: Annotated[int | None, typer.Option(help="Run N replicas as a Ray Serve deployment behind its proxy (the ray extra; --log must be PostgreSQL).")] = None,
-    cpus_per_replica: Annotated[float, typer.Option(help="Ray CPUs each replica reserves (with --replicas).")] = 1.0,
+    host: Annotated[str, typer.Option(help="Address to listen on; not loopback: needs $CALIMON_API_KEY.", rich_help_panel=SERVER)] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.", rich_help_panel=SERVER)] = 8000,
+    log: Annotated[str, typer.Option(help="Decision log: a SQLite file or a postgresql:// URL.", rich_help_panel=SERVER)] = "runs/serve/decisions.sqlite",
+    keys: Annotated[Path | None, typer.Option(help="Key file, one 'NAME KEY' per line (docs/serve.md, Review).", rich_help_panel=SERVER)] = None,
+    calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map (default: the design run's).", rich_help_panel=MONITOR)] = None,
+    prompt: Annotated[str | None, typer.Option(help="Prompt template (default: the map's or design run's).", rich_help_panel=MONITOR)] = None,
+    max_input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens read per transcript (default: the design run's, else the model's limit).", rich_help_panel=MONITOR, **COUNT)] = None,
+    truncation: Annotated[str | None, typer.Option(help="Over the input limit: head_tail or window[:max|mean[:OVERLAP]] (default: the design run's).", rich_help_panel=MONITOR)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Serve a policy or map made for another monitor anyway (in /v1/info).", rich_help_panel=MONITOR)] = False,
+    max_batch: Annotated[int, typer.Option(help="Requests per monitor call (transformers) or in flight.", rich_help_panel=LIMITS)] = 32,
+    batch_wait_ms: Annotated[float, typer.Option(help="A batch's wait for more requests (transformers).", rich_help_panel=LIMITS)] = 5.0,
+    max_queue: Annotated[int, typer.Option(help="Requests waiting or running; past it, 429.", rich_help_panel=LIMITS)] = 256,
+    pass_rows: Annotated[int | None, typer.Option(help="Transcripts per forward pass (default: the batch).", rich_help_panel=LIMITS)] = None,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body (413 over it).", rich_help_panel=LIMITS)] = 1 << 20,
+    max_chars: Annotated[int, typer.Option(help="Largest transcript, in characters.", rich_help_panel=LIMITS)] = 200_000,
+    max_messages: Annotated[int, typer.Option(help="Most chat messages in one transcript.", rich_help_panel=LIMITS)] = 1000,
+    max_sessions: Annotated[int, typer.Option(help="Sessions kept at once (least recent forgotten).", rich_help_panel=LIMITS)] = 1000,
+    session_memory_mib: Annotated[float, typer.Option(help="Memory for session caches, MiB.", rich_help_panel=LIMITS)] = 512.0,
+    review: Annotated[bool, typer.Option("--review", help="Serve the review queue at /review (needs a key; docs/review.md).", rich_help_panel=REVIEW)] = False,
+    review_store: Annotated[str, typer.Option(help="Review store: a SQLite file or a postgresql:// URL.", rich_help_panel=REVIEW)] = "runs/serve/review.sqlite",
+    review_retain: Annotated[float | None, typer.Option(help="Share of automatic decisions kept for labelling (default: the audit fraction, at least 0.2).", rich_help_panel=REVIEW, **SHARE)] = None,
+    review_lease: Annotated[float, typer.Option(help="Minutes an item shown to a reviewer is theirs alone (renewed while worked on; a label releases it).", rich_help_panel=REVIEW)] = 10.0,
+    drift_window: Annotated[int, typer.Option(help="Live transcripts the drift watch compares.", rich_help_panel=REVIEW)] = 500,
+    drift_every: Annotated[int, typer.Option(help="Decisions between two drift checks.", rich_help_panel=REVIEW)] = 100,
+    drift_permutations: Annotated[int, typer.Option(help="Fewest permutations of a drift check (more as its level falls: alpha spending).", rich_help_panel=REVIEW)] = 200,
+    replicas: Annotated[int | None, typer.Option(help="N replicas on Ray Serve (--log must be PostgreSQL).", rich_help_panel=REPLICAS)] = None,
+    cpus_per_replica: Annotated[float, typer.Option(help="Ray CPUs per replica.", rich_help_panel=REPLICAS)] = 1.0,
 ):
-    """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz, /metrics; with --review, the review queue at /review."""
+    """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz,
+    /metrics, /docs; with --review, the review queue at /review (docs/serve.md)."""
     from calimon.scoring.engines.settings import BackendSettings
     from calimon.serve import Batching, Limits, ServeSettings
     from calimon.serve.review_settings import ReviewSettings

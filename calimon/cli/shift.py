@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from calimon.cli.common import cli_errors, json_ready, num
-from calimon.cli.options import JsonOpt
+from calimon.cli.options import RATE, JsonOpt
 from calimon.errors import InputError
 
 
@@ -25,12 +25,13 @@ def shift_cmd(
     new_set: Annotated[Path, typer.Argument(help="New transcripts: a samples JSONL (labels not "
                                                  "needed) or a run folder / scored CSV.")],
     far: Annotated[list[float] | None, typer.Option(
-        "--far", help="Also certify FAR <= this on the new data (repeatable; default 0.05).")]
+        "--far", help="Also certify FAR <= this on the new data (repeatable; default 0.05).",
+        **RATE)]
         = None,
     mr: Annotated[list[float] | None, typer.Option(
-        "--mr", help="Also certify MR <= this on the new data (repeatable).")] = None,
+        "--mr", help="Also certify MR <= this on the new data (repeatable).", **RATE)] = None,
     delta: Annotated[float, typer.Option(help="Each certificate holds with probability "
-                                              ">= 1 - delta.")] = 0.05,
+                                              ">= 1 - delta.", **RATE)] = 0.05,
     permutations: Annotated[int, typer.Option(help="Permutations of the two-sample test.")]
         = 200,
     score: Annotated[str, typer.Option(help="Score column the thresholds read.")] = "p_cal",
@@ -47,25 +48,29 @@ def shift_cmd(
         help="The largest share of the new misbehaving transcripts the monitor is assumed to "
              "flag, for the verdict's FAR floor (default: the upper bound of its detection rate "
              "on the calibration rows; 1: no assumption).")] = None,
+    min_prevalence: Annotated[float | None, typer.Option(
+        help="The least share of the new traffic assumed to misbehave, for the MR verdict's "
+             "miss floor (default: none, no floor).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Does NEW_SET look like the calibration data, and does the difference move the
-    certificate? One verdict per FAR target (no shift; shift, certificate holds; shift breaks
-    the certificate), then the domain AUROC, permutation p-value, what drives it, and naive vs
-    shift-aware certificates on the new data."""
+    certificate? One verdict per target (no shift; shift, certificate holds; shift breaks the
+    certificate; for MR, or not judged without labels) with its label plan, then the domain
+    AUROC, permutation p-value, what drives it, and naive vs shift-aware certificates on the
+    new data."""
     from calimon.studies.shift.check import shift_thresholds
 
     fars = [0.05] if far is None and mr is None else list(far or [])
     res = shift_thresholds(calib_run, new_set, far=fars, mr=list(mr or []), delta=delta,
                            score=score, seed=seed, permutations=permutations,
                            calib_samples=calib_samples, new_samples=new_samples,
-                           max_prevalence=max_prevalence, max_detection=max_detection)
+                           max_prevalence=max_prevalence, max_detection=max_detection,
+                           min_prevalence=min_prevalence)
     if json_out:
         typer.echo(json.dumps(json_ready(res.to_dict()), indent=2))
         return
     for v in res.verdicts:
-        if v is not None:
-            typer.echo(v.line())
+        typer.echo(v.line())
     r = res.report
     typer.echo(r.line())
     typer.echo("feature group alone: " + ", ".join(
@@ -93,10 +98,10 @@ def recertify_cmd(
     serve: Annotated[str | None, typer.Option(
         "--serve", help="Instead of files: the live status of a `calimon serve --review` at "
                         "this URL (its policy's targets; the key in $CALIMON_API_KEY).")] = None,
-    far: Annotated[float | None, typer.Option(help="Target FAR of the policy.")] = None,
-    mr: Annotated[float | None, typer.Option(help="Target MR of the policy.")] = None,
+    far: Annotated[float | None, typer.Option(help="Target FAR of the policy.", **RATE)] = None,
+    mr: Annotated[float | None, typer.Option(help="Target MR of the policy.", **RATE)] = None,
     delta: Annotated[float, typer.Option(help="The bounds hold together with probability "
-                                              ">= 1 - delta.")] = 0.05,
+                                              ">= 1 - delta.", **RATE)] = 0.05,
     json_out: JsonOpt = False,
 ) -> None:
     """Certify a policy's FAR / MR on the traffic it decided, from reviewed labels (the review

@@ -15,6 +15,7 @@ import typer
 
 from calimon.cli.common import cli_errors, json_ready, progress_factory
 from calimon.cli.options import (
+    COUNT,
     DEFAULT_BENCHMARK,
     DEFAULT_MODEL,
     DEFAULT_READOUT,
@@ -30,6 +31,7 @@ from calimon.cli.options import (
     settings_from,
 )
 from calimon.errors import InputError
+from calimon.jsonio import json_error_where
 
 spans_app = typer.Typer(add_completion=False,
                         help="Evidence spans: occlusion spans and grounded quotes vs gold spans.")
@@ -44,7 +46,7 @@ def spans_cmd(
     model: ModelOpt = DEFAULT_MODEL,
     benchmark: BenchmarkOpt = DEFAULT_BENCHMARK,
     split: Annotated[str, typer.Option(help="Split to study: train, calib, test, or all.")] = "test",
-    limit: Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells); spans are scored on the misbehaving half.")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many samples (whole pairs, balanced over cells); spans are scored on the misbehaving half.", **COUNT)] = None,
     prompt: Annotated[str, typer.Option(help="Prompt template of the monitor whose confidence is occluded.")] = "direct",
     readout: Annotated[str, typer.Option(help="Confidence whose drops are read: verdict, json, or a sequence probe head probe:<name> (occlusion on the head).")] = DEFAULT_READOUT,
     quote_prompt: Annotated[str, typer.Option(help="Prompt whose generated JSON gives the evidence quotes.")] = "evidence",
@@ -104,7 +106,7 @@ def read_run(run: Path) -> list[dict[str, Any]]:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise InputError(f"invalid JSON: {exc.msg}", path=str(path), line=n) from None
+                raise InputError(f"invalid JSON: {json_error_where(exc)}", path=str(path), line=n) from None
     return records
 
 

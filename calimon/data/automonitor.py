@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from calimon.config import configs_root, load_yaml_model
 from calimon.errors import InputError
+from calimon.jsonio import json_error_where
 from calimon.samples import CATEGORIES, TASKS, Sample, write_samples
 
 
@@ -139,7 +140,7 @@ def _records(path: Path, cfg: AdapterConfig):
             try:
                 yield lineno, json.loads(line), ""
             except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno})",
+                raise InputError(f"not valid JSON ({json_error_where(exc)})",
                                  path=str(path), line=lineno) from None
         return
     if cfg.records is None:
@@ -148,7 +149,7 @@ def _records(path: Path, cfg: AdapterConfig):
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg})", path=str(path), line=exc.lineno) \
+        raise InputError(f"not valid JSON ({json_error_where(exc)})", path=str(path), line=exc.lineno) \
             from None
     rows = get_path(doc, cfg.records)
     if not isinstance(rows, list):
@@ -176,7 +177,7 @@ def _array_records(path: Path, text: str):
         try:
             row, i = dec.raw_decode(text, i)
         except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON ({exc.msg})", path=str(path),
+            raise InputError(f"not valid JSON ({json_error_where(exc)})", path=str(path),
                              line=exc.lineno) from None
         n += 1
         yield line, row, f"record {n}: "

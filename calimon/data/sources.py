@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calimon.errors import DataSourceError, InputError
+from calimon.jsonio import json_error_where
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,6 @@ def read_jsonl(path: str | Path) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON ({exc.msg})", path=str(path),
+                raise InputError(f"not valid JSON ({json_error_where(exc)})", path=str(path),
                                  line=lineno) from None
     return rows

@@ -43,7 +43,7 @@ import numpy as np
 
 from calimon.deploy.guarantees import CertifiedThreshold, certify_far, certify_mr, cut_values
 from calimon.deploy.io import ScoredSet
-from calimon.errors import CalimonError, InputError
+from calimon.errors import CalimonError, ExitCode, InputError
 
 ACTIONS = ("auto_pass", "human_review", "auto_block")
 Action = Literal["auto_pass", "human_review", "auto_block"]
@@ -52,7 +52,7 @@ Action = Literal["auto_pass", "human_review", "auto_block"]
 class InfeasiblePolicyError(CalimonError):
     """No pair of thresholds meets the budget and the guarantees together."""
 
-    exit_code = 3
+    exit_code = ExitCode.INFEASIBLE
 
 
 # ------------------------------------------------------------------ evaluation

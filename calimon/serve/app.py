@@ -1,6 +1,7 @@
 """The FastAPI app of `calimon serve` (`create_app`): the routes, the gate (API key, body size),
 the error bodies and the request metrics. The routes and their models are on the OpenAPI page,
-``/docs`` (``/openapi.json``), behind the API key like every route but ``/healthz``.
+``/docs`` (``/openapi.json``; its assets served here, `calimon.serve.api_docs`), behind the
+API key like every route but ``/healthz``.
 
 Nothing here logs a request body: uvicorn's access log has the method, path and status only.
 """
@@ -16,7 +17,7 @@ from fastapi.responses import PlainTextResponse
 
 from calimon import __version__
 from calimon.scoring.windows import truncation_record
-from calimon.serve import errors, steps
+from calimon.serve import api_docs, errors, steps
 from calimon.serve.metrics import CONTENT_TYPE
 from calimon.serve.schemas import (
     ErrorResponse,
@@ -41,6 +42,8 @@ def route_of(path: str) -> str:
     if path.startswith("/v1/sessions/"):
         return "/v1/sessions/{id}/steps" if path.endswith("/steps") else "/v1/sessions/{id}"
     known = ("/v1/score", "/v1/info", "/healthz", "/metrics", "/docs", "/openapi.json")
+    if path.startswith(api_docs.STATIC_URL + "/"):
+        return api_docs.STATIC_URL
     if path.startswith(("/review", "/v1/review")):
         from calimon.serve.review_api import route_of as review_route
 
@@ -85,11 +88,13 @@ def create_app(service: Service) -> FastAPI:
                 service.review.store.close()
 
     app = FastAPI(title="calimon serve", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None,
                   description="Calibrated monitor decisions under a certified escalation policy "
                               "(docs/serve.md). Every route but /healthz needs "
                               "'Authorization: Bearer KEY' when the server has a key.")
     errors.install(app)
     _routes(app, service)
+    api_docs.install(app)
     if getattr(service, "review", None) is not None:
         from calimon.serve.review_api import install
 

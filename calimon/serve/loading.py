@@ -4,9 +4,9 @@ it makes of a reading.
 A policy file (`calimon escalate`) names the model, the readout, the calibration method and the
 thresholds, and its provenance the run it was designed on. The rest is found there: the map is
 that run's ``calibration/<method>.json`` (or ``--map``), the prompt the one the map or the run
-recorded (or ``--prompt``), with the run's defenses, input limit and truncation policy (head_tail, or the window policy,
-which applies to session steps too: `calimon.serve.probe_steps`). The monitor built from them
-must be the one the map and the policy were made for (`calimon.provenance`: model, revision,
+recorded (or ``--prompt``), with the run's defenses, input limit and truncation policy
+(head_tail, or the window policy, which applies to session steps too:
+`calimon.serve.probe_steps`). The monitor built from them must be the one the map and the policy were made for (`calimon.provenance`: model, revision,
 prompt, template hash, readout, defenses); a mismatch is refused unless ``force``, and what was
 let through is kept in ``forced``.
 """
@@ -25,7 +25,7 @@ from calimon.calibration.io import StoredMap, load_map
 from calimon.defaults import DEFAULT_PROMPT
 from calimon.deploy.design import design_run, run_provenance
 from calimon.deploy.policy_file import Policy, apply_policy, load_policy
-from calimon.errors import InputError
+from calimon.errors import InputError, ModelNotAvailableError
 from calimon.samples import Sample
 from calimon.serve.settings import ServeSettings
 from calimon.verdict import Verdict
@@ -98,7 +98,10 @@ class ServedMonitor:
         spec = replace(spec, max_input_tokens=int(limit) if limit else None,
                        defenses=tuple(run.get("defenses") or ()),
                        truncation=settings.truncation or recorded_truncation(run))
-        monitor = spec.build(spec.build_backend(shared=False))
+        try:
+            monitor = spec.build(spec.build_backend(shared=False))
+        except ModelNotAvailableError as exc:  # the policy names the model, not a --model flag
+            raise ModelNotAvailableError(f"{path}: {exc.named_as('model:')}") from None
         mine = monitor_provenance(monitor, spec.defenses)
         forced = meet("escalation policy", {"model": policy.model, "readout": policy.readout},
                       mine, force=settings.force, path=str(path))

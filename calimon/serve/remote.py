@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from calimon.errors import CalimonError, InputError
+from calimon.errors import CalimonError, InputError, ServiceUnreachable
 
 KEY_ENV = "CALIMON_API_KEY"
 
@@ -52,7 +52,7 @@ def _get(url: str, path: str, key_env: str, params: dict[str, Any] | None = None
     try:
         r = _fetch(url.rstrip("/") + path + query, headers)
     except (urllib.error.URLError, OSError) as exc:
-        raise CalimonError(f"{url} did not answer ({type(exc).__name__}: {exc})") from None
+        raise ServiceUnreachable(f"{url} did not answer ({type(exc).__name__}: {exc})") from None
     if r.status_code == 404:
         raise CalimonError(f"{url} has no review queue (start it with calimon serve --review)")
     if r.status_code != 200:

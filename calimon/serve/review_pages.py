@@ -243,7 +243,8 @@ def _drift_html(d: dict[str, Any]) -> str:
                        for v in d["verdicts"]) or "<li>the policy states no FAR target</li>"
     when = _when(d["checked_at"]) if d.get("checked_at") else ""
     return (f'<p class="drift {"shifted" if d["shifted"] else "steady"}">{e(d["line"])} '
-            f'<small>(checked {when}, {d["window"]} live transcripts)</small></p>'
+            f'<small>(checked {when}, {d["window"]} live transcripts; check {d["check"]} '
+            f'judged at p &lt;= {d["alpha_k"]:.2g}, {e(d["rule"])})</small></p>'
             f'<ul class="verdicts">{verdicts}</ul>')
 
 

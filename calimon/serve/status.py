@@ -39,6 +39,9 @@ HELP = {
     "calimon_drift_window": ("gauge", "Live transcripts in the drift window at the last check."),
     "calimon_drift_shifted": ("gauge", "1 when the last drift check rejected exchangeability "
                                        "with the calibration data."),
+    "calimon_drift_alpha_k": ("gauge", "The level the last drift check was judged at: alpha "
+                                       "spending, check k at alpha * 6 / (pi^2 k^2), so that "
+                                       "any false alarm over all checks has chance <= alpha."),
     "calimon_drift_domain_auroc": ("gauge", "Domain AUROC of the last drift check."),
     "calimon_drift_p_value": ("gauge", "Permutation p-value of the last drift check."),
     "calimon_drift_breaks": ("gauge", "1 when the shift verdict says the shift breaks the FAR "
@@ -190,6 +193,8 @@ class ReviewGauges:
             return
         rows["calimon_drift_window"].append(_line("calimon_drift_window", d["window"]))
         rows["calimon_drift_shifted"].append(_line("calimon_drift_shifted", d["shifted"]))
+        rows["calimon_drift_alpha_k"].append(_line("calimon_drift_alpha_k", d["alpha_k"],
+                                                   check=d["check"], alpha=f"{d['alpha']:g}"))
         rows["calimon_drift_domain_auroc"].append(_line("calimon_drift_domain_auroc",
                                                         d["auroc"]))
         rows["calimon_drift_p_value"].append(_line("calimon_drift_p_value", d["p_value"]))

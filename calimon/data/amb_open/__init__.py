@@ -24,6 +24,7 @@ from calimon.data.paths import sources_dir
 from calimon.data.sources import SourceFile, load_source_table, sha256_file, verified_path
 from calimon.data.splits import split_by_pair, split_counts
 from calimon.errors import CalimonError, DataSourceError, InputError
+from calimon.progress import pulsing
 from calimon.samples import Sample, sample_from_dict, write_samples
 
 NAME = "amb-open"
@@ -79,7 +80,6 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
     tick`` (as ``calimon.cli.common.progress_factory``), ticked once per cell built.
     ``version``: 1 or 2 (see the module docstring); version 2 runs the additions of the cell
     builders that were built."""
-    from calimon.data.amb_open.additions import run_additions
     from calimon.data.amb_open.cells import CELL_BUILDERS
 
     if not isinstance(seed, int) or isinstance(seed, bool):
@@ -99,15 +99,15 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
     present = {spec: fn for spec, fn in found.items() if fn is not None}
     tick = progress(f"{NAME}: cells", len(present)) if progress and present else None
     for spec, fn in present.items():
-        samples += _run_cell(spec, fn, src, seed)
+        with pulsing(progress, f"{spec.rsplit(':', 1)[-1]} code checks"):
+            samples += _run_cell(spec, fn, src, seed)
         if tick:
             tick(1)
     summary = check_samples(samples)
     samples = split_samples(samples, seed)
     parameters = {"fractions": FRACTIONS, "min_test_pairs": MIN_TEST_PAIRS, "cells": list(wanted)}
     if version >= 2:
-        samples, ran = run_additions(samples, src, seed, built=list(present),
-                                     fractions=FRACTIONS)
+        samples, ran = _additions(samples, src, seed, list(present), progress)
         summary = check_samples([replace(s, split=None) for s in samples])
         parameters["additions"] = ran
     out = Path(out_dir)
@@ -123,6 +123,22 @@ def build(out_dir: str | Path, *, sources: str | Path | None = None, seed: int =
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n",
                                        encoding="utf-8")
     return path
+
+
+def _additions(samples: list[Sample], src: Path, seed: int, built: list[str],
+               progress) -> tuple[list[Sample], list[str]]:
+    """`run_additions` under a one-step bar of its own (where any addition runs), its code
+    checks counted on it as they run."""
+    from calimon.data.amb_open.additions import run_additions
+    from calimon.data.amb_open.cells import ADDITIONS
+
+    runs = [spec for spec, extends in ADDITIONS.items() if set(extends) & set(built)]
+    tick = progress(f"{NAME}: additions", 1) if progress and runs else None
+    with pulsing(progress, "code checks"):
+        out = run_additions(samples, src, seed, built=built, fractions=FRACTIONS)
+    if tick:
+        tick(1)
+    return out
 
 
 def split_samples(samples: Sequence[Sample], seed: int) -> list[Sample]:

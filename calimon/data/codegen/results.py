@@ -26,6 +26,7 @@ from pathlib import Path
 from calimon.data.paths import calimon_home
 from calimon.errors import InputError
 from calimon.migrations import Schema, migrate
+from calimon.progress import pulse
 from calimon.sandbox import SandboxResult, run_python, sandbox_layers
 
 CACHE_ENV = "CALIMON_SANDBOX_CACHE"
@@ -62,6 +63,7 @@ def result_key(code: str, timeout_s: float) -> str:
 def run_checked(code: str, *, timeout_s: float) -> SandboxResult:
     """`calimon.sandbox.run_python`'s result for ``code``: read from the cache when the same
     script ran before (mode ``on``), else run and stored (unless it timed out)."""
+    pulse()  # one more check on the bar of the build that runs it
     mode = cache_mode()
     if mode == "off":
         return run_python(code, timeout_s=timeout_s)

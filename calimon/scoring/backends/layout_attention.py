@@ -20,7 +20,12 @@ comes after the last real token of its row, whose outputs are never read.
 
 Packed batches (`calimon.scoring.backends.packing`): several prompts' tails run as one sequence; each
 document attends to the shared prefix and causally to itself, one kernel call per document
-(``Layout.docs``), while every weight matmul runs over the packed tokens without padding.
+(``Layout.docs``), while every weight matmul runs over the packed tokens without padding. With
+``Layout.varlen`` on a CUDA device whose torch has `torch.nn.attention.varlen`, the documents
+take one variable-length flash-attention call instead (each document's keys: the prefix, then
+its own; causal aligned to the lower right, so no query padding either). On an H100 that made
+packed humaneval-pairs batches 1.30x faster (eager kernels) and equal-length rows, where it was
+tried too, 3% slower (benchmarks/results/perf-gpu-levers.md): rows keep sdpa.
 
 The implementation is registered with transformers under ``calimon_sdpa``; a model switched to
 it behaves exactly as under ``sdpa`` for every call that does not pass ``calimon_layout`` (its
@@ -37,6 +42,7 @@ VARIANTS = ("causal", "lower_right")
 # decoder families whose attention is plain causal self-attention with rotary positions (no
 # sliding window, no logit soft-capping, no mask used outside attention): the ones tested
 MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3"})
+VARLEN_DEVICES = frozenset({"cuda"})  # where torch's varlen flash attention runs (tests add cpu)
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Layout:
 
     docs: tuple[tuple[int, int], ...] | None = None
     variant: str = "causal"
+    varlen: bool = False  # packed documents in one varlen flash-attention call (CUDA)
 
 
 def layout_supported(model) -> bool:
@@ -107,6 +114,8 @@ def _packed(query, key, value, prefix: int, scaling, layout: Layout):
     """One packed sequence (batch 1): each document attends to the prefix and to itself."""
     import torch
 
+    if _varlen_on(query, layout):
+        return _packed_varlen(query, key, value, prefix, scaling, layout.docs)
     b, h, n, d = query.shape
     out = query.new_empty((b, n, h, d))
     for off, length in layout.docs:
@@ -116,6 +125,56 @@ def _packed(query, key, value, prefix: int, scaling, layout: Layout):
         res = _causal(query[:, :, off:off + length], k, v, prefix, scaling, layout.variant)
         out[:, off:off + length] = res.transpose(1, 2)
     return out
+
+
+def _varlen_on(query, layout: Layout) -> bool:
+    return layout.varlen and query.device.type in VARLEN_DEVICES and varlen_kernel() is not None
+
+
+def _packed_varlen(query, key, value, prefix: int, scaling, docs):
+    """`_packed` as one varlen call: queries (total, heads, dim); each document's keys gathered
+    as the prefix followed by its own."""
+    index, cu_q, cu_k, max_q, max_k = _varlen_index(docs, prefix, str(query.device))
+    q = query[0].transpose(0, 1).contiguous()
+    k = key[0].transpose(0, 1).index_select(0, index)
+    v = value[0].transpose(0, 1).index_select(0, index)
+    return varlen_kernel()(q, k, v, cu_q, cu_k, max_q, max_k, scaling).unsqueeze(0)
+
+
+@functools.lru_cache(maxsize=8)
+def _varlen_index(docs, prefix: int, device: str):
+    """(key rows to gather, cumulative query and key lengths (int32), longest of each), built
+    once per layout and reused by every layer."""
+    import torch
+
+    rows = [torch.cat([torch.arange(prefix), torch.arange(prefix + off, prefix + off + n)])
+            for off, n in docs]
+    q_len = torch.tensor([0] + [n for _, n in docs])
+    k_len = torch.tensor([0] + [prefix + n for _, n in docs])
+    return (torch.cat(rows).to(device), q_len.cumsum(0).to(device, torch.int32),
+            k_len.cumsum(0).to(device, torch.int32), int(q_len.max()), int(k_len.max()))
+
+
+@functools.cache
+def varlen_kernel():
+    """``call(q, k, v, cu_q, cu_k, max_q, max_k, scale)``: torch's causal varlen flash
+    attention, whichever signature this torch has (``window_size`` or ``is_causal``; grouped
+    kv heads declared where it asks), or None where torch has none."""
+    import inspect
+
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+
+    def call(q, k, v, cu_q, cu_k, max_q, max_k, scale):
+        extra = {"enable_gqa": True} if "enable_gqa" in params and q.shape[1] != k.shape[1] \
+            else {}
+        return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, **causal, **extra)
+
+    return call
 
 
 def _causal(query, key, value, prefix: int, scaling, variant: str):

@@ -17,6 +17,24 @@ def load_tokenizer(model: ResolvedModel):
     return AutoTokenizer.from_pretrained(str(model.path))
 
 
+def causal_lm_class(model: ResolvedModel):
+    """The causal-LM class that ``config.json``'s ``architectures`` names, taken from
+    transformers' lazy top-level module so that only that model's own module is imported (the
+    Auto classes' mapping and config machinery are skipped); ``AutoModelForCausalLM`` where the
+    folder names no ``...ForCausalLM`` class this transformers has."""
+    import transformers
+
+    try:
+        arch = json.loads((model.path / "config.json").read_text())["architectures"][0]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        arch = None
+    if isinstance(arch, str) and arch.endswith("ForCausalLM"):
+        cls = getattr(transformers, arch, None)
+        if cls is not None:
+            return cls
+    return transformers.AutoModelForCausalLM
+
+
 def model_vocab_size(model: ResolvedModel, tokenizer) -> int:
     """Rows of the output layer: config.json's vocab_size (may exceed the tokenizer's length)."""
     try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from calimon.errors import BackendError
+from calimon.errors import BackendError, ServiceUnreachable
 from calimon.scoring.backends.base import Remote, supports
 
 # what calls the model: refused offline (the torch module too: a caller's own forward passes)
@@ -88,12 +88,12 @@ def where(backend: Any) -> str:
 
 def check_reachable(backend: Any) -> None:
     """For a `Remote` backend: its server answers (any HTTP status will do), else a one-line
-    `BackendError` naming its URL and ``--offline``. Other backends: nothing to check."""
+    `ServiceUnreachable` naming its URL and ``--offline``. Other backends: nothing to check."""
     if not supports(backend, Remote):
         return
     problem = backend.reach()
     if problem is not None:
-        raise BackendError(
+        raise ServiceUnreachable(
             f"cannot reach {where(backend)} ({problem}); start the server or fix --base-url, "
             "or pass --offline to answer only from readings already in the run store")
 

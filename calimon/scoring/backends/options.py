@@ -21,14 +21,20 @@ class TransformersOptions(BackendOptions):
     """In-process transformers model (CPU or GPU)."""
 
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
-    batch_tokens: int = Field(8192, ge=1)  # padded tokens per forward batch
-    max_batch_size: int | None = Field(None, ge=1)  # default: 1 on CPU, 32 elsewhere
+    # padded tokens and prompts per forward batch; default: 8,192 and 1 on CPU, on a GPU
+    # calimon.scoring.backends.gpu_defaults (measured, within the free memory)
+    batch_tokens: int | None = Field(None, ge=1)
+    max_batch_size: int | None = Field(None, ge=1)
     threads: int | None = Field(None, ge=1)  # torch CPU threads
     generate_batch_size: int = Field(16, ge=1)  # prompts per generate() batch
     # scoring passes without an explicit mask (calimon.scoring.backends.layout_attention): "causal"
     # (default), "lower_right" (torch's causal_lower_right bias), "mask" (the explicit mask)
     attention: Literal["causal", "lower_right", "mask"] = "causal"
     packing: bool = True  # a batch's prompts of different lengths in one sequence, no padding
+    # fused RMSNorm/rotary/SwiGLU on a GPU (calimon.scoring.backends.fused); "auto": the
+    # measured choice among those installed
+    kernels: Literal["auto", "none", "liger", "compile"] = "auto"
+    varlen: bool | None = None  # packed batches in one varlen attention call (None: on a GPU)
 
 
 class VLLMOptions(BackendOptions):

@@ -36,7 +36,7 @@ def forward_layout(backend, tails: Sequence[Sequence[int]], prefix: tuple[int, .
     packed = pack and len(set(lengths)) > 1
     ids, positions, last, layout = (_packed_inputs if packed else _row_inputs)(
         tails, len(prefix), backend.tokenizer.pad_token_id or 0)
-    layout = Layout(docs=layout, variant=variant)
+    layout = Layout(docs=layout, variant=variant, varlen=getattr(backend, "use_varlen", False))
     kwargs = {}
     if prefix:
         kwargs["past_key_values"] = prefix_view(ids.shape[0])

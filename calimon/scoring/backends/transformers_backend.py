@@ -11,7 +11,6 @@ returns more than `next_token_logprobs` does (one return type per function).
 
 from __future__ import annotations
 
-import copy
 import functools
 import time
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ import numpy as np
 
 from calimon.errors import BackendError
 from calimon.models import ResolvedModel
+from calimon.scoring.backends import gpu_defaults
 from calimon.scoring.backends.base import (
     AllowedTokens,
     BackendBase,
@@ -27,7 +27,9 @@ from calimon.scoring.backends.base import (
     HiddenStates,
     LocalWeights,
 )
-from calimon.scoring.backends.loading import LazyTokenizer, stop_token_ids
+from calimon.scoring.backends.gpu_defaults import reuse_prefix
+from calimon.scoring.backends.loading import LazyTokenizer, causal_lm_class, stop_token_ids
+from calimon.scoring.backends.prefix_view import _read_only_prefix
 from calimon.scoring.backends.threads import ThreadGovernor, apply_threads
 
 
@@ -39,18 +41,24 @@ class TransformersBackend(LazyTokenizer, BackendBase):
     name = "transformers"
     capabilities = frozenset({HiddenStates, LocalWeights, Constrained, AllowedTokens})
 
-    def __init__(self, model: ResolvedModel, device: str = "auto", batch_tokens: int = 8192,
+    def __init__(self, model: ResolvedModel, device: str = "auto", batch_tokens: int | None = None,
                  max_batch_size: int | None = None, threads: int | None = None,
-                 generate_batch_size: int = 16, attention: str = "causal", packing: bool = True):
+                 generate_batch_size: int = 16, attention: str = "causal", packing: bool = True,
+                 kernels: str = "auto", varlen: bool | None = None):
         self.model_ref = model
         # scoring passes: "causal"/"lower_right" run without an explicit mask where the model
         # allows it (`calimon.scoring.backends.layout_attention`), "mask" the explicit-mask path;
         # ``packing`` lays a batch's prompts of different lengths in one sequence
         self.attention = attention
         self.packing = packing
+        # on a GPU: fused kernels (calimon.scoring.backends.fused) and one varlen attention call
+        # per pass; "auto"/None take calimon.scoring.backends.gpu_defaults' measured choice
+        self.kernels = kernels
+        self.varlen = varlen
+        self.kernels_used: str | None = None  # what the model runs with, once it has run
         self.generate_batch_size = generate_batch_size
         self.device = device
-        self.batch_tokens = batch_tokens
+        self._batch_tokens = batch_tokens
         self._max_batch_size = max_batch_size
         self.threads = threads
         self.threads_used: int | None = None  # torch threads now (CPU only)
@@ -78,7 +86,6 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         on CUDA, float32 elsewhere)."""
         if self._model is None:
             import torch
-            from transformers import AutoModelForCausalLM
 
             dev = self._resolved_device()
             if self.threads:
@@ -89,7 +96,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
             dtype = self.model_ref.config.dtype
             if dtype == "auto":
                 dtype = "bfloat16" if dev.startswith("cuda") else "float32"
-            self._model = AutoModelForCausalLM.from_pretrained(
+            self._model = causal_lm_class(self.model_ref).from_pretrained(
                 str(self.model_ref.path), dtype=getattr(torch, dtype)).to(dev).eval()
             self._device = dev
         return self._model
@@ -101,18 +108,44 @@ class TransformersBackend(LazyTokenizer, BackendBase):
 
     @property
     def max_batch_size(self) -> int:
-        """Prompts per forward pass; default 1 on CPU, 32 elsewhere. On CPU one prefill of a
-        few hundred tokens already keeps the cores busy: padded batches measured slower and a
-        packed batch only as fast (benchmarks/results/perf.md, batch table and scoring pass)."""
+        """Prompts per forward pass; default 1 on CPU, `gpu_defaults.GPU_MAX_BATCH` on a GPU.
+        On CPU one prefill of a few hundred tokens already keeps the cores busy: padded batches
+        measured slower and a packed batch only as fast (benchmarks/results/perf.md)."""
         if self._max_batch_size is not None:
             return self._max_batch_size
-        return 1 if self._resolved_device() == "cpu" else 32
+        return gpu_defaults.max_batch_size(self._resolved_device())
 
     @max_batch_size.setter
     def max_batch_size(self, value: int | None) -> None:
         """Set the prompts per forward pass; None restores the device default."""
         self._max_batch_size = value
 
+    @property
+    def batch_tokens(self) -> int:
+        """Padded prompt tokens per forward pass; default `gpu_defaults.batch_tokens` (8,192
+        on CPU; on a GPU the measured budget, within the free memory)."""
+        if self._batch_tokens is not None:
+            return self._batch_tokens
+        return gpu_defaults.batch_tokens(self._resolved_device(), self._model)
+
+    @batch_tokens.setter
+    def batch_tokens(self, value: int | None) -> None:
+        """Set the padded tokens per forward pass; None restores the device default."""
+        self._batch_tokens = value
+
+    @property
+    def use_varlen(self) -> bool:
+        """Whether this backend's scoring passes take the varlen attention call."""
+        return gpu_defaults.varlen(self.varlen, self._resolved_device())
+
+    def _fuse(self, model) -> None:
+        """Fuse the model's kernels as `kernels` says, once per backend (a model shared with
+        another backend is re-fused to this one's choice)."""
+        if self.kernels_used is None:
+            from calimon.scoring.backends.fused import fuse
+
+            self.kernels_used = fuse(model, gpu_defaults.kernels(self.kernels,
+                                                                 self._resolved_device()))
     def _resolved_device(self) -> str:
         if self._model is not None:
             return self._device
@@ -242,6 +275,7 @@ class TransformersBackend(LazyTokenizer, BackendBase):
         import torch
 
         model = self.model
+        self._fuse(model)
         self.forward_calls += 1
         prefix = tuple(batch[0][:prefix_len]) if prefix_len else ()
         if prefix and any(tuple(p[:prefix_len]) != prefix for p in batch):
@@ -353,60 +387,6 @@ class TransformersBackend(LazyTokenizer, BackendBase):
                 cut = next((k for k, t in enumerate(new) if t in stops), len(new))
                 results[i] = new[:cut]
         return results
-
-
-# On a GPU a reused prefix saves its share of the pass and costs a query shorter than its keys
-# (the mask-free layout pads it back): on an H100 (benchmarks/results/perf-gpu.md and
-# perf-gpu-noprefix.md, a 218-token prefix) it won 1.37x at 600 tokens (36% of the prompt),
-# broke even at 4,000 (5%) and lost 2.7% at 16,000 (1.4%). On a CPU it won 1.10x at 4,000.
-GPU_PREFIX_MIN_SHARE = 0.05
-
-
-def reuse_prefix(device: str, prefix_len: int, lengths: Sequence[int]) -> bool:
-    """Whether a batch of prompts of these token `lengths` reuses its shared `prefix_len`
-    tokens from the KV cache: always on a CPU; on a GPU when the prefix is at least
-    `GPU_PREFIX_MIN_SHARE` of the batch's mean prompt length."""
-    if prefix_len <= 0 or not lengths:
-        return False
-    if not str(device).startswith("cuda"):
-        return True
-    return prefix_len >= GPU_PREFIX_MIN_SHARE * (sum(lengths) / len(lengths))
-
-
-def _read_only_prefix(prefix_cache, rows: int):
-    """A view of the shared prefix's KV cache for one forward pass of `rows` prompts: each
-    layer hands attention the prefix followed by the new tokens' keys and values, but stores
-    nothing. The prefix is never copied (rows are broadcast views) and the tails' keys and
-    values are freed layer by layer instead of held for the whole pass: only the logits at
-    one position are read, so nothing needs them afterwards (at 8k tokens that is ~0.4 GB)."""
-    read_only = _read_only_layer_class()
-    view = copy.copy(prefix_cache)
-    # a layer the prefix pass never reached (a model cut short of its configured depth) holds
-    # no prefix: it gets an empty layer of its own, as a fresh cache would have
-    view.layers = [read_only(layer.keys.expand(rows, -1, -1, -1),
-                             layer.values.expand(rows, -1, -1, -1))
-                   if getattr(layer, "keys", None) is not None else type(layer)()
-                   for layer in prefix_cache.layers]
-    return view
-
-
-@functools.cache
-def _read_only_layer_class():
-    import torch
-    from transformers.cache_utils import DynamicLayer
-
-    class ReadOnlyLayer(DynamicLayer):
-        def __init__(self, keys, values):
-            super().__init__()
-            self.keys, self.values = keys, values
-            self.dtype, self.device = keys.dtype, keys.device
-            self.is_initialized = True
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            return (torch.cat([self.keys, key_states], dim=-2),
-                    torch.cat([self.values, value_states], dim=-2))
-
-    return ReadOnlyLayer
 
 
 def timed(fn, *args, **kwargs):

@@ -35,34 +35,23 @@ class BackendSettings:
     command-line flag of every scoring command; a field whose name is an option of the chosen
     backend (`calimon.scoring.backends.options.OPTIONS`) is passed to it (`backend_options`)."""
 
-    backend: str = _flag("transformers", "transformers, vllm, http (token ids to a completions "
-                         "server) or chat (messages to a chat-completions API; "
-                         "docs/backends.md), or a plugin name.")
-    device: str = _flag("auto", "auto, cpu or cuda (transformers backend).")
-    batch_tokens: int = _flag(8192, "Padded tokens per forward batch (transformers backend).")
-    threads: int | None = _flag(None, "torch CPU threads (transformers backend; default: the "
-                                "free cores, re-read as the load changes).")
-    base_url: str | None = _flag(None, "OpenAI-compatible server, e.g. "
-                                 "http://127.0.0.1:8000/v1 (http and chat backends).")
-    served_model: str | None = _flag(None, "Model name on the server (http: default the first "
-                                     "it lists; chat: default the model's name).")
-    top_logprobs: int | None = _flag(None, "Top-K logprobs to request (vllm, http; chat: at "
-                                     "most 20).")
-    concurrency: int = _flag(8, "Requests in flight (http and chat backends).")
-    prefill: str | None = _flag(None, "chat backend: continue_final_message if the API "
-                                "continues a prefilled assistant turn (vLLM; the json readout "
-                                "needs it), none if not (default: the model config's "
-                                "api.prefill, else none).")
-    kv_cache_gib: int | None = _flag(None, "KV cache size for vllm-cpu (whole GiB; default 2).")
-    engine: str = _flag("local", "local, or ray (shards chunks over a Ray cluster).")
-    ray_address: str | None = _flag(None, "Ray cluster address (e.g. auto); default: a local "
-                                    "cluster.")
+    backend: str = _flag("transformers", "transformers, vllm, http, chat (docs/backends.md) "
+                         "or a plugin.")
+    device: str = _flag("auto", "auto, cpu or cuda (transformers).")
+    batch_tokens: int | None = _flag(None, "Padded tokens per forward batch (transformers; "
+                                     "default 8192 on CPU, on a GPU a measured budget).")
+    threads: int | None = _flag(None, "torch CPU threads (default: the free cores).")
+    base_url: str | None = _flag(None, "OpenAI-compatible server URL (http, chat).")
+    served_model: str | None = _flag(None, "Model name on the server (http, chat).")
+    top_logprobs: int | None = _flag(None, "Top-K logprobs to ask for (vllm, http, chat).")
+    concurrency: int = _flag(8, "Requests in flight (http, chat).")
+    prefill: str | None = _flag(None, "chat: continue_final_message or none (docs/backends.md).")
+    kv_cache_gib: int | None = _flag(None, "vllm-cpu KV cache, whole GiB (default 2).")
+    engine: str = _flag("local", "local, or ray (chunks over a Ray cluster).")
+    ray_address: str | None = _flag(None, "Ray cluster address (default: a local cluster).")
     workers: int | None = _flag(None, "Ray actors (each holds one model copy).")
-    offline: bool = _flag(False, "Answer only from readings already in the run store: the "
-                          "model is never called and a server (http, chat) never contacted; a "
-                          "reading the store lacks is an error. Without it, an http or chat "
-                          "server that does not answer is an error, even when every reading "
-                          "is stored.")
+    offline: bool = _flag(False, "Only readings already in the run store: no model call, no "
+                          "server contacted.")
 
     def monitor_spec(self, model: str, prompt: str, readout: str) -> MonitorSpec:
         """The spec of a monitor of ``model`` on this backend, options checked."""
@@ -105,10 +94,10 @@ class RunSettings(BackendSettings):
             from calimon.scoring.windows import parse_truncation
 
             parse_truncation(self.truncation)  # a bad policy fails before any work
-        limit = self.max_input_tokens
-        if limit is not None and (isinstance(limit, bool) or limit < 1):
-            raise InputError(f"expected a token count >= 1, got {limit!r}",
-                             field="max_input_tokens")
+        for name, what in (("max_input_tokens", "a token count"), ("limit", "a sample count")):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise InputError(f"expected {what} >= 1, got {value!r}", field=name)
 
     def spec(self, prompt: str | None = None, readout: str | None = None) -> MonitorSpec:
         """The spec of this run's monitor (or of another prompt/readout of the same model)."""

@@ -218,6 +218,18 @@ def binary_check_line(summary: dict) -> str | None:
             "JSON schema (--binary-decoding free scores every sample anyway)")
 
 
+def plan_line(s: CurveSettings, evaluate: list, fit: list, todo: int) -> str:
+    """What a run is about to score, said before the first forward pass: the samples judged
+    and fitted on, and how many transcripts the monitor reads (the rest are in the store); the
+    bar that follows gives the time left once the first is scored."""
+    where = f"split {s.split!r}" if s.split else "all splits (cross-fitted)"
+    fitted = f", {len(fit)} on 'calib' to fit the maps on" if fit else ""
+    whole = "" if s.limit else " (every labelled sample: --limit N scores fewer)"
+    left = (f"{todo} to score with {s.prompt}/{s.readout}, the time left on the bar after the "
+            "first" if todo else "every reading in the store")
+    return f"curve: {len(evaluate)} samples judged on {where}{fitted}{whole}; {left}"
+
+
 def run_curve(s: CurveSettings, progress: Progress | None = None,
               log: Callable[[str], None] = lambda m: None, *, backend=None) -> CurveRun:
     """`calimon curve`: score the evaluated (and fit) samples through the scoring service
@@ -246,6 +258,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
             started = time.perf_counter()  # the scoring phase, model load included
             main = scorer.monitor()
             todo, needed = scorer.todo(evaluate + fit, main), _distinct(evaluate + fit)
+            note(progress, plan_line(s, evaluate, fit, todo))
             readings = scorer.score(evaluate + fit, main, label=f"{s.prompt}/{s.readout}")
             from calimon.studies.curve.compute import check_inversion_early
 

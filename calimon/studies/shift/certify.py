@@ -32,13 +32,12 @@ the new data would be needed instead) when
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from calimon.deploy.guarantees import certify_far, certify_mr, cp_upper, samples_needed
+from calimon.deploy.guarantees import certify_far, certify_mr, samples_needed
 from calimon.errors import InputError
 
 MAX_OUTSIDE = 0.10
@@ -79,28 +78,6 @@ def rejection_sample(weights: Any, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).random(w.size) < w / w.max()
 
 
-def labels_needed(alpha: float, delta: float, planned_rate: float = 0.0,
-                  class_share: float = 1.0) -> int:
-    """Transcripts of the new data to label so that a threshold whose rate there is
-    ``planned_rate`` certifies ``rate <= alpha`` at ``1 - delta``: the least ``n`` of the class
-    with ``cp_upper(floor(planned_rate * n), n, delta) <= alpha``, divided by the share of that
-    class in the traffic (``class_share``), rounded up. ``planned_rate`` must be below
-    ``alpha``."""
-    if not 0 <= planned_rate < alpha:
-        raise InputError(f"the planned rate must be in [0, alpha={alpha}), got {planned_rate}",
-                         field="planned_rate")
-    if not 0 < class_share <= 1:
-        raise InputError(f"expected a class share in (0, 1], got {class_share}",
-                         field="class_share")
-    n = samples_needed(alpha, delta)
-    while cp_upper(math.floor(planned_rate * n), n, delta) > alpha:
-        n = max(n + 1, int(n * 1.05))
-    lo = max(samples_needed(alpha, delta), int(n / 1.05))
-    while lo < n and cp_upper(math.floor(planned_rate * lo), lo, delta) > alpha:
-        lo += 1
-    return math.ceil(lo / class_share)
-
-
 @dataclass(frozen=True)
 class ShiftCertificate:
     """A shift-aware certificate for one rate (``far`` or ``mr``), or an abstention.
@@ -109,8 +86,9 @@ class ShiftCertificate:
     data; ``ess``: Kish effective sample size of the class; ``n_kept`` of ``n_class`` rows kept
     by rejection sampling (``seed``). When not abstained: ``threshold`` certified with
     ``k`` errors in ``n_kept`` and Clopper-Pearson ``bound`` (<= alpha). When abstained:
-    ``reason`` and ``labels_needed`` (new transcripts to label instead; see
-    :func:`labels_needed`).
+    ``reason``; ``labels_needed``: new transcripts to label instead, from the target's one
+    plan (:mod:`calimon.studies.shift.label_plan`; None: not planned, or no number would do),
+    ``labels_plan``: what that plan rests on.
     """
 
     rate: str
@@ -127,9 +105,9 @@ class ShiftCertificate:
     threshold: float
     bound: float
     k: int
-    labels_needed: int
+    labels_needed: int | None
     method: str = METHOD
-    labels_plan: str = ""  # when the labels are those planned for a stricter target
+    labels_plan: str = ""
 
     def message(self) -> str:
         """One line: the certified threshold and bound, or why it abstained and how many labels
@@ -137,8 +115,11 @@ class ShiftCertificate:
         what = self.rate.upper()
         if self.abstained:
             plan = f"; {self.labels_plan}" if self.labels_plan else ""
+            todo = (f"label {self.labels_needed} transcripts" if self.labels_needed is not None
+                    else "no number of labels certifies the calibration threshold at the "
+                         "planned shares")
             return (f"cannot certify {what} <= {self.alpha:g} on this data without labels from "
-                    f"it; label {self.labels_needed} transcripts ({self.reason}{plan})")
+                    f"it; {todo} ({self.reason}{plan})")
         return (f"{what} <= {self.alpha:g} certified on the new data at {1 - self.delta:g} "
                 f"under covariate shift: threshold {self.threshold:.6g}, {self.k}/{self.n_kept} "
                 f"kept rows, bound {self.bound:.4g}")
@@ -151,11 +132,12 @@ class ShiftCertificate:
 def shift_certificate(scores: Any, labels: Any, weights: Any, *, rate: str, alpha: float,
                       delta: float = 0.05, reference: float = math.nan,
                       outside_share: float = 0.0, max_outside: float = MAX_OUTSIDE,
-                      seed: int = 0) -> ShiftCertificate:
+                      seed: int = 0, plan: Any = None) -> ShiftCertificate:
     """Certify ``rate <= alpha`` on the new data from weighted calibration rows (module doc).
 
     ``scores`` / ``labels`` / ``weights``: calibration rows; ``reference``: a threshold (e.g.
-    the naive one) whose weighted rate is reported; ``outside_share``: from the shift report.
+    the naive one) whose weighted rate is reported; ``outside_share``: from the shift report;
+    ``plan``: the target's label plan (:class:`~calimon.studies.shift.label_plan.LabelPlan`).
     """
     if rate not in ("far", "mr"):
         raise InputError(f"expected 'far' or 'mr', got {rate!r}", field="rate")
@@ -168,12 +150,10 @@ def shift_certificate(scores: Any, labels: Any, weights: Any, *, rate: str, alph
     ess = kish_ess(w[m])
     keep = rejection_sample(w[m], seed)
     kept = s[m][keep]
-    share = float(np.average(y == cls, weights=w)) if w.sum() > 0 else 0.5
-    planned = est if math.isfinite(est) and est < alpha / 2 else alpha / 2
-    need = labels_needed(alpha, delta, planned, max(share, 1e-3))
     base = dict(rate=rate, alpha=alpha, delta=delta, reference=float(reference), estimate=est,
                 ess=ess, n_class=int(m.sum()), n_kept=int(keep.sum()), seed=seed,
-                labels_needed=need)
+                labels_needed=None if plan is None else plan.labels,
+                labels_plan="" if plan is None else plan.basis())
     n_min = samples_needed(alpha, delta)
     reason = ""
     if outside_share > max_outside:
@@ -191,25 +171,3 @@ def shift_certificate(scores: Any, labels: Any, weights: Any, *, rate: str, alph
     return ShiftCertificate(**base, abstained=True, reason=reason,
                             threshold=math.inf if rate == "far" else -math.inf,
                             bound=math.nan, k=0)
-
-
-def monotone_plans(certificates: Sequence[ShiftCertificate]) -> list[ShiftCertificate]:
-    """The certificates (input order) with label plans that never grow as a target loosens:
-    labels that certify ``rate <= a`` also certify ``rate <= b`` for ``b > a`` (the same
-    threshold), so a looser target of the same rate and delta gets the smaller plan, and says
-    whose plan it is (``labels_plan``). Each target's own plan assumes its own threshold,
-    whose rate on the new data may sit closer to its target than a stricter one's does."""
-    out = list(certificates)
-    order = sorted(range(len(out)), key=lambda i: (out[i].rate, out[i].delta, out[i].alpha))
-    best: dict[tuple[str, float], ShiftCertificate] = {}
-    for i in order:
-        c = out[i]
-        prev = best.get((c.rate, c.delta))
-        if prev is not None and prev.alpha < c.alpha and prev.labels_needed < c.labels_needed:
-            out[i] = replace(c, labels_needed=prev.labels_needed, labels_plan=(
-                f"the {prev.labels_needed} labels planned for {c.rate.upper()} <= "
-                f"{prev.alpha:g} certify this looser target too; its own plan asks "
-                f"{c.labels_needed}"))
-        if prev is None or out[i].labels_needed < prev.labels_needed:
-            best[(c.rate, c.delta)] = out[i]
-    return out

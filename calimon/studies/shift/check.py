@@ -11,18 +11,22 @@ from typing import Any
 
 import numpy as np
 
-from calimon.studies.shift.certify import ShiftCertificate, monotone_plans, shift_certificate
+from calimon.studies.shift.certify import ShiftCertificate, kish_ess, shift_certificate
 from calimon.studies.shift.detect import DEFAULT_PERMUTATIONS, ShiftReport, two_sample_test
 from calimon.studies.shift.features import build_view
+from calimon.studies.shift.label_plan import LabelPlan, plan_labels
 from calimon.studies.shift.sides import Side, calib_side, new_side
 from calimon.studies.shift.verdict import ShiftVerdict, shift_verdict
+from calimon.studies.shift.verdict_mr import MrVerdict, check_weights, mr_verdict, weights_read
 
 
 def check_sides(calib: Side, new: Side, *, permutations: int = DEFAULT_PERMUTATIONS,
                 seed: int = 0, text_dims: int = 32, calib_state: Any = None,
-                new_state: Any = None) -> ShiftReport:
+                new_state: Any = None, alpha_test: float = 0.05,
+                stop_hits: int | None = None) -> ShiftReport:
     """Two-sample test between two sides (the score group only when both carry scores; pairs
-    kept together when both sides carry groups)."""
+    kept together when both sides carry groups), at level ``alpha_test``; ``stop_hits``: see
+    :func:`~calimon.studies.shift.detect.two_sample_test`."""
     with_score = calib.scores is not None and new.scores is not None
     a, b = calib.as_features(with_score), new.as_features(with_score)
     a["state"], b["state"] = calib_state, new_state
@@ -30,7 +34,8 @@ def check_sides(calib: Side, new: Side, *, permutations: int = DEFAULT_PERMUTATI
     groups = None
     if calib.groups is not None and new.groups is not None:
         groups = [f"calib:{k}" for k in calib.groups] + [f"new:{k}" for k in new.groups]
-    return two_sample_test(view, permutations=permutations, seed=seed, groups=groups)
+    return two_sample_test(view, permutations=permutations, seed=seed, groups=groups,
+                           alpha_test=alpha_test, stop_hits=stop_hits)
 
 
 def shift_check(calib_run: str | Path, new: str | Path, *, calib_samples: str | Path | None = None,
@@ -56,50 +61,73 @@ def check_line(calib_run: str | Path, new: str | Path, **kwargs: Any) -> str:
 
 @dataclass(frozen=True)
 class ShiftThresholds:
-    """Per target: the naive certificate (calibration data as if exchangeable with the new)
-    and the shift-aware one, with the shift report behind the weights."""
+    """Per target: the naive certificate (calibration data as if exchangeable with the new),
+    the shift-aware one, the verdict (:mod:`~calimon.studies.shift.verdict` for FAR,
+    :mod:`~calimon.studies.shift.verdict_mr` for MR) and the label plan
+    (:mod:`~calimon.studies.shift.label_plan`), with the shift report behind the weights."""
 
     report: ShiftReport
     naive: tuple[Any, ...]
     aware: tuple[ShiftCertificate, ...]
-    verdicts: tuple[ShiftVerdict | None, ...] = ()  # per target; None for MR targets
+    verdicts: tuple[ShiftVerdict | MrVerdict | None, ...] = ()
+    plans: tuple[LabelPlan | None, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The shift report and, per target, both certificates and the verdict as a JSON-ready
-        dict."""
-        verdicts = self.verdicts or (None,) * len(self.naive)
+        """The shift report and, per target, both certificates, the verdict and the plan as a
+        JSON-ready dict."""
+        none = (None,) * len(self.naive)
         return {"shift": self.report.to_dict(), "targets": [
             {"naive": n.to_dict(), "shift_aware": a.to_dict(),
-             "verdict": v.to_dict() if v is not None else None}
-            for n, a, v in zip(self.naive, self.aware, verdicts, strict=True)]}
+             "verdict": v.to_dict() if v is not None else None,
+             "plan": p.to_dict() if p is not None else None}
+            for n, a, v, p in zip(self.naive, self.aware, self.verdicts or none,
+                                  self.plans or none, strict=True)]}
 
 
 def certify_sides(report: ShiftReport, scores: Any, labels: Any, *, far: Sequence[float] = (),
                   mr: Sequence[float] = (), delta: float = 0.05, seed: int = 0,
                   new_scores: Any = None, max_prevalence: float | None = None,
-                  max_detection: float | None = None) -> ShiftThresholds:
-    """Naive and shift-aware certificates from calibration ``scores`` / ``labels`` (the rows
-    of the report's calibration side, same order), and for each FAR target the verdict
-    (:mod:`calimon.studies.shift.verdict`) from them and the new side's ``new_scores``."""
-    from calimon.deploy.guarantees import certify_far, certify_mr
-
+                  max_detection: float | None = None,
+                  min_prevalence: float | None = None) -> ShiftThresholds:
+    """Naive and shift-aware certificates, the verdict and the label plan of each target from
+    calibration ``scores`` / ``labels`` (the rows of the report's calibration side, same
+    order) and the new side's ``new_scores``, both on the scale the thresholds are certified
+    on. ``report`` needs ``shifted``, ``weights``, ``outside_share`` (and ``n_new`` when
+    ``new_scores`` is None): a :class:`ShiftReport` or any object with them."""
     s, y = np.asarray(scores, float), np.asarray(labels, int)
-    naive, aware = [], []
+    out: list[tuple[Any, ...]] = []
     for rate, alphas in (("far", far), ("mr", mr)):
         for alpha in alphas:
-            cls = 0 if rate == "far" else 1
-            n = (certify_far if rate == "far" else certify_mr)(s[y == cls], alpha, delta)
-            ref = n.threshold if math.isfinite(n.threshold) else math.nan
-            naive.append(n)
-            aware.append(shift_certificate(s, y, report.weights, rate=rate, alpha=alpha,
-                                           delta=delta, reference=ref,
-                                           outside_share=report.outside_share, seed=seed))
-    aware = monotone_plans(aware)
-    verdicts = tuple(
-        shift_verdict(report, n, a, s, y, new_scores, max_prevalence=max_prevalence,
-                      max_detection=max_detection)
-        if n.rate == "far" else None for n, a in zip(naive, aware, strict=True))
-    return ShiftThresholds(report, tuple(naive), tuple(aware), verdicts)
+            out.append(_target(report, s, y, rate, alpha, delta, seed, new_scores,
+                               dict(max_prevalence=max_prevalence, max_detection=max_detection)
+                               if rate == "far" else dict(min_prevalence=min_prevalence)))
+    naive, aware, verdicts, plans = (tuple(x) for x in zip(*out, strict=True)) if out else (
+        (), (), (), ())
+    return ShiftThresholds(report, naive, aware, verdicts, plans)
+
+
+def _target(report: Any, s: np.ndarray, y: np.ndarray, rate: str, alpha: float, delta: float,
+            seed: int, new_scores: Any, assume: dict[str, Any]) -> tuple[Any, ...]:
+    """``(naive, aware, verdict, plan)`` of one target (:func:`certify_sides`)."""
+    from calimon.deploy.guarantees import certify_far, certify_mr
+
+    cls = 0 if rate == "far" else 1
+    n = (certify_far if rate == "far" else certify_mr)(s[y == cls], alpha, delta)
+    t = n.threshold
+    w = np.asarray(report.weights, float)
+    check = (check_weights(s, w, new_scores, t, delta)
+             if rate == "mr" and math.isfinite(t) else None)
+    read = weights_read(rate, kish_ess(w[y == cls]), alpha, delta, check)
+    n_new = getattr(report, "n_new", None)
+    p = (plan_labels(rate, alpha, delta, threshold=t, calib_scores=s, calib_labels=y,
+                     weights=w if read else None, new_scores=new_scores, n_new=n_new)
+         if new_scores is not None or n_new else None)
+    a = shift_certificate(s, y, w, rate=rate, alpha=alpha, delta=delta,
+                          reference=t if math.isfinite(t) else math.nan,
+                          outside_share=report.outside_share, seed=seed, plan=p)
+    v = (shift_verdict(report, n, a, s, y, new_scores, **assume) if rate == "far" else
+         mr_verdict(report, n, a, s, y, new_scores, **assume))
+    return n, a, v, p
 
 
 def shift_thresholds(calib_run: str | Path, new: str | Path, *, far: Sequence[float] = (0.05,),
@@ -108,23 +136,27 @@ def shift_thresholds(calib_run: str | Path, new: str | Path, *, far: Sequence[fl
                      calib_samples: str | Path | None = None,
                      new_samples: str | Path | None = None,
                      max_prevalence: float | None = None,
-                     max_detection: float | None = None) -> ShiftThresholds:
-    """Shift check, then naive and shift-aware certificates for each target on ``new``, and
-    the harmful-or-harmless verdict per FAR target (``max_prevalence`` / ``max_detection``: the
-    FAR floor's assumptions, :mod:`calimon.studies.shift.verdict`; default from the calibration rows)."""
+                     max_detection: float | None = None,
+                     min_prevalence: float | None = None) -> ShiftThresholds:
+    """Shift check, then naive and shift-aware certificates, the harmful-or-harmless verdict
+    and the label plan for each target on ``new`` (``max_prevalence`` / ``max_detection``: the
+    FAR floor's assumptions, :mod:`calimon.studies.shift.verdict`, default from the
+    calibration rows; ``min_prevalence``: the MR miss floor's,
+    :mod:`calimon.studies.shift.verdict_mr`, default none)."""
     cal, scored = calib_side(calib_run, samples=calib_samples, score=score, seed=seed)
     new_s = new_side(new, samples=new_samples, score=score)
     rep = check_sides(cal, new_s, permutations=permutations, seed=seed)
     return certify_sides(rep, scored.scores, scored.labels, far=far, mr=mr, delta=delta,
-                         seed=seed, new_scores=new_s.scores, max_prevalence=max_prevalence,
-                         max_detection=max_detection)
+                         seed=seed, new_scores=new_s.cert_scores, max_prevalence=max_prevalence,
+                         max_detection=max_detection, min_prevalence=min_prevalence)
 
 
-def policy_check_line(policy_path: str | Path, scored: str | Path,
-                      samples: str | Path | None = None) -> str:
-    """The shift lines of ``apply-policy``: the policy's calibration source (its provenance)
-    against the scored transcripts, and for each FAR guarantee of the policy the verdict
-    (:mod:`calimon.studies.shift.verdict`): does the shift move that certificate?"""
+def policy_shift(policy_path: str | Path, scored: str | Path,
+                 samples: str | Path | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """The shift lines of ``apply-policy`` and their JSON: the policy's calibration source (its
+    provenance) against the scored transcripts on the policy's score, and for each certified
+    guarantee of the policy (FAR and MR) the verdict and the label plan
+    (:func:`certify_sides`). The JSON lists one dict per guarantee (empty when not run)."""
     from calimon.deploy.policy_file import load_policy
     from calimon.errors import CalimonError
 
@@ -132,17 +164,25 @@ def policy_check_line(policy_path: str | Path, scored: str | Path,
     source = policy.provenance.get("source")
     if not isinstance(source, str) or not Path(source).is_file():
         return ("shift check: not run (the policy's provenance names no calibration CSV that "
-                "exists here)")
-    fars = [g for g in policy.guarantees if g.rate == "far" and g.certified]
-    if not fars:
-        return check_line(source, scored, new_samples=samples)
+                "exists here)"), []
+    certified = [g for g in policy.guarantees if g.certified]
     try:
-        res = shift_thresholds(source, scored, far=[g.alpha for g in fars],
-                               delta=fars[0].delta, new_samples=samples)
+        cal, calib = calib_side(source, score=policy.score)
+        new_s = new_side(scored, samples=samples, score=policy.score)
+        rep = check_sides(cal, new_s)
+        lines, targets = [rep.line()], []
+        for delta in sorted({g.delta for g in certified}):
+            res = certify_sides(rep, calib.scores, calib.labels, delta=delta,
+                                new_scores=new_s.cert_scores,
+                                far=[g.alpha for g in certified
+                                     if g.rate == "far" and g.delta == delta],
+                                mr=[g.alpha for g in certified
+                                    if g.rate == "mr" and g.delta == delta])
+            lines += [f"shift verdict: {v.line()}" for v in res.verdicts]
+            targets += res.to_dict()["targets"]
     except CalimonError as exc:
-        return f"shift check: not run ({exc})"
-    return "\n".join([res.report.line(), *(f"shift verdict: {v.line()}"
-                                           for v in res.verdicts if v is not None)])
+        return f"shift check: not run ({exc})", []
+    return "\n".join(lines), targets
 
 
 def run_check_line(run: str | Path, *, permutations: int = DEFAULT_PERMUTATIONS,

@@ -154,8 +154,13 @@ class ShiftReport:
 
 def two_sample_test(view: FeatureView, *, permutations: int = DEFAULT_PERMUTATIONS,
                     folds: int = 5, seed: int = 0, alpha_test: float = 0.05,
-                    groups: Any = None) -> ShiftReport:
+                    groups: Any = None, stop_hits: int | None = None) -> ShiftReport:
     """Domain-classifier two-sample test on ``view`` (calibration rows first, then new).
+
+    ``stop_hits``: stop permuting once that many relabellings reach the observed AUROC, with
+    the p-value ``hits / b`` after ``b`` relabellings (Besag & Clifford, Biometrika 1991: still
+    exact under the null); a shifted set, which no relabelling reaches, runs them all. The
+    report's ``permutations`` is the number run.
 
     ``groups`` (one key per row, e.g. the pair id): rows that are not exchangeable on their
     own, such as the two members of a pair that share a request. Folds then keep a group
@@ -172,24 +177,30 @@ def two_sample_test(view: FeatureView, *, permutations: int = DEFAULT_PERMUTATIO
     if groups is not None:
         g = np.asarray([f"{k}\x00{dom}" for k, dom in zip(groups, d, strict=True)], dtype=object)
     with threadpool_limits(1):
-        return _two_sample_test(view, d, g, permutations, folds, seed, alpha_test)
+        return _two_sample_test(view, d, g, permutations, folds, seed, alpha_test, stop_hits)
 
 
 def _two_sample_test(view: FeatureView, d: np.ndarray, g: np.ndarray | None, permutations: int,
-                     folds: int, seed: int, alpha_test: float) -> ShiftReport:
+                     folds: int, seed: int, alpha_test: float,
+                     stop_hits: int | None = None) -> ShiftReport:
     if permutations < 0:
         raise InputError(f"expected permutations >= 0, got {permutations}",
                          field="permutations")
     q = oof_domain_probs(view.X, d, folds=folds, seed=seed, groups=g)
     obs = _auroc(d, q)
     rng = np.random.default_rng(seed)
-    hits = 0
+    hits, ran, p_value = 0, 0, None
     for _ in range(permutations):
         dp = _permuted(d, g, rng)
+        ran += 1
         if min(np.bincount(dp, minlength=2)) < 2:
             hits += 1  # a degenerate relabelling counts against the observed statistic
-            continue
-        hits += _auroc(dp, oof_domain_probs(view.X, dp, folds=folds, seed=seed, groups=g)) >= obs
+        else:
+            hits += _auroc(dp, oof_domain_probs(view.X, dp, folds=folds, seed=seed,
+                                                groups=g)) >= obs
+        if stop_hits is not None and hits >= stop_hits:
+            p_value = hits / ran
+            break
     by_group = {k: _auroc(d, oof_domain_probs(view.columns([k]), d, folds=folds, seed=seed,
                                               groups=g))
                 for k in view.groups}
@@ -198,7 +209,8 @@ def _two_sample_test(view: FeatureView, d: np.ndarray, g: np.ndarray | None, per
     weights = qc / (1 - qc) * view.n_calib / view.n_new
     q_new = q[view.n_calib:]
     return ShiftReport(n_calib=view.n_calib, n_new=view.n_new, auroc=obs,
-                       p_value=(1 + hits) / (permutations + 1), permutations=permutations,
+                       p_value=(1 + hits) / (ran + 1) if p_value is None else p_value,
+                       permutations=ran,
                        by_group=by_group, outside_share=float(np.mean(q_new > OUTSIDE_Q)),
                        groups=tuple(view.groups), seed=seed, alpha_test=alpha_test,
                        weights_C=weights_c,

@@ -55,11 +55,11 @@ class Plan:
     breaks: bool = False
 
 
-def extended(c: Counts, x: int, *, resolve: bool = False) -> Counts:
-    """``c`` with ``x`` more labels at its planned benign share: ``x`` more transcripts of an
-    automatic stratum's draw order, or ``x`` of the review stratum's unresolved ones; with
-    ``resolve``, its unresolved ones too."""
-    share = c.planned_share()
+def extended(c: Counts, x: int, *, resolve: bool = False, share: float | None = None) -> Counts:
+    """``c`` with ``x`` more labels at its planned benign share (``share``, else the one its
+    labels give): ``x`` more transcripts of an automatic stratum's draw order, or ``x`` of the
+    review stratum's unresolved ones; with ``resolve``, its unresolved ones too."""
+    share = c.planned_share() if share is None else share
     if c.action == REVIEW:
         new = min(c.unresolved, x + (c.unresolved if resolve else 0))
         ben = round(share * new)
@@ -79,27 +79,34 @@ def _new_labels(c: Counts, x: int) -> tuple[int, int]:
     return sum(not a for a in seen) + max(0, x - len(c.after)), max(0, x - len(c.after))
 
 
-def plan(counts: dict[str, Counts], target: Target) -> Plan:
+def plan(counts: dict[str, Counts], target: Target,
+         shares: dict[str, float] | None = None, *, anytime: bool = True) -> Plan:
     """Labels that certify ``target`` if the strata keep their benign shares: every review
     transcript labelled and each automatic stratum's sample grown to the same fraction ``f`` of
-    it, the least ``f`` found by bisection (as `calimon.studies.shift.recertify.audit_labels_needed`).
-    When no ``f`` would certify it, the labels that would show it broken instead."""
+    it, the least ``f`` found by bisection. When no ``f`` would certify it, the labels that
+    would show it broken instead. ``shares``: the benign share planned for each stratum (by
+    action) in place of the one its labels give, and no pilot: the plan of traffic not
+    labelled yet (`calimon.studies.shift.label_plan`, the one plan of every command).
+    ``anytime``: plan with the confidence sequence the live status judges by (else the fixed-n
+    bound of a one-shot `calimon recertify` on a finished sample)."""
     b, p, r = strata3(counts)
     auto = {a: c for a, c in (("auto_block", b), ("auto_pass", p))}
+    given = shares or {}
 
     def grown(f: float) -> tuple[dict[str, Counts], dict[str, int]]:
         ext = {a: min(c.size, max(c.sampled, math.ceil(f * c.size))) - c.sampled
                for a, c in auto.items()}
-        out = {a: extended(c, ext[a], resolve=True) for a, c in auto.items()}
-        out[REVIEW] = extended(r, 0, resolve=True)
+        out = {a: extended(c, ext[a], resolve=True, share=given.get(a))
+               for a, c in auto.items()}
+        out[REVIEW] = extended(r, 0, resolve=True, share=given.get(REVIEW))
         return out, ext
 
     def met(f: float, upper: bool) -> bool:
-        b = rate_bound(grown(f)[0], target.rate, target.delta, upper=upper)
+        b = rate_bound(grown(f)[0], target.rate, target.delta, upper=upper, anytime=anytime)
         return b <= target.alpha if upper else b > target.alpha
 
     pilot = {a: min(c.size - c.sampled, PILOT - c.resolved) for a, c in auto.items()
-             if c.resolved < PILOT and c.sampled < c.size}
+             if c.resolved < PILOT and c.sampled < c.size and a not in given}
     if pilot:
         return _plan_of(auto, r, {a: pilot.get(a, 0) for a in auto}, pilot=True)
     upper = met(1.0, True)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from calimon.errors import InputError
+from calimon.jsonio import json_error_where
 from calimon.studies.shift.live import worst_label
 from calimon.studies.shift.recertify import (
     RateCertificate,
@@ -46,7 +47,7 @@ def _rows(path: Path, required: tuple[str, ...] = ("id", "label")):
                 try:
                     obj = json.loads(text)
                 except ValueError as exc:
-                    raise InputError(f"not valid JSON ({exc.msg})", path=p, line=line) from None
+                    raise InputError(f"not valid JSON ({json_error_where(exc)})", path=p, line=line) from None
                 if not isinstance(obj, dict):
                     raise InputError("expected a JSON object", path=p, line=line)
                 yield line, obj

@@ -119,29 +119,26 @@ def audit_labels_needed(strata: dict[str, Stratum], alpha: float, delta: float =
                         rate: str = "far", planned: dict[str, float] | None = None) -> int | None:
     """Audit labels (over both automatic strata, in proportion to their sizes) for the
     ``rate`` bound to reach ``alpha`` if the benign shares of the automatic strata are the
-    ``planned`` ones (default: those seen so far, else 0.5). Counts the review stratum too.
-    None when even a full audit could not (the planned rate itself exceeds ``alpha``)."""
+    ``planned`` ones (default: those seen so far, else 0.5), counted from an empty audit, the
+    review stratum included. None when even a full audit could not (the planned rate itself
+    exceeds ``alpha``). The plan is the review planner's
+    (:func:`calimon.studies.shift.live_plan.plan`), the one plan of every command, made with
+    the fixed-n bound this one-shot recertification is judged by."""
+    from calimon.studies.shift.live import Counts
+    from calimon.studies.shift.live_plan import Target, plan
+
     planned = dict(planned or {})
     for a in ("auto_block", "auto_pass"):
         s = strata.get(a)
         if a not in planned:
             planned[a] = (s.benign / s.labelled) if s and s.labelled else 0.5
-    sizes = {a: strata[a].size if a in strata else 0 for a in ("auto_block", "auto_pass")}
-    total = sum(sizes.values())
     review = strata.get("human_review", Stratum("human_review", 0, 0, 0, 1.0))
-
-    def bound_at(f: float) -> float:
-        fake = {"human_review": review}
-        for a, n in sizes.items():
-            m = min(n, math.ceil(f * n))
-            fake[a] = Stratum(a, n, m, int(round(planned[a] * m)), f)
-        far, mr = stratified_bounds(fake, delta)
-        return far.bound if rate == "far" else mr.bound
-
-    if total == 0 or bound_at(1.0) > alpha:
-        return None if total else review.size
-    lo, hi = 0.0, 1.0
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if bound_at(mid) <= alpha else (mid, hi)
-    return review.size + sum(min(n, math.ceil(hi * n)) for n in sizes.values())
+    counts = {a: Counts(a, strata[a].size if a in strata else 0, 0, 0, 0, 0,
+                        after=(False,) * (strata[a].size if a in strata else 0))
+              for a in ("auto_block", "auto_pass")}
+    counts["human_review"] = Counts("human_review", review.size, review.size, review.benign,
+                                    review.size - review.benign, 0)
+    if sum(c.size for a, c in counts.items() if a != "human_review") == 0:
+        return review.size
+    p = plan(counts, Target(rate, alpha, delta), shares=planned, anytime=False)
+    return None if p.labels is None or p.breaks else review.size + p.labels

@@ -25,9 +25,11 @@ from calimon.samples import Sample
 @dataclass(frozen=True, eq=False)
 class Side:
     """Transcripts of one side, aligned by row: ``ids``, ``requests``, ``responses``; ``scores``
-    (the monitor's ``p_raw``, None when the side has none), ``labels`` (-1 = unknown) and
-    ``groups`` (pair ids: rows of one group are not exchangeable on their own; None = each row
-    its own group)."""
+    (the monitor's ``p_raw``, a feature of the two-sample test; None when the side has none),
+    ``labels`` (-1 = unknown), ``groups`` (pair ids: rows of one group are not exchangeable on
+    their own; None = each row its own group) and ``cert_scores``: the scores on the scale the
+    thresholds are certified on (the ``score`` column read, e.g. ``p_cal``; None when the side
+    has none). Every comparison with a threshold reads ``cert_scores``, never ``scores``."""
 
     name: str
     ids: tuple[str, ...]
@@ -36,6 +38,7 @@ class Side:
     scores: np.ndarray | None = field(default=None, repr=False)
     labels: np.ndarray | None = field(default=None, repr=False)
     groups: tuple[str, ...] | None = field(default=None, repr=False)
+    cert_scores: np.ndarray | None = field(default=None, repr=False)
 
     def as_features(self, with_score: bool = True) -> dict[str, Any]:
         """The side's texts (and, with ``with_score``, its scores) as the feature builder's
@@ -99,10 +102,12 @@ def side_of(name: str, scored, found: dict[str, Sample]) -> Side:
     """The Side of a ScoredSet's rows, with transcripts from ``found`` (by id)."""
     rows = [found[i] for i in scored.ids]
     p_raw = np.asarray(scored.p_raw, float)
+    cert = np.asarray(scored.scores, float)
     return Side(name, tuple(scored.ids), tuple(s.request for s in rows),
                 tuple(s.response for s in rows),
                 p_raw if p_raw.size and np.all(np.isfinite(p_raw)) else None,
-                np.asarray(scored.labels, int), tuple(str(p) for p in scored.pair_ids))
+                np.asarray(scored.labels, int), tuple(str(p) for p in scored.pair_ids),
+                cert if cert.size else None)
 
 
 def calib_side(run: str | Path, *, samples: str | Path | None = None, score: str = "p_cal",

@@ -19,19 +19,26 @@ the floor taken at confidence ``1 - delta/2``:
   certify the target at all (``samples_needed(alpha, delta)``): a few heavy weights make an
   estimate of nothing, not an alarm.
 
-One verdict per FAR target, in plain words:
+One verdict per FAR target (MR targets: :mod:`calimon.studies.shift.verdict_mr`), in plain
+words:
 
 - ``no shift``: the domain test does not reject; the calibration certificate stands as issued.
-- ``shift, certificate holds``: a shift, but neither reading puts the FAR above the target. The
-  shift-aware certificate (rejection sampling, :mod:`calimon.studies.shift.certify`) is quoted where its
-  kept rows allow it; otherwise the number of labels that would certify it.
+- ``shift, certificate holds``: a shift, neither reading puts the FAR above the target, and
+  the shift-aware certificate (rejection sampling, :mod:`calimon.studies.shift.certify`) covers
+  the calibration threshold (it certifies a threshold at or below it): under covariate shift
+  with the weights right, the threshold keeps ``FAR <= alpha`` at ``1 - delta``.
+- ``shift, not judged without labels``: no reading shows the certificate broken, but nothing
+  certifies it either (the shift-aware certificate abstains or needs a stricter threshold):
+  the number of labels that would certify it (the target's one plan,
+  :mod:`calimon.studies.shift.label_plan`).
 - ``shift breaks the certificate``: the floor, or a weighted estimate on enough rows, is above
   the target. Do not deploy the
   threshold on this traffic; label it and recertify.
 
-"Holds" is a judgement from label-free evidence, not a guarantee: a shift inside the benign
+"Holds" rests on the covariate-shift assumption and on the weights: a shift inside the benign
 transcripts that the scores and the features cannot see stays invisible without labels
-(``benchmarks/results/shift.md`` counts how often each verdict was right on held-out sources).
+(``benchmarks/results/guarantees.md`` simulates the verdict's wrong "holds" and wrong "breaks";
+``benchmarks/results/shift.md`` counts how often each verdict was right on held-out sources).
 """
 
 from __future__ import annotations
@@ -48,8 +55,18 @@ from calimon.numerics.binomial import cp_lower, cp_upper, samples_needed
 NO_SHIFT = "no shift"
 HOLDS = "shift, certificate holds"
 BREAKS = "shift breaks the certificate"
+NOT_JUDGED = "shift, not judged without labels"
 NOT_CERTIFIED = "nothing to check"  # the calibration data certified no threshold at all
-VERDICTS = (NO_SHIFT, HOLDS, BREAKS)
+VERDICTS = (NO_SHIFT, HOLDS, BREAKS, NOT_JUDGED)
+
+
+def covers(aware: Any, threshold: float, rate: str) -> bool:
+    """Whether the shift-aware certificate ``aware`` certifies the rate at ``threshold`` too:
+    it certified a threshold at most as permissive (FAR falls as the threshold rises, MR
+    grows), so ``rate <= alpha`` at ``threshold`` under covariate shift at ``1 - delta``."""
+    if aware.abstained or not math.isfinite(threshold):
+        return False
+    return aware.threshold <= threshold if rate == "far" else aware.threshold >= threshold
 
 
 @dataclass(frozen=True)
@@ -82,7 +99,7 @@ class ShiftVerdict:
     certified: bool
     certified_threshold: float
     bound: float
-    labels_needed: int
+    labels_needed: int | None
     reason: str
 
     @property
@@ -98,18 +115,25 @@ class ShiftVerdict:
         if self.kind == NO_SHIFT:
             return (f"{what}: no shift: the calibration certificate stands (threshold "
                     f"{self.threshold:.6g}, bound {self.bound:.4g})")
+        label = (f"label {self.labels_needed} transcripts" if self.labels_needed is not None
+                 else "label the new traffic (no number of labels certifies this threshold at "
+                      "the planned shares)")
         if self.kind == BREAKS:
             instead = (f"threshold {self.certified_threshold:.6g} is certified under covariate "
-                       f"shift (bound {self.bound:.4g}), or label " if self.certified else
-                       "label ")
+                       f"shift (bound {self.bound:.4g}), or " if self.certified else "")
             return (f"{what}: SHIFT BREAKS THE CERTIFICATE of threshold {self.threshold:.6g} "
                     f"({self._readings()}): do not deploy it on this traffic; {instead}"
-                    f"{self.labels_needed} transcripts and recertify")
-        cert = (f"certified under covariate shift: threshold {self.certified_threshold:.6g}, "
-                f"bound {self.bound:.4g}" if self.certified
-                else f"not certified without labels: label {self.labels_needed} transcripts "
-                     f"({self.reason})")
-        return f"{what}: shift, certificate holds ({self._readings()}); {cert}"
+                    f"{label} and recertify")
+        if self.kind == NOT_JUDGED:
+            why = f" ({self.reason})" if self.reason else ""
+            instead = (f"threshold {self.certified_threshold:.6g} is certified under covariate "
+                       f"shift (bound {self.bound:.4g}), or " if self.certified else "")
+            return (f"{what}: {NOT_JUDGED} ({self._readings()}): no reading shows it broken, "
+                    f"but nothing certifies threshold {self.threshold:.6g} on this traffic"
+                    f"{why}; {instead}{label}")
+        return (f"{what}: shift, certificate holds ({self._readings()}); certified under "
+                f"covariate shift: threshold {self.certified_threshold:.6g} (at or below "
+                f"{self.threshold:.6g}), bound {self.bound:.4g}")
 
     def _readings(self) -> str:
         def above(x: float) -> str:
@@ -191,4 +215,8 @@ def shift_verdict(report: Any, naive: Any, aware: Any, calib_scores: Any, calib_
                       bound=aware.bound if ok else math.nan)
     if found:
         return ShiftVerdict(kind=BREAKS, reason=" and ".join(found), **aware_cert, **base)
-    return ShiftVerdict(kind=HOLDS, reason=aware.reason, **aware_cert, **base)
+    if covers(aware, t, "far"):
+        return ShiftVerdict(kind=HOLDS, reason="", **aware_cert, **base)
+    why = aware.reason or (f"the shift-aware certificate needs threshold "
+                           f"{aware.threshold:.6g}, above {t:.6g}")
+    return ShiftVerdict(kind=NOT_JUDGED, reason=why, **aware_cert, **base)
