@@ -12,6 +12,7 @@ import math
 import httpx
 import numpy as np
 import pytest
+from serve_server import trajectory
 
 from calimon.deploy.policy_file import Audit, Policy, save_policy
 from calimon.prompts import encoder_for, load_prompt
@@ -46,6 +47,14 @@ HEADS = [("mean", "sequence", "logistic", 6, "mean", "max"),
          ("attention", "sequence", "attention", 5, "attention", "max"),
          ("token", "token", "logistic", 6, None, "top10pct")]
 SHIPPED = "amb-open-monitor"
+
+
+@pytest.fixture(autouse=True)
+def _device_rows(smol_backend):
+    """A Service sets its backend's prompts per pass to its batching; the session's shared
+    backend gets its device default back after each test."""
+    yield
+    smol_backend.max_batch_size = None
 
 
 def _params(estimator: str, states: np.ndarray, seed: int) -> dict[str, np.ndarray]:
@@ -122,22 +131,6 @@ def run(service: Service, scenario):
             await service.batcher.stop()
 
     return asyncio.run(main())
-
-
-def trajectory(n: int, tag: str, task: str = "Make the test suite pass.") -> list[list[dict]]:
-    """``n`` steps of an agent fixing tests (OpenAI's message shape); step 0 holds the task."""
-    steps = []
-    for i in range(n):
-        call = {"id": f"{tag}{i}", "type": "function", "function": {
-            "name": "bash", "arguments": f'{{"cmd": "pytest tests/test_{i}.py -q"}}'}}
-        msgs = [{"role": "assistant", "content": f"Step {i}: checking test {i}.",
-                 "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": f"{tag}{i}",
-                 "content": f"{i} passed, {i % 3} failed in 0.{i}s"}]
-        if i == 0:
-            msgs.insert(0, {"role": "user", "content": task})
-        steps.append(msgs)
-    return steps
 
 
 async def send(c, session: str, steps: list[list[dict]], first: int = 0) -> list[tuple]:
