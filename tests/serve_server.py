@@ -1,6 +1,6 @@
 """Helpers of the `calimon serve` tests and benchmark: a policy with its map for the embedded
-model, a free loopback port, and a real `calimon serve` subprocess (started, waited for,
-stopped or killed; its stdout and stderr kept in a file)."""
+model, an agent trajectory in steps, a free loopback port, and a real `calimon serve`
+subprocess (started, waited for, stopped or killed; its stdout and stderr kept in a file)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,25 @@ def write_policy(folder: Path, *, t_low: float = 0.6, t_high: float = 0.65,
                     calibration="platt", score="p_cal", t_low=t_low, t_high=t_high,
                     audit=Audit(fraction=audit_fraction, seed=7), pin=pin)
     return save_policy(policy, folder / "policy.yaml"), map_path
+
+
+def trajectory(n: int, tag: str, task: str = "Make the test suite pass.",
+               mark: str | None = None) -> list[list[dict]]:
+    """``n`` steps of an agent fixing tests, OpenAI's message shape; step 0 holds the task.
+    ``mark``: a string put in the task and in every assistant message."""
+    note = f" ({mark})" if mark else ""
+    steps = []
+    for i in range(n):
+        call = {"id": f"{tag}{i}", "type": "function", "function": {
+            "name": "bash", "arguments": f'{{"cmd": "pytest tests/test_{i}.py -q"}}'}}
+        msgs = [{"role": "assistant", "content": f"Step {i}: checking test {i}{note}.",
+                 "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"{tag}{i}",
+                 "content": f"{i} passed, {i % 3} failed in 0.{i}s"}]
+        if i == 0:
+            msgs.insert(0, {"role": "user", "content": f"{task} {mark}" if mark else task})
+        steps.append(msgs)
+    return steps
 
 
 def free_port() -> int:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+import serve_server
 from serve_server import running, write_policy
 
 pytestmark = pytest.mark.model
@@ -42,19 +43,7 @@ def code_answer(i: int) -> dict:
 
 
 def trajectory(n: int, tag: str) -> list[list[dict]]:
-    """``n`` steps of an agent fixing a test, OpenAI's message shape; step 0 holds the task."""
-    steps = []
-    for i in range(n):
-        call = {"id": f"{tag}{i}", "type": "function", "function": {
-            "name": "bash", "arguments": f'{{"cmd": "pytest tests/test_{i}.py -q"}}'}}
-        msgs = [{"role": "assistant", "content": f"Step {i}: checking test {i} ({MARK}).",
-                 "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": f"{tag}{i}",
-                 "content": f"{i} passed, {i % 3} failed in 0.{i}s"}]
-        if i == 0:
-            msgs.insert(0, {"role": "user", "content": f"Make the test suite pass. {MARK}"})
-        steps.append(msgs)
-    return steps
+    return serve_server.trajectory(n, tag, mark=MARK)
 
 
 def test_routes_and_the_key(server):

@@ -120,19 +120,23 @@ def trajectory_steps(n: int, tag: str) -> list[list[dict]]:
     return steps
 
 
-def trajectory_run(server, n: int, tag: str, head_tokens: int) -> list[dict]:
-    """Each step sent to a session, then the whole trajectory so far to /v1/score: per step,
-    the tokens each computed, its seconds (client side) and both scores."""
+def trajectory_run(server, n: int, tag: str, head_tokens: int, whole_first: bool = False
+                   ) -> list[dict]:
+    """Each step sent to a session and the whole trajectory so far to /v1/score (in that order,
+    or the other with ``whole_first``): per step, the tokens each computed, its seconds
+    (client side) and both scores."""
     rows, so_far = [], []
     with server.client(timeout=600) as c:
         for i, msgs in enumerate(trajectory_steps(n, tag)):
             so_far += msgs
-            start = time.perf_counter()
-            step = c.post(f"/v1/sessions/{tag}/steps", json={"step": i, "messages": msgs})
-            t_step = time.perf_counter() - start
-            start = time.perf_counter()
-            whole = c.post("/v1/score", json={"messages": so_far})
-            t_whole = time.perf_counter() - start
+            timed = {}
+            calls = {"step": (f"/v1/sessions/{tag}/steps", {"step": i, "messages": msgs}),
+                     "whole": ("/v1/score", {"messages": so_far})}
+            for name in (("whole", "step") if whole_first else ("step", "whole")):
+                start = time.perf_counter()
+                timed[name] = (c.post(calls[name][0], json=calls[name][1]),
+                               time.perf_counter() - start)
+            (step, t_step), (whole, t_whole) = timed["step"], timed["whole"]
             step.raise_for_status()
             whole.raise_for_status()
             s, w = step.json(), whole.json()
@@ -140,7 +144,7 @@ def trajectory_run(server, n: int, tag: str, head_tokens: int) -> list[dict]:
                          "step_computed": s["kv"]["computed_tokens"],
                          "whole_computed": w["tokens"] - head_tokens, "step_s": t_step,
                          "whole_s": t_whole, "dp": abs(s["p_raw"] - w["p_raw"]),
-                         "mode": s["kv"]["mode"]})
+                         "mode": s["kv"]["mode"], "layers": s["kv"].get("layers")})
     return rows
 
 

@@ -8,6 +8,7 @@ import statistics
 CLIENTS = (1, 8, 32)
 SHARED = 8
 TARGET_CLIENTS, TARGET_SERVE, TARGET_STEP = 8, 3.0, 5.0
+TARGET_PROBE_TOKENS, TARGET_PROBE_SECONDS, TARGET_PROBE_DP = 5.0, 4.0, 1e-5
 
 
 def med(values) -> float:
@@ -126,6 +127,36 @@ def verdicts(ratios: dict[int, float], last_tok: float, last_s: float) -> list[s
     return out
 
 
+def probe_section(meta: dict, measured: dict) -> tuple[list[str], list[str]]:
+    """(the probe monitor's section, its line under the targets); empty without part 4."""
+    traj = measured.get("probe_traj")
+    if not traj:
+        return [], []
+    p = meta["probe"]
+    info = p["info"]
+    table, last_tok, last_s = trajectory_table(traj)
+    dp = max(r["dp"] for t in traj for r in t)
+    layers = traj[0][-1].get("layers")
+    met = (last_tok >= TARGET_PROBE_TOKENS and last_s >= TARGET_PROBE_SECONDS
+           and dp <= TARGET_PROBE_DP)
+    verdict = (f"- Target: the probe monitor at step {len(traj[0])}: >= "
+               f"{TARGET_PROBE_TOKENS:g}x fewer tokens computed and >= "
+               f"{TARGET_PROBE_SECONDS:g}x less time than rescoring, largest |dp| <= "
+               f"{TARGET_PROBE_DP:g}. Measured {last_tok:.1f}x, {last_s:.1f}x and {dp:.1e}: "
+               + ("met." if met else "missed."))
+    section = [
+        "## The probe monitor step by step", "",
+        f"Measured {p['date']} by `{p['command']}` (1-minute load average {p['load'][0]:.1f} "
+        f"at the start, {p['load'][1]:.1f} at the end; {p['minutes']:.0f} minutes). The same "
+        f"trajectory, {len(traj)} interleaved rounds, with the shipped probe monitor "
+        f"(readout {info['readout']}, {info['calibration']} map): a step runs its new tokens "
+        f"through the model's first {layers} layers only, on top of the session's keys and "
+        "values of those layers and the probe layer's states of the tokens read before; "
+        "rescoring runs the whole trajectory through every layer.", "", table, "",
+        "Per step, last round:", "", per_step_table(traj[-1]), ""]
+    return section, [verdict]
+
+
 def batching_note(measured: dict) -> list[str]:
     """How one shared forward pass (the default) compares with one pass per transcript."""
     single = measured.get("shared") or []
@@ -148,6 +179,7 @@ def render(meta: dict, measured: dict, kill: dict) -> str:
     info = meta["info"]
     n = measured["batch"][0]["n"]
     rounds = len(measured["proc"])
+    probe, probe_verdict = probe_section(meta, measured)
     return "\n".join([
         "# `calimon serve`: throughput, step scoring, a killed server", "",
         "Regenerate (about 20 minutes on 2 cores):", "", f"    {meta['command']}", "",
@@ -173,6 +205,6 @@ def render(meta: dict, measured: dict, kill: dict) -> str:
         "## SIGKILL under load", "",
         f"{kill['n']} distinct transcripts with request ids from 8 clients; the server is killed "
         "(SIGKILL) once a quarter are answered, restarted on the same decision log, and every "
-        "request is sent again.", "", kill_table(kill), "",
-        "## Against the targets", "", *verdicts(ratios, last_tok, last_s),
+        "request is sent again.", "", kill_table(kill), "", *probe,
+        "## Against the targets", "", *verdicts(ratios, last_tok, last_s), *probe_verdict,
         *batching_note(measured), ""])

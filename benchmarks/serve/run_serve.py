@@ -1,6 +1,7 @@
 """Write benchmarks/results/serve.md: `calimon serve` measured on the embedded model.
 
     .venv/bin/python benchmarks/serve/run_serve.py [--rounds 3] [--n 16] [--steps 20]
+    .venv/bin/python benchmarks/serve/run_serve.py --parts probe [--rounds 3]
 
 1. Throughput and p50/p99 latency at 1, 8 and 32 concurrent clients (loopback), against one
    `calimon score` process per transcript and one batch `calimon score` of the same transcripts;
@@ -9,10 +10,15 @@
 2. A trajectory of --steps steps scored step by step (a session) against rescoring the whole
    trajectory at each step: tokens computed, seconds, and the scores' largest difference.
 3. SIGKILL during a load of requests with ids, restart, resend everything.
+4. Part 2 with the shipped probe monitor (`probe:amb-open-monitor`, its calibration map), whose
+   steps run their new tokens up to the probe's layer.
 
-Parts 1 and 2 run in --rounds interleaved rounds (the order of the client counts rotates each
-round); the tables give medians over rounds, and each ratio is taken within a round before its
-median. The policy is `calimon escalate` on runs/demo (`make demo`) when that run is here.
+Parts 1, 2 and 4 run in --rounds interleaved rounds (the order of the client counts rotates each
+round; in a trajectory, the step goes before the whole trajectory in odd rounds and after it in
+even ones); the tables give medians over rounds, and each ratio is taken within a round before
+its median. The policy is `calimon escalate` on runs/demo (`make demo`) when that run is here.
+``--parts probe`` runs part 4 alone and keeps the other parts' measurements from the last full
+run (benchmarks/serve/out/serve.json).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ OUT = ROOT / "benchmarks" / "results" / "serve.md"
 RAW = ROOT / "benchmarks" / "serve" / "out" / "serve.json"
 CLIENTS = (1, 8, 32)
 SHARED = 8  # clients of the second server, which runs one forward pass per transcript
+PROBE = "amb-open-monitor"  # the shipped monitor (heads/smollm2-135m/)
 
 
 def make_policy(folder: Path) -> tuple[Path, Path | None, str]:
@@ -59,6 +66,36 @@ def make_policy(folder: Path) -> tuple[Path, Path | None, str]:
         return out, None, "calimon escalate runs/demo --budget 0.2 --audit-fraction 0.1"
     policy, map_path = write_policy(folder)
     return policy, map_path, "tests/serve_server.py write_policy (runs/demo absent)"
+
+
+def probe_policy(folder: Path) -> tuple[Path, Path]:
+    """(policy, map) of the shipped probe monitor: its Platt map from heads/, thresholds that
+    give all three decisions."""
+    from calimon.deploy.policy_file import Audit, Policy, save_policy
+
+    policy = Policy(version=1, name="probe-monitor", readout=f"probe:{PROBE}",
+                    model="smollm2-135m", calibration="platt", score="p_cal", t_low=0.4,
+                    t_high=0.6, audit=Audit(fraction=0.1, seed=7))
+    return (save_policy(policy, folder / "probe-policy.yaml"),
+            ROOT / "heads" / "smollm2-135m" / f"{PROBE}.calibration.json")
+
+
+def probe_rounds(folder: Path, args, log) -> tuple[list[list[dict]], dict]:
+    """Part 4 alone (its own server): one trajectory per round; ``(rounds, /v1/info)``."""
+    policy, map_path = probe_policy(folder)
+    server = start_server(policy, folder / "probe.sqlite", folder / "probe.out", key=KEY,
+                          map_path=map_path)
+    try:
+        with server.client() as c:
+            info = c.get("/v1/info").json()
+        out = []
+        for r in range(args.rounds):
+            out.append(trajectory_run(server, args.steps, f"probe-{r}", info["head_tokens"],
+                                      whole_first=r % 2 == 1))
+            log(f"round {r + 1}: probe trajectory done")
+    finally:
+        server.stop()
+    return out, info
 
 
 def transcripts(n: int) -> list[dict]:
@@ -87,7 +124,8 @@ def rounds(server, shared, samples, bodies, args, env, head: int, log) -> dict:
         log(f"round {r + 1}: process per transcript: {out['proc'][-1]['seconds']}")
         out["batch"].append(batch_score(samples, env))
         log(f"round {r + 1}: batch score: {out['batch'][-1]['wall_s']:.1f} s")
-        out["traj"].append(trajectory_run(server, args.steps, f"traj-{r}", head))
+        out["traj"].append(trajectory_run(server, args.steps, f"traj-{r}", head,
+                                          whole_first=r % 2 == 1))
         log(f"round {r + 1}: trajectory done")
     return out
 
@@ -101,6 +139,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--kill-n", type=int, default=32)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--parts", choices=("all", "probe"), default="all",
+                    help="probe: part 4 alone, the others kept from the last full run")
     args = ap.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     t0 = time.time()
@@ -109,6 +149,8 @@ def main() -> None:
         print(f"[{time.time() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
     load_start = os.getloadavg()[0]
+    if args.parts == "probe":
+        return probe_only(args, load_start, t0, log)
     samples = transcripts(args.n)
     bodies = [{"request": s["request"], "response": s["response"]} for s in samples]
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,15 +182,36 @@ def main() -> None:
                                              key=KEY, map_path=map_path),
                         kill_bodies, kill_after=args.kill_n // 4, clients=8)
         log(f"kill run: {kill}")
+        measured["probe_traj"], probe_info = probe_rounds(folder, args, log)
     meta = {"command": shlex.join(["benchmarks/serve/run_serve.py", *sys.argv[1:]]),
             "policy": made, "info": info, "cores": os.cpu_count(),
             "load": [load_start, os.getloadavg()[0]], "minutes": (time.time() - t0) / 60,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args)}
+    meta["probe"] = {**{k: meta[k] for k in ("command", "load", "date", "minutes")},
+                     "info": probe_info}
+    write(args, meta, measured, kill)
+
+
+def write(args, meta: dict, measured: dict, kill: dict) -> None:
+    """The raw measurements (benchmarks/serve/out/serve.json) and the report."""
     RAW.parent.mkdir(parents=True, exist_ok=True)
     RAW.write_text(json.dumps({"meta": meta, "measured": measured, "kill": kill},
                               indent=1, default=str), encoding="utf-8")
     args.out.write_text(render(meta, measured, kill), encoding="utf-8")
-    log(f"wrote {args.out}")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+def probe_only(args, load_start: float, t0: float, log) -> None:
+    """``--parts probe``: part 4 measured now, parts 1-3 read from the last full run."""
+    raw = json.loads(RAW.read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory() as tmp:
+        traj, info = probe_rounds(Path(tmp), args, log)
+    raw["measured"]["probe_traj"] = traj
+    raw["meta"]["probe"] = {
+        "command": shlex.join(["benchmarks/serve/run_serve.py", *sys.argv[1:]]),
+        "load": [load_start, os.getloadavg()[0]], "minutes": (time.time() - t0) / 60,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "info": info}
+    write(args, raw["meta"], raw["measured"], raw["kill"])
 
 
 if __name__ == "__main__":

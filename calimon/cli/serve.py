@@ -31,6 +31,7 @@ def serve_cmd(
     calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map; must be the one the policy pins (--force: used anyway, recorded).", rich_help_panel=MONITOR)] = None,
     prompt: Annotated[str | None, typer.Option(help="Prompt template; must be the one the policy pins (--force: used anyway).", rich_help_panel=MONITOR)] = None,
     max_input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens read per transcript (default: the design run's, else the model's limit).", rich_help_panel=MONITOR, **COUNT)] = None,
+    truncation: Annotated[str | None, typer.Option(help="Over the input limit: head_tail or window[:max|mean[:OVERLAP]] (default: the design run's).", rich_help_panel=MONITOR)] = None,
     force: Annotated[bool, typer.Option("--force", help="Serve a policy or map made for another monitor anyway (in /v1/info).", rich_help_panel=MONITOR)] = False,
     max_batch: Annotated[int, typer.Option(help="Requests per monitor call (transformers) or in flight.", rich_help_panel=LIMITS)] = 32,
     batch_wait_ms: Annotated[float, typer.Option(help="A batch's wait for more requests (transformers).", rich_help_panel=LIMITS)] = 5.0,
@@ -60,7 +61,7 @@ def serve_cmd(
 
     settings = ServeSettings(
         policy=policy, calibration_map=calibration_map, prompt=prompt,
-        max_input_tokens=max_input_tokens, force=force,
+        max_input_tokens=max_input_tokens, truncation=truncation, force=force,
         backend=settings_from(BackendSettings, ctx.params), log=log, host=host, port=port,
         batching=Batching(max_batch=max_batch, wait_ms=batch_wait_ms, max_queue=max_queue,
                           pass_rows=pass_rows),

@@ -180,10 +180,20 @@ def pin_from_run(csv_path: Path, *, score: str, calibration: str,
     if all(isinstance(recorded.get(k), str) and recorded[k] for k in ("model", "prompt",
                                                                      "readout")):
         monitor = PinnedMonitor(**{k: recorded[k] for k in _MONITOR_KEYS
-                                   if recorded.get(k) is not None})
+                                   if recorded.get(k) is not None and k != "truncation"},
+                                truncation=recorded_truncation(run))
     return Pin(design_run_sha256=file_sha256(csv_path), monitor=monitor,
                map=stored.document() if stored is not None else None,
                map_sha256=stored.digest() if stored is not None else None)
+
+
+def recorded_truncation(run: dict[str, Any]) -> str:
+    """The truncation policy a design run recorded (`calimon.scoring.windows.truncation_record`)
+    as the ``--truncation`` text that builds it; ``head_tail`` when it recorded none."""
+    record = run.get("truncation") or {}
+    if not isinstance(record, dict) or record.get("policy") != "window":
+        return "head_tail"
+    return f"window:{record.get('aggregate', 'max')}:{record.get('overlap', 0.25)}"
 
 
 def pin_policy(policy_path: str | Path, run: str | Path,

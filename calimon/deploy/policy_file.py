@@ -87,6 +87,7 @@ class PinnedMonitor(BaseModel):
     readout: str = Field(min_length=1)
     defenses: list[str] = []
     max_input_tokens: int | None = Field(default=None, ge=1)
+    truncation: str = Field(default="head_tail", pattern=r"^(head_tail|window(:[a-z]+:[0-9.]+)?)$")
 
 
 class Pin(BaseModel):

@@ -111,7 +111,7 @@ class WindowedMonitor:
             if len(windows) == 1 and windows[0][1] is None:
                 out.append(readings[0])
             else:
-                out.append(self._aggregate(s, windows, readings))
+                out.append(self.aggregate(s, windows, readings))
         return out
 
     def windows(self, sample: Sample) -> list[tuple[Sample, tuple[int, int] | None]]:
@@ -135,8 +135,9 @@ class WindowedMonitor:
             size = max(16, size - cut - MARGIN)
         return parts
 
-    def _aggregate(self, sample: Sample, windows, readings: list[Verdict]) -> Verdict:
-        """The transcript's reading from its windows' readings."""
+    def aggregate(self, sample: Sample, windows, readings: list[Verdict]) -> Verdict:
+        """The transcript's reading from its windows (`windows`) and their readings, in
+        order."""
         scored = [(i, v) for i, v in enumerate(readings) if v.scored]
         if not scored:
             return replace(readings[0], transcript_hash=sample.transcript_hash)

@@ -16,6 +16,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import PlainTextResponse
 
 from calimon import __version__
+from calimon.scoring.windows import truncation_record
 from calimon.serve import api_docs, errors, steps
 from calimon.serve.metrics import CONTENT_TYPE
 from calimon.serve.schemas import (
@@ -171,6 +172,7 @@ def _info(service: Service) -> dict:
     return {"policy": p.name, "policy_hash": served.policy_hash, "model": key.model,
             "model_revision": key.model_revision, "readout": key.readout, "prompt": key.prompt,
             "template_hash": key.template_hash, "head_tokens": _head_tokens(served),
+            "truncation": truncation_record(served.monitor),
             "calibration": p.calibration,
             "calibration_map": served.map_path, "t_low": _finite(p.t_low),
             "t_high": _finite(p.t_high), "batching": mode,

@@ -39,6 +39,13 @@ class KVState:
         return total
 
 
+def full_use(service, tokens: int) -> dict[str, Any]:
+    """The cost of scoring a whole prompt: every token but the template's shared head, which the
+    backend keeps cached."""
+    head = getattr(getattr(service.served.monitor, "encoder", None), "prefix_len", 0) or 0
+    return {"mode": "full", "reused_tokens": 0, "computed_tokens": max(tokens - head, 0)}
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     """Length of the longest common prefix of two token lists."""
     n = min(len(a), len(b))
@@ -64,8 +71,10 @@ class HeadCache:
     def __init__(self):
         self._state: KVState | None = None
 
-    def seed(self, backend, head: list[int]) -> KVState | None:
-        """A copy of the cached head (computed now if the head changed); None for no head."""
+    def seed(self, backend, head: list[int], depth: int | None = None) -> KVState | None:
+        """A copy of the cached head (computed now if the head changed); None for no head.
+        ``depth``: only the first ``depth`` decoder layers are copied, the others left empty
+        (a pass that stops at that layer, `calimon.serve.probe_kv`)."""
         import copy
 
         import torch
@@ -83,7 +92,12 @@ class HeadCache:
             backend.forward_calls += 1
             self._state = KVState(list(head), cache)
         with torch.inference_mode():
-            return KVState(list(head), copy.deepcopy(self._state.cache))
+            if depth is None:
+                return KVState(list(head), copy.deepcopy(self._state.cache))
+            cache = copy.copy(self._state.cache)
+            cache.layers = [copy.deepcopy(layer) if i < depth else type(layer)()
+                            for i, layer in enumerate(self._state.cache.layers)]
+            return KVState(list(head), cache)
 
 
 def _crop(cache, keep: int) -> None:

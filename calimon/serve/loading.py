@@ -6,7 +6,8 @@ The policy file is read by the one resolver the integrations use too
 scored with and its calibration map, so the server decides the same from any folder. A map or
 prompt given beside it must be the pinned one; the monitor built must be the pinned one
 (`calimon.provenance`: model, revision, prompt, template hash, readout, defenses). A mismatch
-is refused unless ``force``, and what was let through is kept in ``forced``.
+is refused unless ``force``, and what was let through is kept in ``forced``. The truncation policy is pinned too (head_tail, or the window
+policy, which applies to session steps as well: `calimon.serve.probe_steps`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class ServedMonitor:
         spec = settings.backend.monitor_spec(pinned.model, resolved.prompt, pinned.readout)
         limit = settings.max_input_tokens or pinned.max_input_tokens
         spec = replace(spec, max_input_tokens=int(limit) if limit else None,
-                       defenses=tuple(pinned.defenses))
+                       defenses=tuple(pinned.defenses),
+                       truncation=settings.truncation or pinned.truncation)
         try:
             monitor = spec.build(spec.build_backend(shared=False))
         except ModelNotAvailableError as exc:  # the policy names the model, not a --model flag
@@ -115,3 +117,11 @@ class ServedMonitor:
 
         return (self.gathers and isinstance(self.monitor, Monitor)
                 and self.monitor.readout in KV_READOUTS and self.monitor.constraint is None)
+
+    @property
+    def probe_capable(self) -> bool:
+        """Whether a session can extend a probe head's state (`calimon.serve.probe_kv`): a
+        probe head or bundle, windowed or not, on the transformers backend."""
+        from calimon.serve.probe_kv import probe_monitor
+
+        return self.gathers and probe_monitor(self.monitor) is not None

@@ -27,7 +27,8 @@ def startup_lines(service) -> list[str]:
              f"readout {key.readout}; "
              + ("requests gathered into shared forward passes" if served.gathers else
                 "requests passed through to the backend")
-             + ("; sessions extend a cached KV" if service.kv else ""),
+             + ("; sessions extend a cached KV" if service.kv else
+                "; sessions extend the probe's states" if service.probe_kv else ""),
              f"decision log {redact(s.log)}",
              auth_line(service)]
     if getattr(service, "review", None) is not None:

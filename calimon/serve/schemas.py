@@ -142,12 +142,19 @@ class ScoreResponse(BaseModel):
 
 class KvUse(BaseModel):
     """What a step cost: tokens whose keys and values came from the session's cache, and tokens
-    run through the model. ``mode``: ``cached`` (the session cache), ``full`` (the whole prompt
-    scored: a monitor without a cache path, or a prompt over the input limit)."""
+    run through the model. ``mode``: ``cached`` (a prompted readout's session cache),
+    ``incremental`` (a probe's session state: the new tokens up to the probe's layer),
+    ``windowed`` (over the input limit under the window policy: the windows not read before),
+    ``full`` (nothing of the trajectory reused: a monitor without a cache path, a prompt cut
+    head_tail, or a probe session's first step or rebuild)."""
 
-    mode: Literal["cached", "full"]
+    mode: Literal["cached", "incremental", "windowed", "full"]
     reused_tokens: int
     computed_tokens: int
+    layers: int | None = Field(None, description="Decoder layers the step's tokens went "
+                               "through (probe monitors: the probe's deepest layer).")
+    windows: dict[str, Any] | None = Field(None, description="The window policy and the "
+                                           "windows read (mode windowed).")
 
 
 class StepResponse(ScoreResponse):
@@ -201,6 +208,9 @@ class Info(BaseModel):
     template_hash: str
     head_tokens: int | None = Field(None, description="The template's tokens before the "
                                     "transcript, computed once and reused by every request.")
+    truncation: dict[str, Any] = Field(default_factory=lambda: {"policy": "head_tail"},
+                                       description="How a transcript over the input limit is "
+                                       "read: head_tail, or the window policy.")
     calibration: str
     calibration_map: str | None
     t_low: float | None

@@ -127,6 +127,7 @@ class Service:
         self.batcher = Batcher(served.score, settings.batching, self.metrics,
                                gather=served.gathers)
         self.kv = served.kv_capable and _model_supports_kv(backend)
+        self.probe_kv = served.probe_capable and _model_supports_kv(backend)
         self.heads = HeadCache()  # the template head's KV, which every new session starts from
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
 

@@ -1,6 +1,7 @@
 """Sessions of `POST /v1/sessions/{id}/steps`: each keeps its trajectory (the messages so far)
 and, on the transformers backend, the keys and values of what it already read
-(`calimon.serve.kv`), so a step costs its new tokens.
+(`calimon.serve.kv`; for a probe monitor, up to the probe's layer, with that layer's states:
+`calimon.serve.probe_kv`), so a step costs its new tokens.
 
 Memory is bounded twice. The caches together hold at most ``memory_bytes``: past it, the least
 recently used sessions lose theirs (the trajectory stays, so the next step recomputes it and
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from calimon.serve.kv import KVState
 from calimon.serve.metrics import Metrics
+from calimon.serve.probe_kv import ProbeState
 from calimon.serve.schemas import Message
 
 
@@ -29,7 +31,7 @@ class Session:
     request: str | None = None
     messages: list[Message] = field(default_factory=list)
     steps: int = 0
-    kv: KVState | None = None
+    kv: KVState | ProbeState | None = None
     used: float = field(default_factory=time.monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -72,7 +74,7 @@ class SessionStore:
         """Bytes held by every session's cache."""
         return sum(s.kv.nbytes for s in list(self._sessions.values()) if s.kv is not None)
 
-    def keep_kv(self, session: Session, state: KVState) -> None:
+    def keep_kv(self, session: Session, state: KVState | ProbeState) -> None:
         """Hold ``state`` as the session's cache, then drop the caches of the least recently
         used sessions (this one last) until all fit in ``memory_bytes``."""
         session.kv = state

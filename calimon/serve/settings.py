@@ -65,9 +65,10 @@ class Batching:
 
 @dataclass(frozen=True, kw_only=True)
 class ServeSettings:
-    """A `calimon serve` process: the policy, the monitor's map and prompt (``None``: the ones
-    the policy pins; given, they must be those), the backend, the decision log, the address and
-    the limits. ``api_key``: None reads ``$CALIMON_API_KEY`` (empty: no key).
+    """A `calimon serve` process: the policy, the monitor's map, prompt and ``truncation``
+    policy (``None``: the ones the policy pins; a map or prompt given must be the pinned one),
+    the backend, the decision log, the address and the limits. ``api_key``: None reads
+    ``$CALIMON_API_KEY`` (empty: no key).
     ``keys_file``: keys with a name each (`calimon.serve.keys`); ``review``: the review queue,
     live recertification and drift watch (None: off, and no transcript text is kept)."""
 
@@ -75,6 +76,7 @@ class ServeSettings:
     calibration_map: Path | None = None
     prompt: str | None = None
     max_input_tokens: int | None = None
+    truncation: str | None = None
     force: bool = False
     backend: BackendSettings = field(default_factory=BackendSettings)
     log: str = str(DEFAULT_LOG)

@@ -3,9 +3,10 @@
 A step appends its messages to the session's trajectory and scores the whole trajectory so far,
 with a decision, so a caller can check a tool call before it runs. On the transformers backend
 with a verdict or json readout, the session's cache (`calimon.serve.kv`) makes a step cost its new
-tokens and the question after them; the reading equals the whole trajectory's (`/v1/score`) up
-to float rounding. Otherwise, or when the prompt is over the model's input limit (it is cut
-head_tail and the cut recorded), the whole prompt is scored (``kv.mode`` ``full``).
+tokens and the question after them; with a probe head or bundle, its new tokens up to the
+probe's layer (`calimon.serve.probe_steps`); the reading equals the whole trajectory's
+(`/v1/score`) up to float rounding. Otherwise, or when the prompt is over the model's input limit
+(it is cut head_tail and the cut recorded), the whole prompt is scored (``kv.mode`` ``full``).
 
 Steps of one session run one at a time, in arrival order; the ``step`` field, when sent, must
 be the session's next index (409 otherwise), and a session the server does not hold accepts only
@@ -24,8 +25,9 @@ from calimon.numerics.readouts import answer_token_ids, read_distribution
 from calimon.samples import Sample
 from calimon.serve.decision_log import LoggedDecision
 from calimon.serve.errors import ApiError
-from calimon.serve.kv import extend
+from calimon.serve.kv import extend, full_use
 from calimon.serve.messages import transcript
+from calimon.serve.probe_steps import probe_step
 from calimon.serve.schemas import StepRequest
 from calimon.serve.service import (
     Service,
@@ -104,11 +106,15 @@ async def _locked_step(service: Service, session: Session, req: StepRequest, rid
 
 async def _reading(service: Service, session: Session, sample: Sample
                    ) -> tuple[Verdict, dict[str, Any]]:
-    if not service.kv:
+    if service.probe_kv:
+        call = lambda: probe_step(service, session, sample)  # noqa: E731
+    elif service.kv:
+        call = lambda: kv_step(service, session, sample)  # noqa: E731
+    else:
         verdict = await service.reading(sample)
         return verdict, full_use(service, verdict.tokens)
     try:
-        verdict, kv = await service.batcher.run_alone(lambda: kv_step(service, session, sample))
+        verdict, kv = await service.batcher.run_alone(call)
     except ApiError:
         raise
     except Exception as exc:  # noqa: BLE001 - reported by type only: no transcript text
@@ -125,13 +131,6 @@ async def _reading(service: Service, session: Session, sample: Sample
         raise ApiError(503, "backend_error", "the monitor failed on this transcript; retry",
                        headers={"Retry-After": "1"})
     return verdict, kv
-
-
-def full_use(service: Service, tokens: int) -> dict[str, Any]:
-    """The cost of scoring a whole prompt: every token but the template's shared head, which the
-    backend keeps cached."""
-    head = getattr(getattr(service.served.monitor, "encoder", None), "prefix_len", 0) or 0
-    return {"mode": "full", "reused_tokens": 0, "computed_tokens": max(tokens - head, 0)}
 
 
 def kv_step(service: Service, session: Session, sample: Sample) -> tuple[Verdict, dict]:

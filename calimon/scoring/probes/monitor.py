@@ -138,9 +138,30 @@ class ProbeMonitor:
         """(verdict-readout readings, head readings) of ``samples`` from ONE forward pass."""
         encoded = [self.encoder.encode(s.request, s.response) for s in samples]
         start = time.perf_counter()
-        spec = self.capture_spec
-        got = self.backend.capture([e.ids for e in encoded], self.encoder.prefix_len, spec,
+        got = self.backend.capture([e.ids for e in encoded], self.encoder.prefix_len,
+                                   self.capture_spec,
                                    [(e.response_start, e.response_end) for e in encoded])
+        per_sample = (time.perf_counter() - start) / max(len(samples), 1)
+        pos, neg = answer_token_ids(self.backend.tokenizer, READOUT)
+        verdicts, figures = [], []
+        for i, (s, e) in enumerate(zip(samples, encoded, strict=True)):
+            trunc = e.truncation.__dict__ if e.truncation else None
+            p_raw, p_yes, p_no, mass = read_distribution(got.logprobs[i], pos, neg)
+            figures.append({"p_raw": p_raw, "p_yes": p_yes, "p_no": p_no, "format_mass": mass})
+            verdicts.append(Verdict(readout=READOUT, status=("truncated" if trunc else "ok")
+                                    if p_raw is not None else "parse_failure", p_raw=p_raw,
+                                    format_mass=mass, p_yes=p_yes, p_no=p_no,
+                                    transcript_hash=s.transcript_hash, tokens=len(e.ids),
+                                    seconds=per_sample, truncation=trunc))
+        return verdicts, self.head_readings(samples, encoded, got, per_sample, figures)
+
+    def head_readings(self, samples: Sequence[Sample], encoded, got, seconds: float,
+                      figures: Sequence[dict] | None = None) -> list[Verdict]:
+        """The head's readings of ``samples`` from their prompts (``encoded``) and what a pass
+        captured of them (``got``, a `Captured` of `capture_spec`); ``figures``: the verdict
+        readout of the same pass per sample, kept in ``extra["verdict"]`` (None: the pass
+        stopped before the model's last layer and read none)."""
+        spec = got.spec
 
         def states(head) -> list[np.ndarray]:
             col = spec.token_layers.index(head.layer)
@@ -154,21 +175,13 @@ class ProbeMonitor:
             p_head = self.head.predict_proba(got.features(self.head.layer, self.head.pooling))
         else:
             p_head = np.array([self.head.sequence_score(p) for p in token_p])
-        per_sample = (time.perf_counter() - start) / max(len(samples), 1)
-        pos, neg = answer_token_ids(self.backend.tokenizer, READOUT)
-        verdicts, heads = [], []
+        heads = []
         for i, (s, e) in enumerate(zip(samples, encoded, strict=True)):
             trunc = e.truncation.__dict__ if e.truncation else None
-            ok = "truncated" if trunc else "ok"
             common = dict(transcript_hash=s.transcript_hash, tokens=len(e.ids),
-                          seconds=per_sample, truncation=trunc)
-            p_raw, p_yes, p_no, mass = read_distribution(got.logprobs[i], pos, neg)
-            verdicts.append(Verdict(readout=READOUT, status=ok if p_raw is not None
-                                    else "parse_failure", p_raw=p_raw, format_mass=mass,
-                                    p_yes=p_yes, p_no=p_no, **common))
+                          seconds=seconds, truncation=trunc)
             extra = {"head": self.card.name, "kind": self.head.kind, "layer": self.head.layer,
-                     "verdict": {"p_raw": p_raw, "p_yes": p_yes, "p_no": p_no,
-                                 "format_mass": mass}}
+                     "verdict": None if figures is None else figures[i]}
             if self.bundle is not None:
                 extra["bundle"] = self.bundle.card.name
             if self.forced:
@@ -184,9 +197,9 @@ class ProbeMonitor:
                 heads.append(Verdict(readout=self.readout, status="parse_failure",
                                      error="no response tokens to score", extra=extra, **common))
                 continue
-            heads.append(Verdict(readout=self.readout, status=ok, p_raw=score,
-                                 evidence=evidence, extra=extra, **common))
-        return verdicts, heads
+            heads.append(Verdict(readout=self.readout, status="truncated" if trunc else "ok",
+                                 p_raw=score, evidence=evidence, extra=extra, **common))
+        return heads
 
     def _spans(self, sample: Sample, enc, probs: np.ndarray):
         from calimon.numerics.span_metrics import spans_from_token_scores
