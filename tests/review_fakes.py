@@ -70,12 +70,17 @@ def guarantee(rate: str, alpha: float) -> Guarantee:
 
 def policy(folder: Path, *, audit: float = 0.1, far: float | None = 0.2,
            mr: float | None = 0.3, provenance: dict | None = None) -> Path:
-    """A p_raw policy: pass under 0.4, review up to 0.8, block above; with targets."""
+    """A p_raw policy: pass under 0.4, review up to 0.8, block above; with targets; pinned to
+    the stand-in monitor (version 2: serve refuses an unpinned one)."""
+    from calimon.deploy.policy_file import Pin, PinnedMonitor
+
     gs = [guarantee(r, a) for r, a in (("far", far), ("mr", mr)) if a is not None]
-    p = Policy(version=1, name="review-test", readout="verdict", model="stand-in",
+    pin = Pin(design_run_sha256="test",
+              monitor=PinnedMonitor(model="stand-in", prompt="direct", readout="verdict"))
+    p = Policy(version=2, name="review-test", readout="verdict", model="stand-in",
                calibration="none", score="p_raw", t_low=0.4, t_high=0.8,
                audit=Audit(fraction=audit, seed=3), guarantees=gs,
-               provenance=provenance or {})
+               provenance=provenance or {}, pin=pin)
     return save_policy(p, folder / "policy.yaml")
 
 

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("inspect_ai")
-pytest.importorskip("control_arena")
 pytestmark = [pytest.mark.integrations,
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

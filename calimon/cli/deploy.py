@@ -17,7 +17,6 @@ import typer
 from calimon.calibration.direction import run_inversion_note
 from calimon.cli.common import cli_errors, json_ready, num, table
 from calimon.cli.options import RATE, SHARE, JsonOpt
-from calimon.deploy.guarantees import threshold_text
 
 _RATE_NAMES = {"far": "FAR (benign auto-blocked)", "mr": "MR (misbehaving auto-passed)",
                "block_rate": "auto-blocked, unlabelled rows"}
@@ -62,7 +61,7 @@ def thresholds_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Certify thresholds (FAR or MR <= alpha at 1 - delta) on calib; report rates on test."""
-    from calimon.deploy.guarantees import thresholds_run
+    from calimon.deploy.guarantees import threshold_text, thresholds_run
 
     def run() -> None:
         fars = [0.05, 0.10] if far is None and mr is None else list(far or [])
@@ -174,6 +173,7 @@ def escalate_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Design an auto-pass / review / auto-block policy on calib; report it on test; save it."""
+    from calimon.deploy.guarantees import threshold_text
     from calimon.deploy.policies import escalate_run
 
     def run() -> None:
@@ -247,6 +247,7 @@ def apply_policy_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Decide auto_pass / human_review / auto_block for each scored transcript."""
+    from calimon.deploy.guarantees import threshold_text
     from calimon.deploy.policies import apply_policy_file
     from calimon.studies.shift.check import policy_shift
 

@@ -15,7 +15,6 @@ import typer
 
 from calimon.cli.common import cli_errors, json_ready, num
 from calimon.cli.options import RATE, JsonOpt
-from calimon.deploy.guarantees import threshold_text
 from calimon.errors import InputError
 
 
@@ -59,6 +58,7 @@ def shift_cmd(
     certificate; for MR, or not judged without labels) with its label plan, then the domain
     AUROC, permutation p-value, what drives it, and naive vs shift-aware certificates on the
     new data."""
+    from calimon.deploy.guarantees import threshold_text
     from calimon.studies.shift.check import shift_thresholds
 
     fars = [0.05] if far is None and mr is None else list(far or [])
