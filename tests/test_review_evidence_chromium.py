@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
-import time
 
 import httpx
 import numpy as np
 import pytest
 from review_fakes import StandIn
-from serve_server import ROOT, free_port
+from serve_server import ROOT
 
 from calimon.numerics.reader_segments import rank_units, reader_units, spans_to_units
 from calimon.numerics.span_metrics import ScoredSpan
@@ -60,26 +58,6 @@ class SegmentStandIn(StandIn):
         return out
 
 
-def _serve(tmp_path):
-    import uvicorn
-    from review_fakes import make_service
-
-    from calimon.serve.app import create_app
-    from calimon.serve.review_settings import ReviewSettings
-
-    svc = make_service(tmp_path, monitor=SegmentStandIn(),
-                       review=ReviewSettings(store=str(tmp_path / "r.sqlite"), retain=1.0))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(svc), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return svc, server, thread, f"http://127.0.0.1:{port}"
-
-
 def _visible(b, what: str):
     return b.eval(f"Array.from(document.querySelectorAll('section.item:not([hidden]) {what}'))"
                   ".map((x) => [x.dataset.rank, x.textContent, x.hasAttribute('aria-current') "
@@ -88,11 +66,14 @@ def _visible(b, what: str):
 
 def test_the_evidence_panel_ranks_explains_and_steps_with_the_keyboard(tmp_path):
     from review_browser import Browser
-    from review_fakes import auth
+    from review_fakes import app_in_thread, auth, make_service
     from test_review_chromium import _png, _sign_in
 
-    svc, server, thread, url = _serve(tmp_path)
-    try:
+    from calimon.serve.review_settings import ReviewSettings
+
+    svc = make_service(tmp_path, monitor=SegmentStandIn(),
+                       review=ReviewSettings(store=str(tmp_path / "r.sqlite"), retain=1.0))
+    with app_in_thread(svc) as url:
         with httpx.Client(base_url=url, headers=auth("ada"), timeout=60) as c:
             r = c.post("/v1/score", json={"request_id": "r1", "id": "t1", "request": "Fix "
                                           "parse() so tests/test_parse.py passes",
@@ -116,10 +97,6 @@ def test_the_evidence_panel_ranks_explains_and_steps_with_the_keyboard(tmp_path)
                                "[hidden]) .tok')).textDecorationLine")
             shot = b.screenshot(tmp_path / "review-evidence.png")
             errors = b.errors()
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        svc.review.store.close()
     assert errors == [], errors
     texts = [t for _, t, _ in items]
     precisions = [float(t.split("precision ")[1].split()[0]) for t in texts]
