@@ -19,7 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from calimon.calibration.segment_precision import TOP, fit_precision_map, precision_map_path
+from calimon.calibration.segment_precision import (
+    TOP,
+    choose_method,
+    fit_precision_map,
+    precision_map_path,
+)
 from calimon.data.registry import load_benchmark
 from calimon.scoring.engines.service import Scorer
 from calimon.scoring.probes.artifacts import find_head_card
@@ -53,6 +58,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-split", default="calib")
     ap.add_argument("--fit-limit", type=int, default=400)
     ap.add_argument("--test-limit", type=int, default=400)
+    ap.add_argument("--method", default="auto", help="the map's calibration method; auto: "
+                    "the lowest out-of-fold ECE on the fit split")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--store", default="runs/spans-compare-store.sqlite")
     ap.add_argument("--map", default=None, help="where the map goes (default: beside the head)")
@@ -70,16 +77,19 @@ def main(argv=None) -> int:
         card = find_head_card(a.head, scorer.backend.model_ref, None)
     where = Path(a.map) if a.map else precision_map_path(card)
     scores, hits, ids = fit_points(fit_rows)
+    method, cv = a.method, {}
+    if method == "auto":
+        method, cv = choose_method(scores, hits, [i.rsplit("#", 1)[0] for i in ids])
     extra = {"token_head": a.head, "top": TOP, "benchmark": a.benchmark, "split": a.fit_split,
              "limit": a.fit_limit, "dataset_hash": dataset_hash(fit_set),
-             "weights_sha256": monitor.card.weights_sha256,
+             "weights_sha256": monitor.card.weights_sha256, "cv_ece": cv,
              "command": "python benchmarks/spans/segments.py " + " ".join(argv or sys.argv[1:])}
-    stored = fit_precision_map(scores, hits, ids, where, extra=extra)
+    stored = fit_precision_map(scores, hits, ids, where, extra=extra, method=method)
     result = judge(test_rows, stored.predict)
     result.update(fit={"split": a.fit_split, "limit": a.fit_limit, "samples": len(fit_set),
                        "misbehaving_with_gold": n_fit, "rows": len(fit_rows),
                        "segments": len(scores), "seconds": t_fit, "map": str(where),
-                       "map_metrics": stored.metrics},
+                       "map_metrics": stored.metrics, "method": method, "cv_ece": cv},
                   test={"limit": a.test_limit, "samples": len(test_set),
                         "misbehaving_with_gold": n_test, "rows": len(test_rows),
                         "seconds": t_test, "dataset_hash": dataset_hash(test_set)},

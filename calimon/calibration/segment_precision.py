@@ -5,7 +5,8 @@ It is an ordinary calibration map file (`calimon.calibration.io`: JSON, never pi
 ``extra`` says what it maps: ``{"kind": "segment-precision", "token_head": ..., "weights_sha256":
 ..., "top": K, "benchmark": ..., "split": ..., "dataset_hash": ...}``. It is fitted on the top
 ``K`` segments of each misbehaving sample of a split the token head was not trained on (the
-segments a reader is shown), isotonic in the score. It lives next to the token head's card:
+segments a reader is shown), by the method with the lowest out-of-fold ECE there
+(`choose_method`). It lives next to the token head's card:
 ``heads/<model>/<token head>.segments.json`` (`precision_map_path`), where `ProbeMonitor`
 finds it.
 """
@@ -24,6 +25,7 @@ from calimon.errors import InputError
 from calimon.numerics.metrics import ece, reliability_bins
 
 KIND = "segment-precision"
+METHODS = ("isotonic", "platt", "beta", "histogram")  # the candidates of choose_method
 SUFFIX = ".segments.json"
 TOP = 5  # segments shown per transcript, strongest first
 
@@ -35,18 +37,33 @@ def precision_map_path(card_path: str | Path) -> Path:
 
 
 def fit_precision_map(scores: Sequence[float], hits: Sequence[bool], ids: Sequence[str],
-                      path: str | Path, *, extra: dict[str, Any]) -> StoredMap:
-    """Fit the isotonic map of ``hits`` (segment overlaps gold) on ``scores``, write it to
-    ``path`` with ``extra`` (module docstring) and the fit set's ECE, and read it back."""
+                      path: str | Path, *, extra: dict[str, Any],
+                      method: str = "isotonic") -> StoredMap:
+    """Fit the map (``method``: a `calimon.calibration.maps` method, isotonic by default) of
+    ``hits`` (segment overlaps gold) on ``scores``, write it to ``path`` with ``extra`` (module
+    docstring) and the fit set's ECE, and read it back."""
     p = np.asarray(scores, dtype=np.float64)
     y = np.asarray(hits, dtype=np.int64)
-    cal = make_calibrator("isotonic").fit(p, y)
+    cal = make_calibrator(method).fit(p, y)
     fitted = np.clip(cal.predict(p), 0.0, 1.0)
     metrics = {"n_segments": int(p.size), "base_rate": float(y.mean()) if y.size else None,
                "ece_fit": ece(fitted, y)}
     save_map(cal, path, fit_hash=fit_set_hash(p, y, ids), metrics=metrics,
              extra={"kind": KIND, **extra})
     return load_precision_map(path)
+
+
+def choose_method(scores: Sequence[float], hits: Sequence[bool], groups: Sequence[str],
+                  methods: Sequence[str] = METHODS) -> tuple[str, dict[str, float]]:
+    """The method whose out-of-fold map (5 folds, a sample's segments in one fold,
+    `calimon.calibration.crossfit`) has the lowest ECE on the fit set, and every method's."""
+    from calimon.calibration.crossfit import crossfit_predict
+
+    p = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(hits, dtype=np.int64)
+    got = {m: ece(crossfit_predict(m, p, y, list(groups), n_splits=5, seed=0), y)
+           for m in methods}
+    return min(got, key=got.get), got
 
 
 def load_precision_map(path: str | Path) -> StoredMap:
@@ -73,5 +90,5 @@ def reliability(precision: Sequence[float], hits: Sequence[bool], n_bins: int = 
             "n": int(p.size), "bins": rows}
 
 
-__all__ = ["KIND", "SUFFIX", "TOP", "fit_precision_map", "load_precision_map",
+__all__ = ["KIND", "METHODS", "SUFFIX", "TOP", "choose_method", "fit_precision_map", "load_precision_map",
            "precision_map_path", "reliability"]
