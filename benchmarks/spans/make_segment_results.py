@@ -2,12 +2,17 @@
 ``<!-- end of the segment study -->`` line) and benchmarks/results/spans-reliability.png from
 the output of benchmarks/spans/segments.py; the rest of spans.md is left as it is.
 
-    python benchmarks/spans/make_segment_results.py runs/spans-segments.json
+    python benchmarks/spans/make_segment_results.py runs/spans-segments.json \
+        [runs/spans-v2-verdict runs/spans-v2-head]
+
+With the two `calimon spans` run folders (copy-constrained quotes; occlusion on the sequence
+head) it adds their hit@1 against their floors, with Wilson intervals.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -74,7 +79,56 @@ def draw(res: dict) -> None:
                      title="segment precision on amb-open test (top 5 segments per sample)")
 
 
-def section(res: dict) -> str:
+OTHERS = [("copy quotes (order written)", 0, "copy quotes", "random (as copy quotes)"),
+          ("copy quotes (ranked by drop)", 0, "copy quotes (by drop)",
+           "random (as copy quotes)"),
+          ("occlusion on the sequence head", 1, "occlusion", "random (as occlusion)")]
+
+
+def wilson(p: float, n: int) -> str:
+    from scipy.stats import binomtest
+
+    ci = binomtest(round(p * n), n).proportion_ci(method="wilson")
+    lo, hi = ci.low, ci.high
+    return f"{p:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def others(dirs: list[str]) -> list[str]:
+    runs = [json.loads((Path(d) / "summary.json").read_text()) for d in dirs]
+    prov = runs[0]["provenance"]
+    lines = [f"### Copy quotes and occlusion on amb-open version 2 (limit {prov['limit']})", "",
+             "Not at size: these cost 16-45 s a misbehaving sample on this machine. Commands "
+             "(the full size: `--limit 2600`, every test pair):", "", "```"]
+    lines += [m.group(1) for d in dirs if (m := re.search(r"```\n(calimon spans[^\n]*)\n```",
+                                                        (Path(d) / "spans.md").read_text()))]
+    lines += ["```", ""]
+    lines += ["| method | n | hit@1 | floor hit@1 | hit@1 - floor | F1 | floor F1 |",
+              "|---|---|---|---|---|---|---|"]
+    for label, k, name, floor in OTHERS:
+        rep, fl = runs[k]["reports"].get(name), runs[k]["reports"].get(floor)
+        if rep is None or fl is None:
+            continue
+        o, f = rep["overall"], fl["overall"]
+        lines.append(f"| {label} | {o['n_scored']} | {wilson(o['hit_at_1'], o['n_scored'])} | "
+                     f"{wilson(f['hit_at_1'], f['n_scored'])} | "
+                     f"{o['hit_at_1'] - f['hit_at_1']:.3f} | {o['f1']:.3f} | {f['f1']:.3f} |")
+    lines += ["", "hit@1 by category (floor in brackets):", "",
+              "| category | " + " | ".join(x[0] for x in OTHERS) + " |",
+              "|---|" + "---|" * len(OTHERS)]
+    cats = sorted(runs[0]["reports"]["copy quotes"]["by_category"]) \
+        if "copy quotes" in runs[0]["reports"] else []
+    for c in cats:
+        cells = []
+        for _, k, name, floor in OTHERS:
+            o = runs[k]["reports"][name]["by_category"].get(c)
+            f = runs[k]["reports"][floor]["by_category"].get(c)
+            cells.append(f"{o['hit_at_1']:.2f} ({f['hit_at_1']:.2f}), n {o['n_scored']}"
+                         if o and f else "-")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def section(res: dict, dirs: list[str] | None = None) -> str:
     o, fit, test = res["overall"], res["fit"], res["test"]
     rel = res["reliability"]
     head = [
@@ -116,6 +170,8 @@ def section(res: dict) -> str:
         head += [*reliability_lines(res["reliability_top1"], "The top segment alone"), ""]
     for by in ("category", "task", "source", "cell"):
         head += [f"### By {by}", "", *group_table(res, by), ""]
+    if dirs:
+        head += others(dirs)
     return "\n".join(head) + "\n" + END + "\n"
 
 
@@ -123,7 +179,7 @@ def main(argv: list[str]) -> int:
     res = json.loads(Path(argv[0]).read_text())
     old = OUT.read_text() if OUT.exists() else ""
     rest = old.split(END + "\n", 1)[1] if END in old else old
-    OUT.write_text(section(res) + rest)
+    OUT.write_text(section(res, argv[1:3] if len(argv) >= 3 else None) + rest)
     draw(res)
     print(f"wrote {OUT} and {PNG}")
     return 0
