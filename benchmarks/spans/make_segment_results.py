@@ -71,12 +71,32 @@ def verdicts(o: dict, rel: dict) -> list[str]:
 
 
 def draw(res: dict) -> None:
-    from calimon.plotting.reliability import plot_reliability
+    """The reliability diagram of the precision map on test (15 equal-width bins, as the ECE)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from calimon.numerics.metrics import ece, reliability_bins
 
     pts = res["points"]
-    plot_reliability(PNG, np.array(pts["score"]), {"precision map": np.array(pts["precision"])},
-                     np.array(pts["hit"], dtype=int), n_bins=15, chosen="precision map",
-                     title="segment precision on amb-open test (top 5 segments per sample)")
+    y = np.array(pts["hit"], dtype=int)
+    fig, ax = plt.subplots(figsize=(5.5, 5), dpi=150)
+    ax.plot([0, 1], [0, 1], "--", color="0.5", linewidth=1, label="perfect")
+    for name, p, style in (("precision map", pts["precision"], "o-"),
+                           ("raw segment score", pts["score"], "s:")):
+        p = np.array(p)
+        rb = reliability_bins(p, y, n_bins=15)
+        keep = rb.counts > 0
+        ax.plot(rb.mean_confidence[keep], rb.accuracy[keep], style, markersize=4,
+                label=f"{name} (ECE {ece(p, y):.3f})")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="stated precision (or raw score)",
+           ylabel="observed share of segments overlapping gold",
+           title=f"segment precision, amb-open test ({y.size} segments)")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(PNG)
+    plt.close(fig)
 
 
 OTHERS = [("copy quotes (order written)", 0, "copy quotes", "random (as copy quotes)"),

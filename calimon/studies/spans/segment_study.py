@@ -141,9 +141,8 @@ def judge(rows: Sequence[SegmentRow], precision_of: Callable[[Sequence[float]], 
     scores, hits, _ = fit_points(rows, top)
     p = np.clip(np.asarray(precision_of(np.array(scores)), dtype=float), 0, 1) if scores else []
     out["reliability"] = reliability(p, hits) if scores else {}
-    out["points"] = {"score": [round(float(x), 6) for x in scores],
-                     "precision": [round(float(x), 6) for x in p],
-                     "hit": [bool(h) for h in hits]}
+    out["points"] = {"score": [float(x) for x in scores], "precision": [float(x) for x in p],
+                     "hit": [bool(h) for h in hits]}  # unrounded: the same bins as the ECE
     firsts = [i for i, (r, k) in enumerate((r, k) for r in rows
                                            for k in range(min(top, len(r.ranked)))) if k == 0]
     if firsts:
