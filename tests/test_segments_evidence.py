@@ -244,3 +244,13 @@ def test_the_review_page_lists_segments_strongest_first_with_a_legend():
     assert 'class="legend"' in page and "<kbd>e</kbd>" in page
     assert '<mark class="ev seg medium" data-rank="0" data-start="30"' in page  # 0.3 <= 0.45 < 0.6
     assert '<span class="tok">' in page  # token-level marks, shown on request
+
+
+def test_the_map_method_is_the_lowest_out_of_fold_ece():
+    from calimon.calibration.segment_precision import METHODS, choose_method
+
+    rng = np.random.default_rng(1)
+    s = rng.uniform(size=300)
+    y = rng.uniform(size=300) < s
+    best, got = choose_method(s, y, [str(i // 3) for i in range(300)])
+    assert set(got) == set(METHODS) and got[best] == min(got.values())
