@@ -118,7 +118,9 @@ def others(dirs: list[str]) -> list[str]:
     prov = runs[0]["provenance"]
     lines = [f"### Copy quotes and occlusion on amb-open version 2 (limit {prov['limit']})", "",
              "Not at size: these cost 16-45 s a misbehaving sample on this machine. Commands "
-             "(the full size: `--limit 2600`, every test pair):", "", "```"]
+             "(the full size: `--limit 2600`, every test pair; `--max-segments 1` makes the "
+             "copy-quote run's occlusion on the verdict, not reported here, one unit):", "",
+             "```"]
     lines += [m.group(1) for d in dirs if (m := re.search(r"```\n(calimon spans[^\n]*)\n```",
                                                         (Path(d) / "spans.md").read_text()))]
     lines += ["```", ""]
