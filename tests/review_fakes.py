@@ -5,7 +5,9 @@ written in the transcript, a served policy with certified targets, and the app o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -129,3 +131,29 @@ async def score(c, p: float, i: int, who: str = "ada", **extra) -> dict:
         "response": f"answer {i} p={p}", **extra})
     assert r.status_code == 200, r.text
     return r.json()
+
+
+@contextlib.contextmanager
+def app_in_thread(service: Service) -> Iterator[str]:
+    """The app of ``service`` served by uvicorn in a thread on a free port: its URL; stopped,
+    and the review store closed, on exit."""
+    import threading
+    import time
+
+    import uvicorn
+    from serve_server import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        service.review.store.close()

@@ -91,8 +91,12 @@ def test_token_head_gives_spans_inside_the_response(smol_backend, heads):
     samples = toy_samples(2)
     for s, r in zip(samples, mon.score(samples), strict=True):
         assert r.scored and 0.0 <= r.p_raw <= 1.0
-        for (start, end, score), quote in zip(r.extra["spans"], r.evidence, strict=True):
-            assert s.response[start:end] == quote and score > 0.5
+        for start, end, score in r.extra["spans"]:
+            assert s.response[start:end].strip() and score > 0.5
+        segs = r.extra["segments"]
+        assert segs and [s.response[a:b] for a, b, _, _ in segs] == list(r.evidence)
+        assert [x[2] for x in segs] == sorted((x[2] for x in segs), reverse=True)
+        assert all(p is None for *_, p in segs)  # no precision map beside this head
 
 
 def test_a_bundle_scores_with_its_sequence_head_and_points_with_its_token_head(

@@ -147,9 +147,12 @@ def test_spans_land_on_the_messages(world, smol):
         want = ref[a["transcript_hash"]]
         assert abs(a["p_raw"] - want["p_raw"]) < TOL
         assert a["provenance"]["calibration"] == "platt"  # the bundle's map
-        assert [(x["start"], x["end"]) for x in a["spans"]] == \
+        assert [(x["start"], x["end"]) for x in a["token_spans"]] == \
             [(x[0], x[1]) for x in want["extra"]["spans"]]
-        assert a["spans"], "the token head gave no span"
+        assert [(x["start"], x["end"]) for x in a["spans"]] == \
+            [(x[0], x[1]) for x in want["extra"]["segments"]]
+        assert [x["rank"] for x in a["spans"]] == list(range(len(a["spans"])))
+        assert a["spans"], "the token head gave no segment"
         ids = {m.id: i for i, m in enumerate(s.messages)}
         for span in a["spans"]:
             assert span["messages"], span

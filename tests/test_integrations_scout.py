@@ -96,15 +96,17 @@ def test_scanner_references_the_messages_of_its_spans(world, smol):
         meta = json.loads(row["metadata"])
         want = ref[meta["transcript_hash"]]
         assert abs(meta["p_raw"] - want["p_raw"]) < TOL
+        assert [(x["start"], x["end"]) for x in meta["token_spans"]] == \
+            [(x[0], x[1]) for x in want["extra"]["spans"]]
         assert [(x["start"], x["end"]) for x in meta["spans"]] == \
-            [(x[0], x[1]) for x in want["extra"]["spans"]] and meta["spans"]
+            [(x[0], x[1]) for x in want["extra"]["segments"]] and meta["spans"]
         messages = samples[row["transcript_id"]].messages
         refs = json.loads(row["message_references"])
         span_ids = [m["id"] for x in meta["spans"] for m in x["messages"]]
         assert [r["id"] for r in refs] == list(dict.fromkeys(span_ids))
         for r in refs:
             [i] = [k for k, m in enumerate(messages) if m.id == r["id"]]
-            assert r["cite"] == f"[M{i + 1}]" and r["cite"] in row["explanation"]
+            assert r["cite"] == f"[M{i}]" and r["cite"] in row["explanation"]  # 0-based
 
 
 def test_a_validation_set_becomes_a_calimon_curve(world):

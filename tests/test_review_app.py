@@ -312,7 +312,8 @@ def test_chat_messages_show_per_message_with_evidence_at_its_offsets(tmp_path):
     ev = item["evidence"][0]
     assert item["response"][ev["start"]:ev["end"]] == "EVIDENCE"
     assert 'class="part-head">#1 tool call: bash<' in html
-    assert '<mark class="ev" data-start="' + str(ev["start"]) + '" title="score 0.9">EVIDENCE</mark>' in html
+    assert (f'<mark class="ev seg none" data-rank="0" data-start="{ev["start"]}" '
+            'title="#1, score 0.9"><span class="tok">EVIDENCE</span></mark>') in html
     assert "&lt;script&gt;x&lt;/script&gt;" in html and "<script>x" not in html
     assert one.status_code == 200 and "opened by link" in one.text
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from review_fakes import KEYS
 from review_server import served_review
-from serve_server import ROOT, free_port
+from serve_server import ROOT
 
 from calimon.report.chromium import find_chromium
 
@@ -179,27 +179,14 @@ def test_evidence_spans_are_highlighted_per_message_in_the_browser(tmp_path):
     """A monitor with a token head gives spans with offsets (the chat stand-in gives none):
     the same app in this process, around a stand-in whose spans are known, shows a trajectory
     message by message with each span marked where it is. The queue's screenshot."""
-    import threading
-
-    import uvicorn
     from review_browser import Browser
-    from review_fakes import auth, make_service
+    from review_fakes import app_in_thread, auth, make_service
 
-    from calimon.serve.app import create_app
     from calimon.serve.review_settings import ReviewSettings
 
     svc = make_service(tmp_path, review=ReviewSettings(store=str(tmp_path / "r.sqlite"),
                                                        retain=0.5))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(svc), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with app_in_thread(svc) as url:
         with httpx.Client(base_url=url, headers=auth("ada"), timeout=60) as c:
             offsets = _trajectories(c)
         with Browser(1280, 800) as b:
@@ -215,10 +202,6 @@ def test_evidence_spans_are_highlighted_per_message_in_the_browser(tmp_path):
                            ".part-head')).map((h) => h.textContent)")
             shot = b.screenshot(tmp_path / "review-queue.png")
             errors = b.errors()
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        svc.review.store.close()
     assert errors == [], errors
     assert parts == ["#1 assistant", "#1 tool call: bash", "#2 tool result: bash",
                      "#3 assistant"]

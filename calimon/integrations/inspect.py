@@ -3,7 +3,8 @@
 - `monitor_scorer`: scores each sample's trajectory; the `Score`'s ``value`` is the calibrated
   probability of misbehavior (the raw score when the monitor has no map), ``answer`` the
   policy's decision (``pass``, ``review``, ``block``; none without a policy), ``explanation``
-  one line with the evidence, and ``metadata["calimon"]`` the whole `Assessment` (p_raw, p_cal,
+  one line with the evidence, strongest first with each segment's precision and the messages
+  it falls in (``[M<n>]``, n the message's 0-based position in the transcript), and ``metadata["calimon"]`` the whole `Assessment` (p_raw, p_cal,
   spans mapped to messages, provenance). A sample the monitor could not score gets
   ``Score.unscored`` (NaN, skipped by the metrics), never a 0.
 - `monitor_approver`: before a tool call runs, scores the trajectory with the proposed call and
@@ -35,6 +36,7 @@ except ImportError:  # pragma: no cover - the extra is missing
                             "pip install 'calimon[inspect]'") from None
 
 from calimon.integrations import Assessment
+from calimon.integrations.assessment import cite, ranked_spans
 from calimon.integrations.lazy import LazyMonitor
 from calimon.integrations.transcripts import sample_from_messages
 
@@ -77,13 +79,13 @@ def assessment_score(a: Assessment, messages: list[ChatMessage]) -> Score:
 
 def references(a: Assessment) -> list[Reference]:
     """One Inspect `Reference` per message an evidence span falls in (by message id; cite
-    ``[M<n>]``, n the message's 1-based position), in order, without repeats."""
+    ``[M<n>]``, n the message's 0-based position in the transcript, the index the spans'
+    ``messages`` carry), strongest evidence first, without repeats."""
     seen: dict[str, Reference] = {}
-    for span in a.spans:
+    for span in ranked_spans(a.spans):
         for m in span.get("messages", ()):
             if m.get("id") and m["id"] not in seen:
-                seen[m["id"]] = Reference(type="message", id=m["id"],
-                                          cite=f"[M{m['index'] + 1}]")
+                seen[m["id"]] = Reference(type="message", id=m["id"], cite=cite(m["index"]))
     return list(seen.values())
 
 

@@ -150,20 +150,42 @@ class LocalMonitor:
         audit = False
         if self.policy is not None:
             action, decision, audit = decide(self.policy.policy, p_raw, p_cal, sample.id)
-        spans = tuple(span_record(sample, *sp) for sp in verdict.extra.get("spans") or ())
+        spans, tokens = evidence_records(sample, verdict.extra or {}, self.monitor)
         return Assessment(id=sample.id, status=verdict.status, p_raw=p_raw, p_cal=p_cal,
                           action=action, decision=decision, audit=audit, spans=spans,
+                          token_spans=tokens,
                           evidence=tuple(verdict.evidence), error=verdict.error,
                           tokens=verdict.tokens, latency_ms=latency_ms,
                           transcript_hash=sample.transcript_hash, provenance=self.provenance)
 
 
-def span_record(sample: Sample, start: int, end: int, score: float | None = None
-                ) -> dict[str, Any]:
+def span_record(sample: Sample, start: int, end: int, score: float | None = None,
+                precision: float | None = None, *, unit: str = "tokens",
+                rank: int | None = None) -> dict[str, Any]:
     """A span of the response with its text and the messages it falls in."""
     start, end = int(start), int(end)
     return {"start": start, "end": end, "score": None if score is None else float(score),
-            "text": sample.response[start:end], "messages": message_refs(sample, start, end)}
+            "precision": None if precision is None else float(precision), "unit": unit,
+            "rank": rank, "text": sample.response[start:end],
+            "messages": message_refs(sample, start, end)}
 
 
-__all__ = ["LocalMonitor", "span_record"]
+def evidence_records(sample: Sample, extra: dict[str, Any], monitor: Any = None
+                     ) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+    """(the evidence strongest first, the token-level spans in text order) of a reading's
+    ``extra``: its segments (ranked, with the precision of ``monitor``'s segment precision
+    map) when it has them, else its spans ranked by score; the token spans are the token
+    head's runs."""
+    from calimon.integrations.assessment import ranked_spans
+    from calimon.scoring.probes.monitor import segment_evidence
+
+    tokens = tuple(span_record(sample, *sp) for sp in extra.get("spans") or ())
+    segments = segment_evidence(extra, monitor)
+    if segments:
+        return tuple(span_record(sample, a, b, s, p, unit="segment", rank=k)
+                     for k, (a, b, s, p) in enumerate(segments)), tokens
+    ranked = ranked_spans(tokens)
+    return tuple({**r, "rank": k} for k, r in enumerate(ranked)), tokens
+
+
+__all__ = ["LocalMonitor", "evidence_records", "span_record"]

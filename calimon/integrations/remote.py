@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from calimon.errors import InputError
-from calimon.integrations.assessment import Assessment
+from calimon.integrations.assessment import Assessment, ranked_spans
 from calimon.integrations.local import span_record
 from calimon.samples import Sample
 
@@ -87,8 +87,14 @@ def assessment_from_answer(sample: Sample, answer: Any, url: str,
         err = exc.errors()[0]
         raise InputError(f"the answer of {url}/score is not a calimon serve ScoreResponse: "
                          f"{err['msg']}", field=".".join(map(str, err["loc"])) or None) from None
-    spans = tuple(span_record(sample, ev.start, ev.end, ev.score) for ev in r.evidence
-                  if ev.start is not None and ev.end is not None)
+    located = [ev for ev in r.evidence if ev.start is not None and ev.end is not None]
+    tokens = tuple(span_record(sample, ev.start, ev.end, ev.score) for ev in located
+                   if ev.unit != "segment")
+    spans = tuple(span_record(sample, ev.start, ev.end, ev.score, ev.precision,
+                              unit="segment", rank=ev.rank) for ev in located
+                  if ev.unit == "segment")
+    if not spans:  # a server without segments: its spans, strongest first
+        spans = tuple({**t, "rank": k} for k, t in enumerate(ranked_spans(tokens)))
     info = info or {}
     calibration = "none" if r.score == "p_raw" else info.get("calibration") or "served"
     prov = {"model": r.model, "model_revision": r.model_revision, "prompt": info.get("prompt"),
@@ -98,7 +104,8 @@ def assessment_from_answer(sample: Sample, answer: Any, url: str,
             "request_id": r.request_id}
     return Assessment(id=sample.id, status=r.status, p_raw=r.p_raw, p_cal=r.p_cal,
                       action=r.action, decision=r.decision, audit=r.audit, spans=spans,
-                      evidence=tuple(ev.text for ev in r.evidence), tokens=r.tokens,
+                      token_spans=tokens,
+                      evidence=tuple(ev.text for ev in r.evidence if ev.unit != "tokens"), tokens=r.tokens,
                       latency_ms=r.latency_ms, transcript_hash=sample.transcript_hash,
                       provenance=prov)
 

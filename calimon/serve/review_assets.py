@@ -15,8 +15,10 @@ browser, and a sign-out with labels waiting says so first. Each label also says 
 given knowing (the item's label count as shown, the page's id: `calimon.serve.conflicts`);
 every 10 seconds the page asks the server what changed on its items (``/v1/review/sync``),
 shows a conflict or a label changed on another page, and renews its leases while the reviewer
-works.
+works. The evidence panel's script and style come from `calimon.serve.review_evidence`.
 """
+
+from calimon.serve.review_evidence import EVIDENCE_CSS, EVIDENCE_JS
 
 JS = r"""
 (() => {
@@ -290,6 +292,9 @@ th { background: #f4f5f7; }
 .a-false b { color: #b00020; } .a-true b { color: #17692f; } .a-none b { color: #7a4b00; }
 .verdicts .breaks, .drift.shifted { color: #b00020; }
 """
+
+JS += EVIDENCE_JS  # the evidence panel's keys (calimon.serve.review_evidence)
+CSS += EVIDENCE_CSS
 
 ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" '
         'height="16" rx="3" fill="#1f2d3d"/><path d="M4 8.5l3 3 5-7" stroke="#ffd54f" '

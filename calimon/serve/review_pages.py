@@ -5,9 +5,10 @@ files of their own (`calimon.serve.review_assets`), so the pages run under a
 Content-Security-Policy that allows no inline code: transcripts are untrusted text, escaped, and
 could not run even if they were not.
 
-Evidence spans are highlighted at their character offsets in the response; a chat transcript is
-shown message by message (the parts `calimon.data.trajectory.render_parts` recorded), each
-span cut to the messages it falls in.
+Evidence segments are marked at their character offsets in the response and listed strongest
+first in the evidence panel (`calimon.serve.review_evidence`); a chat transcript is shown
+message by message (the parts `calimon.data.trajectory.render_parts` recorded), each segment
+cut to the messages it falls in.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from calimon.serve.labels import Label, TrafficRow
+from calimon.serve.review_evidence import marked, panel_html, split_evidence
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -59,42 +61,6 @@ def login_page(error: str | None = None) -> str:
         script=True)
 
 
-def _spans(evidence: Sequence[dict[str, Any]], text: str) -> tuple[list[tuple[int, int, float | None]],
-                                                                   list[str]]:
-    """Evidence as ``(start, end, score)`` in ``text``; quotes without offsets are found in the
-    text (first occurrence), and those not found are returned apart."""
-    out, lost = [], []
-    for ev in evidence:
-        start, end = ev.get("start"), ev.get("end")
-        if isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(text):
-            out.append((start, end, ev.get("score")))
-            continue
-        quote = str(ev.get("text") or "")
-        at = text.find(quote) if quote else -1
-        if at >= 0:
-            out.append((at, at + len(quote), ev.get("score")))
-        elif quote:
-            lost.append(quote)
-    return out, lost
-
-
-def marked(text: str, spans: Sequence[tuple[int, int, float | None]], lo: int = 0,
-           hi: int | None = None) -> str:
-    """``text[lo:hi]`` escaped, with each span (absolute offsets) inside ``<mark>``."""
-    hi = len(text) if hi is None else hi
-    cuts = sorted({lo, hi} | {x for s in spans for x in s[:2] if lo < x < hi})
-    out = []
-    for a, b in zip(cuts, cuts[1:], strict=False):
-        inside = [s for s in spans if s[0] <= a and b <= s[1]]
-        chunk = e(text[a:b])
-        if inside:
-            scores = [s[2] for s in inside if isinstance(s[2], int | float)]
-            title = f' title="score {max(scores):.3g}"' if scores else ""
-            chunk = f'<mark class="ev" data-start="{a}"{title}>{chunk}</mark>'
-        out.append(chunk)
-    return "".join(out)
-
-
 def _part_name(rec: dict[str, Any]) -> str:
     if rec.get("part") == "tool_call":
         return f"#{rec.get('index')} tool call: {rec.get('tool')}"
@@ -104,24 +70,32 @@ def _part_name(rec: dict[str, Any]) -> str:
 
 
 def transcript_html(row: TrafficRow) -> str:
-    """The task and the response (message by message when there are parts) with the evidence
-    highlighted at its offsets."""
+    """The task, the evidence panel (segments strongest first, with precision and a legend)
+    and the response (message by message when there are parts) with the segments marked
+    (`calimon.serve.review_evidence`)."""
     text = row.response_text or ""
-    spans, lost = _spans(row.evidence_list(), text)
-    parts = row.parts_list()
+    segs, toks, lost = split_evidence(row.evidence_list(), text)
+    parts = [p for p in row.parts_list()
+             if isinstance(p.get("start"), int) and isinstance(p.get("end"), int)]
     if parts:
         body = "".join(
             f'<div class="part part-{e(str(p.get("role")))}"><div class="part-head">'
-            f'{e(_part_name(p))}</div><pre>{marked(text, spans, p["start"], p["end"])}</pre></div>'
-            for p in parts if isinstance(p.get("start"), int) and isinstance(p.get("end"), int))
+            f'{e(_part_name(p))}</div><pre>{marked(text, segs, toks, p["start"], p["end"])}'
+            f'</pre></div>' for p in parts)
     else:
-        body = f"<pre>{marked(text, spans)}</pre>"
+        body = f"<pre>{marked(text, segs, toks)}</pre>"
+
+    def where(at: int) -> str:
+        return next((_part_name(p) for p in parts
+                     if p.get("header_start", p["start"]) <= at < p["end"]), "")
+
     note = (f'<p class="lost">Evidence not found in the text: '
             f'{"; ".join(e(q) for q in lost)}</p>' if lost else "")
-    n = len(spans)
+    n = len(segs)
     return (f'<div class="request"><h3>Task</h3><pre>{e(row.request_text or "")}</pre></div>'
-            f'<div class="response"><h3>Response <small>{n} evidence span'
-            f'{"" if n == 1 else "s"} highlighted</small></h3>{body}{note}</div>')
+            f'{panel_html(segs, where)}'
+            f'<div class="response"><h3>Response <small>{n} evidence segment'
+            f'{"" if n == 1 else "s"} marked</small></h3>{body}{note}</div>')
 
 
 def _num(x: float | None) -> str:

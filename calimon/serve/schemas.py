@@ -96,13 +96,21 @@ class StepRequest(BaseModel):
 
 
 class EvidenceSpan(BaseModel):
-    """A quote the monitor gives as evidence; ``start``/``end``: its characters in the
-    response, ``score``: the token head's score, when the monitor has them."""
+    """A piece of evidence; ``start``/``end``: its characters in the response, ``score``: the
+    token head's score, when the monitor has them. ``unit`` ``segment``: a segment a reader
+    reads (line, sentence, clause, tool-call argument, tool-result line) with its ``rank``
+    (0 = strongest; the segments come first, strongest first) and ``precision`` (the
+    calibrated probability that it overlaps the evidence of a misbehaving transcript, null
+    without a precision map); ``tokens``: one of the token head's runs (token-level marks, in
+    text order, after the segments); ``quote``: a quote the monitor wrote."""
 
     text: str
     start: int | None = None
     end: int | None = None
     score: float | None = None
+    precision: float | None = None
+    rank: int | None = None
+    unit: Literal["segment", "tokens", "quote"] | None = None
 
 
 class TruncationInfo(BaseModel):

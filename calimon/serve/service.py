@@ -90,13 +90,22 @@ def check_total(request: str, response: str, limits: Limits, field: str) -> None
                        f"limit of {limits.max_chars}", field)
 
 
-def evidence(verdict: Verdict, response: str) -> list[dict[str, Any]]:
-    """The evidence of a reading: a token head's spans (text, offsets, score), else the quotes
-    the monitor gave."""
-    spans = verdict.extra.get("spans") if verdict.extra else None
-    if spans:
-        return [{"text": response[a:b], "start": a, "end": b, "score": s} for a, b, s in spans]
-    return [{"text": q} for q in verdict.evidence]
+def evidence(verdict: Verdict, response: str, monitor: Any = None) -> list[dict[str, Any]]:
+    """The evidence of a reading (`calimon.serve.schemas.EvidenceSpan`): a token head's top
+    segments strongest first (with score, rank and the precision of ``monitor``'s segment
+    precision map), then its token-level spans in text order; else the quotes the monitor
+    gave."""
+    from calimon.scoring.probes.monitor import segment_evidence
+
+    extra = verdict.extra or {}
+    segments = [{"text": response[a:b], "start": a, "end": b, "score": s, "precision": p,
+                 "rank": k, "unit": "segment"}
+                for k, (a, b, s, p) in enumerate(segment_evidence(extra, monitor))]
+    spans = [{"text": response[a:b], "start": a, "end": b, "score": s, "unit": "tokens"}
+             for a, b, s in extra.get("spans") or ()]
+    if segments or spans:
+        return segments + spans
+    return [{"text": q, "unit": "quote"} for q in verdict.evidence]
 
 
 def sample_of(request: str, response: str, sid: str | None = None) -> Sample:
@@ -226,7 +235,8 @@ class Service:
             self.metrics.truncations.inc()
         return {"request_id": rid, "status": verdict.status,
                 **self.served.decide(verdict, audit_id),
-                "evidence": evidence(verdict, response), "truncation": verdict.truncation,
+                "evidence": evidence(verdict, response, self.served.monitor),
+                "truncation": verdict.truncation,
                 "tokens": verdict.tokens, "model": key.model,
                 "model_revision": key.model_revision, "readout": key.readout,
                 "policy": self.served.policy.name, "policy_hash": self.served.policy_hash,

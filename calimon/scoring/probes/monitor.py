@@ -5,7 +5,12 @@ so one forward pass yields both the verdict P(Yes) and the head's hidden states:
 :meth:`ProbeMonitor.score_with_verdict` returns both readings; :meth:`ProbeMonitor.score` keeps
 the verdict figures of the same pass in ``Verdict.extra["verdict"]``. A token head also keeps its
 spans (``extra["spans"]``) and per-token scores (``extra["token_scores"]``, which a curve run
-writes to ``token_scores.jsonl`` for the report).
+writes to ``token_scores.jsonl`` for the report), and its evidence in a reader's units
+(``extra["segments"]``: ``[start, end, score, None]`` of the top segments, strongest first,
+`calimon.numerics.reader_segments`). The reading's ``evidence`` quotes those segments, strongest
+first. Their precision is applied where a reading is read (`segment_evidence`), from the token
+head's segment precision map (``<token head>.segments.json`` beside its card,
+``precision_map``): a refitted map changes no stored reading.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -79,12 +85,27 @@ class ProbeMonitor:
             self.readout = f"probe:{self.card.name}"
             what, path = "probe head", find_head_card(head, ref, heads_root)
         self.forced = self._meet(what, str(path), force)
+        self.precision_map = self._precision_map(found, path)
         trained = self.card.prompt
         # the model's own limit unless a smaller one is chosen: a head reads any length of
         # its model's pass, and cutting at the training limit hides the end of long transcripts
         self.max_input_tokens = max_input_tokens or ref.config.max_input_tokens
         self.trained_max_input_tokens = trained.max_input_tokens
         self._encoder: PromptEncoder | None = None
+
+    def _precision_map(self, bundle_card, head_card):
+        """The token head's segment precision map, when one lies beside its card."""
+        from calimon.calibration.segment_precision import (
+            load_precision_map,
+            precision_map_path,
+        )
+
+        if self.span_head is None:
+            return None
+        card = (Path(bundle_card).parent / f"{self.bundle.card.token_head}.card.yaml"
+                if self.bundle is not None else Path(head_card))
+        where = precision_map_path(card)
+        return load_precision_map(where) if where.is_file() else None
 
     def _meet(self, what: str, path: str, force: bool) -> list[str]:
         """`calimon.provenance.meet` of the head's card and this monitor's pass."""
@@ -191,7 +212,9 @@ class ProbeMonitor:
                 spans = self._spans(s, e, token_p[i])
                 extra["spans"] = [[sp.start, sp.end, sp.score] for sp in spans]
                 extra["token_scores"] = token_scores_record(e.response_token_offsets, token_p[i])
-                evidence = tuple(s.response[sp.start:sp.end] for sp in spans)
+                units = self._segments(s, e, token_p[i])
+                extra["segments"] = [u.to_list() for u in units]
+                evidence = tuple(s.response[u.start:u.end] for u in units)
             score = float(p_head[i])
             if not np.isfinite(score):  # a token/attention head on an empty response
                 heads.append(Verdict(readout=self.readout, status="parse_failure",
@@ -201,9 +224,31 @@ class ProbeMonitor:
                                  p_raw=score, evidence=evidence, extra=extra, **common))
         return heads
 
+    def _segments(self, sample: Sample, enc, probs: np.ndarray):
+        """The top segments of the response, strongest first."""
+        from calimon.calibration.segment_precision import TOP
+        from calimon.numerics.reader_segments import rank_units, reader_units, score_units
+
+        units = reader_units(sample.response, sample.task,
+                             (sample.meta or {}).get("messages"))
+        return rank_units(score_units(units, span_offsets(enc.response_token_offsets), probs),
+                          TOP)
+
     def _spans(self, sample: Sample, enc, probs: np.ndarray):
         from calimon.numerics.span_metrics import spans_from_token_scores
 
         return spans_from_token_scores(span_offsets(enc.response_token_offsets), probs,
                                        self.span_head.span_threshold,
                                        text=sample.response)
+
+
+def segment_evidence(extra: dict, monitor=None) -> list[list]:
+    """A reading's segments (``extra["segments"]``, strongest first) as ``[start, end, score,
+    precision]``, the precision from ``monitor``'s segment precision map (None without one)."""
+    segments = [list(x) for x in (extra or {}).get("segments") or ()]
+    stored = getattr(monitor, "precision_map", None)
+    if stored is not None and segments:
+        got = np.clip(stored.predict(np.array([x[2] for x in segments], dtype=float)), 0, 1)
+        for x, p in zip(segments, got, strict=True):
+            x[3] = round(float(p), 6)
+    return segments
