@@ -43,9 +43,9 @@ class Prior:
     components: tuple[tuple[float, float], ...]
 
 
-# The Jeffreys prior on the share: no rate favoured, and of the priors measured in
-# benchmarks/guarantees (a mixture over shares, Beta(1, 20), pilot-centred priors) the one whose
-# labels needed stayed closest to the fixed-n plan over shares from 1% to 50%.
+# The Jeffreys prior on the share: no rate favoured. Of the priors compared in
+# benchmarks/results/guarantees-constructions.md it is the most even across shares: Beta(1, 20)
+# needs a few labels fewer at small shares and 3.5x the fixed-n floor at a share of 30%.
 JEFFREYS = Prior(((0.5, 0.5),))
 
 
