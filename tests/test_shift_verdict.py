@@ -58,16 +58,23 @@ def test_a_shift_in_text_alone_is_found_and_judged_harmless():
     assert f"label {v.labels_needed} transcripts" in v.line()
 
 
+def _calibration(seed: int, n: int, width: float):
+    """``n`` benign scores on [0, width) and ``n`` misbehaving on [1 - width, 1), and the
+    FAR <= 0.1 certificate of the benign ones."""
+    from calimon.deploy.guarantees import certify_far
+
+    rng = np.random.default_rng(seed)
+    s = np.r_[rng.random(n) * width, 1 - width + rng.random(n) * width]
+    y = np.r_[np.zeros(n, int), np.ones(n, int)]
+    return s, y, certify_far(s[y == 0], 0.1, 0.05)
+
+
 def test_holds_only_where_the_shift_aware_certificate_covers_the_threshold():
     from types import SimpleNamespace
 
-    from calimon.deploy.guarantees import certify_far
     from calimon.studies.shift.verdict import shift_verdict
 
-    rng = np.random.default_rng(1)
-    s = np.r_[rng.random(300) * 0.6, 0.4 + rng.random(300) * 0.6]
-    y = np.r_[np.zeros(300, int), np.ones(300, int)]
-    naive = certify_far(s[y == 0], 0.1, 0.05)
+    s, y, naive = _calibration(1, 300, 0.6)
     shifted = SimpleNamespace(shifted=True)
     for aware_t, kind in ((naive.threshold - 0.01, HOLDS), (naive.threshold, HOLDS),
                           (naive.threshold + 0.01, NOT_JUDGED)):
@@ -133,13 +140,9 @@ def _aware(estimate, ess):
 def test_a_weighted_estimate_on_a_few_heavy_weights_is_not_an_alarm():
     from types import SimpleNamespace
 
-    from calimon.deploy.guarantees import certify_far
     from calimon.studies.shift.verdict import shift_verdict
 
-    rng = np.random.default_rng(0)
-    s = np.r_[rng.random(200) * 0.5, 0.5 + rng.random(200) * 0.5]
-    y = np.r_[np.zeros(200, int), np.ones(200, int)]
-    naive = certify_far(s[y == 0], 0.1, 0.05)
+    s, y, naive = _calibration(0, 200, 0.5)
     shifted = SimpleNamespace(shifted=True)
     few = shift_verdict(shifted, naive, _aware(0.5, 3.6), s, y)
     assert few.kind == NOT_JUDGED and "weighted FAR not read (n_eff 3.6 < 29)" in few.line()
