@@ -46,6 +46,8 @@ def test_the_committed_policies_are_the_ones_checked():
     assert _policies(ROOT) and set(UNSERVABLE) <= set(_policies(ROOT))
 
 
+# the slow suite: a real server or several CLI runs (make test stays near its 8 minutes)
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _policies(ROOT))
 def test_a_committed_policy_serves_from_a_fresh_clone(clone, name, tmp_path, monkeypatch,
                                                     smol_backend):

@@ -238,6 +238,8 @@ def test_a_held_state_the_prompt_does_not_extend_is_not_reused(smol_backend, tmp
     assert step["kv"]["reused_tokens"] == encoded(monitor, messages).prefix_len
 
 
+# the slow suite: a real server or several CLI runs (make test stays near its 8 minutes)
+@pytest.mark.slow
 def test_a_trajectory_over_the_input_limit_is_read_in_windows_once_each(smol_backend,
                                                                        heads_root, tmp_path):
     limit = 420

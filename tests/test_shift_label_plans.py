@@ -9,6 +9,7 @@ import json
 import types
 
 import numpy as np
+import pytest
 
 from calimon.studies.shift.check import certify_sides
 from calimon.studies.shift.label_plan import decided_traffic, plan_labels
@@ -64,6 +65,8 @@ def test_the_plan_is_the_review_planners_on_the_unlabelled_traffic():
     assert blind.predicted and sum(blind.sizes.values()) == 300 and blind.labels
 
 
+# the slow suite: a real server or several CLI runs (make test stays near its 8 minutes)
+@pytest.mark.slow
 def test_shift_thresholds_apply_policy_and_the_review_planner_plan_the_same(tmp_path):
     from typer.testing import CliRunner
 
