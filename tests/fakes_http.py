@@ -49,15 +49,16 @@ class FakeServer:
                     owner.in_flight += 1
                     owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
                 status, body, delay, *extra = step
+                time.sleep(delay)
+                # The request stops counting before its answer is written: once the client reads
+                # the answer it may send the next one, possibly before this thread runs again.
+                with owner.lock:
+                    owner.in_flight -= 1
                 try:
-                    time.sleep(delay)
                     self._send(status, body(payload) if callable(body) else body,
                                extra[0] if extra else None)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
-                finally:
-                    with owner.lock:
-                        owner.in_flight -= 1
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
