@@ -1,0 +1,131 @@
+"""The docs as tests (tests/docs_runner.py): every block of README.md and docs/*.md that a user
+runs is run, or says why not, and what a document shows it prints is what it prints.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/test_docs_run.py              # make test's
+    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q -m slow tests/test_docs_run.py      # minutes
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.docs_runner import (
+    ROOT,
+    TIERS,
+    DocsError,
+    defined_names,
+    docs,
+    environment,
+    imports_from,
+    matches,
+    normalise,
+    parse,
+    problems,
+    run_document,
+    write_file,
+)
+
+MARKS = {"default": [], "slow": [pytest.mark.slow, pytest.mark.model],
+         "integrations": [pytest.mark.integrations, pytest.mark.model]}
+
+
+def _cases():
+    for path in docs():
+        tiers = {b.tier for b in parse(path) if b.runs}
+        for tier in TIERS:
+            if tier in tiers:
+                name = str(path.relative_to(ROOT))
+                yield pytest.param(path, tier, id=f"{name}-{tier}", marks=MARKS[tier])
+
+
+def test_every_block_is_run_or_says_why():
+    found = [p for path in docs() for b in parse(path) for p in problems(b)]
+    assert not found, "\n".join(found)
+    blocks = [b for path in docs() for b in parse(path)]
+    assert sum(b.runs for b in blocks) >= 10  # the runner found the docs' blocks
+
+
+@pytest.mark.parametrize("path", docs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_python_blocks_name_only_what_they_define(path, tmp_path):
+    """Each python block stands alone: it imports what it uses (ruff's undefined-name check),
+    and what it imports from a file block (``<!-- docs: file agent.py -->``) that file
+    defines. Cheap, so make test catches a NameError that only the slow run would meet."""
+    blocks = [b for b in parse(path) if b.lang == "python" and "skip" not in b.directives]
+    files = {b.directives["file"].removesuffix(".py"): b.text
+             for b in blocks if "file" in b.directives}
+    where = {}
+    for b in blocks:
+        name = b.directives.get("file") or f"block_{b.line}.py"
+        (tmp_path / name).write_text(b.text, encoding="utf-8")
+        where[name] = b.where
+        for module, imported in imports_from(b.text, set(files)):
+            assert imported in defined_names(files[module]), \
+                f"{b.where}: imports {imported!r} from {module}.py, which does not define it"
+    if not blocks:
+        return
+    r = subprocess.run([str(Path(sys.executable).parent / "ruff"), "check", "--isolated",
+                        "--select", "F821,F822,F823", "--output-format", "concise", "."],
+                       cwd=tmp_path, capture_output=True, text=True)
+    said = [ln for ln in r.stdout.splitlines() if ".py:" in ln]
+    found = [f"{where[ln.split(':')[0]]} (block line {ln.split(':')[1]}): "
+             f"{ln.split(': ', 1)[1]}" for ln in said]
+    assert r.returncode == 0 and not found, "\n".join(found) or r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("path", [p for p in docs() if any(
+    b.lang == "python" and "file" in b.directives for b in parse(p))],
+    ids=lambda p: str(p.relative_to(ROOT)))
+def test_python_files_of_a_doc_import(path, tmp_path):
+    """Each ``file NAME.py`` block imports (beside the document's other files) where the
+    packages it imports are installed: the slow runs' modules load in make test."""
+    blocks = [b for b in parse(path) if b.lang == "python" and "file" in b.directives]
+    for b in blocks:
+        write_file(b, tmp_path)
+    modules = [b.directives["file"].removesuffix(".py") for b in blocks]
+    # one process: inspect_ai, which they import, takes seconds to import
+    r = subprocess.run([sys.executable, "-c", f"import {', '.join(modules)}"], cwd=tmp_path,
+                       env=environment(tmp_path), capture_output=True, text=True)
+    assert r.returncode == 0, f"{path.name}: import {', '.join(modules)}\n{r.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("path, tier", list(_cases()))
+def test_doc_blocks_run_and_print_what_they_show(path, tier, tmp_path):
+    ran = run_document(path, set(TIERS[:TIERS.index(tier) + 1]), tmp_path)
+    assert ran >= 1
+
+
+def test_untagged_blocks_and_bad_markers_are_refused(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("text\n\n```\ncalimon curve\n```\n", encoding="utf-8")
+    [block] = parse(doc)
+    assert "doc.md:3: a fenced block without a language" in problems(block)[0]
+    doc.write_text("<!-- docs: skip -->\n```bash\nls\n```\n", encoding="utf-8")
+    with pytest.raises(DocsError, match=r"doc.md:1: the docs directive 'skip' needs a value"):
+        parse(doc)
+    doc.write_text("<!-- docs: slwo -->\n```bash\nls\n```\n", encoding="utf-8")
+    with pytest.raises(DocsError, match=r"doc.md:1: unknown docs directive 'slwo'"):
+        parse(doc)
+
+
+def test_outputs_are_attached_compared_and_mismatches_named(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("```bash\necho a; echo 'took 1.5 s in' $PWD\n```\n```\na\ntook 2 s in .\n```\n"
+                   "\nprose\n\n```python\nprint(1)\n```\n```\n2\n```\n", encoding="utf-8")
+    first, second = parse(doc)
+    assert first.output is not None and first.output.line == 4
+    assert second.output is not None and second.output.text == "2\n"
+    with pytest.raises(AssertionError, match=r"doc.md:11: the output shown at line 14 is not"):
+        run_document(doc, {"default"}, tmp_path)  # the first matches, the second prints 1
+
+
+def test_ellipsis_and_normalisation():
+    assert matches(["a", "...", "d"], ["a", "b", "c", "d"])
+    assert matches(["a ... z"], ["a to z"]) and not matches(["a", "b"], ["a"])
+    assert not matches(["a", "...", "d"], ["a", "b"])
+    work = Path("/tmp/work-x")
+    assert normalise("in /tmp/work-x/runs  \nid PB55PCucmaVbCENxKNuayW 3.2 s\n\n", work) == \
+        ["in ./runs", "id <id> <time>"]
