@@ -2,12 +2,13 @@
 user runs them, their shown outputs compared (tests/test_docs_run.py).
 
 Every fenced block names its language. A ``python``, ``bash``, ``sh``, ``console`` or ``pycon``
-block is run unless an HTML comment right before it says otherwise; other languages (``text``,
-``yaml``, ``toml``, ``json``) are shown, not run. The comment is ``<!-- docs: DIRECTIVE -->``, one
-directive to a comment (a block may have several comments):
+block says, in an HTML comment right before it, how it is run or why not; nothing unmarked is
+run (a new block must be looked at first). Other languages (``text``, ``yaml``, ``toml``,
+``json``) are shown, not run. The comment is ``<!-- docs: DIRECTIVE -->``, one directive to a
+comment (a block may have several comments):
 
-- ``slow``: run in the slow suite (it needs minutes); ``integrations``: in the integrations
-  suite (it needs inspect-scout or control-arena);
+- ``run``: run in make test's suite (seconds); ``slow``: in the slow suite (it needs minutes);
+  ``integrations``: in the integrations suite (it needs inspect-scout or control-arena);
 - ``fixture NAME``: first make what the block reads (``FIXTURES``: ``demo-monitor`` runs
   ``make demo``'s monitor command, from the Makefile, into ``runs/demo-monitor``);
 - ``file NAME``: the block is the file NAME, written into the document's working folder where it
@@ -50,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN_LANGS = {"python", "bash", "sh", "console", "pycon"}
 SHOWN_LANGS = {"text", "yaml", "toml", "json", "html", "diff"}
 TIERS = ("default", "slow", "integrations")
-DIRECTIVES = {"slow", "integrations", "fixture", "file", "skip", "tested-by", "not-compared",
+DIRECTIVES = {"run", "slow", "integrations", "fixture", "file", "skip", "tested-by", "not-compared",
               "background"}
 VALUED = {"fixture", "file", "skip", "tested-by", "not-compared", "background"}
 API_KEY = "docs-runner-key-0123456789abcdef"  # $CALIMON_API_KEY of every block
@@ -83,7 +84,9 @@ class Block:
 
     @property
     def runs(self) -> bool:
-        return self.lang in RUN_LANGS and not {"skip", "tested-by", "file"} & set(self.directives)
+        said = set(self.directives)
+        return (self.lang in RUN_LANGS and bool({"run", *TIERS} & said)
+                and not {"file", "skip", "tested-by"} & said)
 
 
 def docs() -> list[Path]:
@@ -139,6 +142,12 @@ def problems(block: Block) -> list[str]:
     if not block.lang:
         out.append(f"{block.where}: a fenced block without a language: tag it (bash, console, "
                    "python, text, ...) so the docs runner knows whether a user runs it")
+    said = {"run", *TIERS, "file", "skip", "tested-by"} & set(block.directives)
+    if block.lang in RUN_LANGS and len(said) != 1:
+        out.append(f"{block.where}: a {block.lang} block needs one docs directive before it: "
+                   "<!-- docs: run --> (or slow, integrations, file NAME, skip REASON, "
+                   "tested-by TEST)" if not said else
+                   f"{block.where}: docs directives {sorted(said)} contradict each other")
     test = block.directives.get("tested-by")
     if test:
         path = ROOT / test

@@ -7,13 +7,16 @@ runs is run, or says why not, and what a document shows it prints is what it pri
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.docs_runner import (
+    API_KEY,
     ROOT,
     TIERS,
     DocsError,
@@ -98,11 +101,16 @@ def test_doc_blocks_run_and_print_what_they_show(path, tier, tmp_path):
     assert ran >= 1
 
 
-def test_untagged_blocks_and_bad_markers_are_refused(tmp_path):
+def test_untagged_unmarked_and_bad_markers_are_refused(tmp_path):
     doc = tmp_path / "doc.md"
-    doc.write_text("text\n\n```\ncalimon curve\n```\n", encoding="utf-8")
-    [block] = parse(doc)
-    assert "doc.md:3: a fenced block without a language" in problems(block)[0]
+    doc.write_text("text\n\n```\ncalimon curve\n```\n\n```bash\ntouch ran\n```\n"
+                   "<!-- docs: run -->\n<!-- docs: skip why -->\n```bash\nls\n```\n",
+                   encoding="utf-8")
+    untagged, unmarked, both = parse(doc)
+    assert "doc.md:3: a fenced block without a language" in problems(untagged)[0]
+    assert "doc.md:7: a bash block needs one docs directive" in problems(unmarked)[0]
+    assert "doc.md:12: docs directives ['run', 'skip'] contradict" in problems(both)[0]
+    assert run_document(doc, set(TIERS), tmp_path) == 0 and not (tmp_path / "ran").exists()
     doc.write_text("<!-- docs: skip -->\n```bash\nls\n```\n", encoding="utf-8")
     with pytest.raises(DocsError, match=r"doc.md:1: the docs directive 'skip' needs a value"):
         parse(doc)
@@ -113,13 +121,30 @@ def test_untagged_blocks_and_bad_markers_are_refused(tmp_path):
 
 def test_outputs_are_attached_compared_and_mismatches_named(tmp_path):
     doc = tmp_path / "doc.md"
-    doc.write_text("```bash\necho a; echo 'took 1.5 s in' $PWD\n```\n```\na\ntook 2 s in .\n```\n"
-                   "\nprose\n\n```python\nprint(1)\n```\n```\n2\n```\n", encoding="utf-8")
+    doc.write_text("<!-- docs: run -->\n```bash\necho a; echo 'took 1.5 s in' $PWD\n```\n"
+                   "```\na\ntook 2 s in .\n```\n\nprose\n\n<!-- docs: run -->\n"
+                   "```python\nprint(1)\n```\n```\n2\n```\n", encoding="utf-8")
     first, second = parse(doc)
-    assert first.output is not None and first.output.line == 4
+    assert first.output is not None and first.output.line == 5
     assert second.output is not None and second.output.text == "2\n"
-    with pytest.raises(AssertionError, match=r"doc.md:11: the output shown at line 14 is not"):
+    with pytest.raises(AssertionError, match=r"doc.md:13: the output shown at line 16 is not"):
         run_document(doc, {"default"}, tmp_path)  # the first matches, the second prints 1
+
+
+def test_a_background_server_answers_the_next_block_and_is_stopped(tmp_path):
+    with socket.socket() as sock:  # a free port
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"<!-- docs: run -->\n<!-- docs: background http://127.0.0.1:{port}/ -->\n"
+                   "```bash\nexport CALIMON_API_KEY=...\necho $CALIMON_API_KEY > key\n"
+                   f"exec python -m http.server {port} --bind 127.0.0.1\n```\n\n"
+                   "<!-- docs: run -->\n```bash\ncurl -s -o /dev/null -w '%{http_code}' "
+                   f"http://127.0.0.1:{port}/key\n```\n```\n200\n```\n", encoding="utf-8")
+    assert run_document(doc, {"default"}, tmp_path) == 2
+    assert (tmp_path / "key").read_text().strip() == API_KEY  # the placeholder kept the key
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
 
 
 def test_ellipsis_and_normalisation():
