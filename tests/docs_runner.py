@@ -202,13 +202,10 @@ def environment(work: Path) -> dict[str, str]:
 def _demo_monitor(work: Path) -> None:
     if (work / "runs" / "demo-monitor" / "curve.csv").is_file():
         return
+    from tests.test_readme import demo_lines  # make demo's commands, as the README test reads them
+
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    values = dict(re.findall(r"^(DEMO_\w+) \?= *(.*)$", makefile, flags=re.M))
-    recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", makefile, flags=re.M).group(1)
-    line = next(ln for ln in recipe.splitlines() if "--out runs/demo-monitor" in ln)
-    line = re.sub(r"^\s*(\w+=\S+ )+", "", line).replace("$(VENV)/bin/", "")
-    for name, value in values.items():
-        line = line.replace(f"$({name})", value)
+    line = next(ln for ln in demo_lines(makefile) if "--out runs/demo-monitor" in ln)
     _check(subprocess.run(["bash", "-ec", line], cwd=work, env=environment(work), text=True,
                           capture_output=True, timeout=TIMEOUT), f"fixture demo-monitor: {line}")
 
