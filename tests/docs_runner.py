@@ -20,7 +20,8 @@ comment (a block may have several comments):
 - on an output block, ``not-compared REASON``.
 
 Blocks run in document order, each in a fresh process in one working folder per document and
-suite (files written by one block are read by the next): ``python`` as ``python BLOCK.py`` with
+suite (files written by one block are read by the next; Inspect's and Scout's progress displays
+off, so a block's stdout is what it prints): ``python`` as ``python BLOCK.py`` with
 the working folder and the checkout on ``PYTHONPATH``, ``bash``/``sh`` with ``bash -e`` (a line
 ``export NAME=...``, a placeholder for a value of the reader's, keeps the runner's value: every
 block runs with ``$CALIMON_API_KEY`` set to a fixed test key). A
@@ -190,10 +191,10 @@ def matches(expected: list[str], got: list[str]) -> bool:
 
 def environment(work: Path) -> dict[str, str]:
     """What a block runs with: the checkout's calimon and the working folder importable, the
-    venv's commands first on PATH, no network for models, Inspect's display and logs kept quiet
-    and inside the working folder."""
+    venv's commands first on PATH, no network for models, Inspect's and Scout's displays off
+    (what a block prints is its own output) and Inspect's logs inside the working folder."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", CALIMON_API_KEY=API_KEY,
-               INSPECT_DISPLAY="none", INSPECT_LOG_DIR=str(work / "logs"),
+               INSPECT_DISPLAY="none", SCOUT_DISPLAY="none", INSPECT_LOG_DIR=str(work / "logs"),
                PYTHONPATH=os.pathsep.join([str(work), str(ROOT), os.environ.get("PYTHONPATH", "")]),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     return env
