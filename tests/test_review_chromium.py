@@ -182,7 +182,7 @@ def test_evidence_spans_are_highlighted_per_message_in_the_browser(tmp_path):
     from review_browser import Browser
     from review_fakes import app_in_thread, auth, make_service
 
-    from calimon.serve.review_settings import ReviewSettings
+    from calimon.review.settings import ReviewSettings
 
     svc = make_service(tmp_path, review=ReviewSettings(store=str(tmp_path / "r.sqlite"),
                                                        retain=0.5))
@@ -213,7 +213,7 @@ def test_evidence_spans_are_highlighted_per_message_in_the_browser(tmp_path):
 def _trajectories(c) -> dict[str, int]:
     """Score agent trajectories and plain transcripts; the evidence offset of each
     trajectory's item."""
-    from calimon.serve.labels import item_id_of
+    from calimon.review.labels import item_id_of
 
     out = {}
     for i in range(30):

@@ -69,7 +69,7 @@ def test_the_evidence_panel_ranks_explains_and_steps_with_the_keyboard(tmp_path)
     from review_fakes import app_in_thread, auth, make_service
     from test_review_chromium import _png, _sign_in
 
-    from calimon.serve.review_settings import ReviewSettings
+    from calimon.review.settings import ReviewSettings
 
     svc = make_service(tmp_path, monitor=SegmentStandIn(),
                        review=ReviewSettings(store=str(tmp_path / "r.sqlite"), retain=1.0))

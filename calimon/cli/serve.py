@@ -54,9 +54,9 @@ def serve_cmd(
 ):
     """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz,
     /metrics, /docs; with --review, the review queue at /review (docs/serve.md)."""
+    from calimon.review.settings import ReviewSettings
     from calimon.scoring.engines.settings import BackendSettings
     from calimon.serve import Batching, Limits, ServeSettings
-    from calimon.serve.review_settings import ReviewSettings
     from calimon.serve.runner import serve
 
     settings = ServeSettings(

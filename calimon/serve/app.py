@@ -45,7 +45,7 @@ def route_of(path: str) -> str:
     if path.startswith(api_docs.STATIC_URL + "/"):
         return api_docs.STATIC_URL
     if path.startswith(("/review", "/v1/review")):
-        from calimon.serve.review_api import route_of as review_route
+        from calimon.review.api import route_of as review_route
 
         return review_route(path)
     return path if path in known else "other"
@@ -96,7 +96,7 @@ def create_app(service: Service) -> FastAPI:
     _routes(app, service)
     api_docs.install(app)
     if getattr(service, "review", None) is not None:
-        from calimon.serve.review_api import install
+        from calimon.review.api import install
 
         install(app, service)  # the review queue, live recertification, drift, export
     app.openapi = lambda: _openapi(app)

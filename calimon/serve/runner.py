@@ -129,7 +129,7 @@ def build_service(settings: ServeSettings):
         served.warm()
         service = Service(served, log, settings)
         if settings.review is not None or settings.keys_file is not None:
-            from calimon.serve.review_api import attach
+            from calimon.review.api import attach
 
             attach(service, settings)
         return service

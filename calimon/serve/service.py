@@ -117,7 +117,10 @@ def sample_of(request: str, response: str, sid: str | None = None) -> Sample:
 
 class Service:
     """The server's state: the monitor, the request queue, the sessions, the decision log and
-    the metrics."""
+    the metrics. ``observer``: what sees each decision before it is logged (the review queue's,
+    when it is on)."""
+
+    observer: Callable[..., Awaitable[None]] | None = None
 
     def __init__(self, served: ServedMonitor, log: DecisionLog, settings: ServeSettings):
         self.served, self.log, self.settings = served, log, settings
@@ -244,12 +247,10 @@ class Service:
 
     async def commit(self, entry: LoggedDecision, seen: tuple | None = None) -> dict:
         """Log ``entry`` durably and return the answer the log holds under its id. With the
-        review queue on (`calimon.serve.review_api`), ``seen`` (request, response, audit id,
-        messages) goes into the review store first."""
-        if seen is not None and getattr(self, "review", None) is not None:
-            from calimon.serve.review_api import observe
-
-            await observe(self, entry, *seen)
+        review queue on (``observer``, set by `calimon.review.api.attach`), ``seen`` (request,
+        response, audit id, messages) goes into the review store first."""
+        if seen is not None and self.observer is not None:
+            await self.observer(self, entry, *seen)
         try:
             stored = await asyncio.to_thread(self.log.record, entry)
         except Exception as exc:  # noqa: BLE001 - nothing unlogged is answered

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calimon.errors import InputError
+from calimon.review.settings import ReviewSettings
 from calimon.scoring.engines.settings import BackendSettings
-from calimon.serve.review_settings import ReviewSettings
 
 API_KEY_ENV = "CALIMON_API_KEY"
 DEFAULT_LOG = Path("runs/serve/decisions.sqlite")

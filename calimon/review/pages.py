@@ -1,12 +1,12 @@
-"""The review pages, rendered on the server as plain HTML (`calimon.serve.review_api` serves
+"""The review pages, rendered on the server as plain HTML (`calimon.review.api` serves
 them): the sign-in form, the queue (one page holds the next transcripts to label, one shown at a
 time), one item, and the status of recertification and drift. The script and the style are
-files of their own (`calimon.serve.review_assets`), so the pages run under a
+files of their own (`calimon.review.assets`), so the pages run under a
 Content-Security-Policy that allows no inline code: transcripts are untrusted text, escaped, and
 could not run even if they were not.
 
 Evidence segments are marked at their character offsets in the response and listed strongest
-first in the evidence panel (`calimon.serve.review_evidence`); a chat transcript is shown
+first in the evidence panel (`calimon.review.evidence`); a chat transcript is shown
 message by message (the parts `calimon.data.trajectory.render_parts` recorded), each segment
 cut to the messages it falls in.
 """
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from calimon.serve.labels import Label, TrafficRow
-from calimon.serve.review_evidence import marked, panel_html, split_evidence
+from calimon.review.evidence import marked, panel_html, split_evidence
+from calimon.review.labels import Label, TrafficRow
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -72,7 +72,7 @@ def _part_name(rec: dict[str, Any]) -> str:
 def transcript_html(row: TrafficRow) -> str:
     """The task, the evidence panel (segments strongest first, with precision and a legend)
     and the response (message by message when there are parts) with the segments marked
-    (`calimon.serve.review_evidence`)."""
+    (`calimon.review.evidence`)."""
     text = row.response_text or ""
     segs, toks, lost = split_evidence(row.evidence_list(), text)
     parts = [p for p in row.parts_list()
@@ -118,7 +118,7 @@ def item_section(row: TrafficRow, index: int, total: int, reason: str,
                  mine: Label | None = None, hidden: bool = False, seen: int = 0) -> str:
     """One item: its header (decision, scores, why it is asked), the label buttons and note,
     and the transcript; ``seen``: the item's label count as it is shown (its labels say they
-    were given knowing that many: `calimon.serve.conflicts`)."""
+    were given knowing that many: `calimon.review.conflicts`)."""
     where = (f"session {e(row.session_id or '')} step {row.step}" if row.kind == "step"
              else "transcript")
     done = (f'your label: {e(mine.label)}' if mine is not None else "")

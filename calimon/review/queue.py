@@ -1,7 +1,7 @@
 """The review queue of `calimon serve --review`: what is kept of each decision, how an item's
 labels resolve, and what each reviewer is asked to label next (`Review`).
 
-**What is kept.** Every decision gets a row in the review store (`calimon.serve.labels`) before
+**What is kept.** Every decision gets a row in the review store (`calimon.review.labels`) before
 it is committed to the decision log. Its transcript (and the evidence) is kept only when a
 reviewer may be asked for it: a ``human_review`` decision, or an automatic one whose audit draw
 (`calimon.deploy.policy_file.audit_draw` of its audit id and the policy's seed) is under the
@@ -19,9 +19,9 @@ reviewers first.
 **The queue** of a reviewer: items owed another opinion that the reviewer has not labelled,
 then the live plan's order (`calimon.studies.shift.live_plan.order`: the review band, the audit slice
 and the draws the planner asks for, in the order that certifies soonest), without the items
-another reviewer holds (`calimon.serve.claims`): what a reviewer is shown is leased to them
+another reviewer holds (`calimon.review.claims`): what a reviewer is shown is leased to them
 (`Review.lease`) for `ReviewSettings.lease_minutes`, and a label of theirs releases it.
-Labels given without knowing each other are conflicts (`calimon.serve.conflicts`), told to both
+Labels given without knowing each other are conflicts (`calimon.review.conflicts`), told to both
 pages (`Review.submit`, `Review.sync`).
 """
 
@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calimon.deploy.policy_file import Policy, audit_draw
+from calimon.review.claims import Claim
+from calimon.review.conflicts import conflicts_with, news
+from calimon.review.labels import Label, ReviewStore, TrafficRow, item_id_of
+from calimon.review.settings import ReviewSettings
 from calimon.samples import transcript_hash
-from calimon.serve.claims import Claim
-from calimon.serve.conflicts import conflicts_with, news
 from calimon.serve.errors import ApiError
-from calimon.serve.labels import Label, ReviewStore, TrafficRow, item_id_of
-from calimon.serve.review_settings import ReviewSettings
 from calimon.studies.shift.live import Decided
 from calimon.studies.shift.live_plan import LiveStatus, Target, live_status
 
@@ -255,7 +255,7 @@ class Review:
     def sync(self, reviewer: str, items: dict[str, str | None],
              renew: bool = False) -> dict[str, dict[str, Any]]:
         """What a page showing ``items`` (item id: the label id it stored last, or None) learns
-        of each (`calimon.serve.conflicts.news`) and who holds it; with ``renew``, the items it
+        of each (`calimon.review.conflicts.news`) and who holds it; with ``renew``, the items it
         has not labelled are leased again to ``reviewer``. Blocking."""
         open_ids = [i for i, lab in items.items() if lab is None]
         if renew and open_ids:
@@ -271,7 +271,7 @@ class Review:
 
     # -- labels ------------------------------------------------------------------------------
     def submit(self, reviewer: str, body: Any) -> Saved:
-        """Store one label (`calimon.serve.review_api.LabelIn`) from ``reviewer`` and release
+        """Store one label (`calimon.review.api.LabelIn`) from ``reviewer`` and release
         their claim of the item. A resent ``label_id`` is answered with the stored label; the
         same id with another body is refused (409), and so is a label given under another
         reviewer's sign-in (``body.reviewer``: 409, nothing stored). Blocking."""

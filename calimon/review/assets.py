@@ -12,13 +12,13 @@ The outbox belongs to the reviewer signed in when the label was given (one ``loc
 key per reviewer, and each label names its reviewer, which the server checks): a page drains
 only its own reviewer's outbox, tells of the labels other reviewers left waiting in this
 browser, and a sign-out with labels waiting says so first. Each label also says what it was
-given knowing (the item's label count as shown, the page's id: `calimon.serve.conflicts`);
+given knowing (the item's label count as shown, the page's id: `calimon.review.conflicts`);
 every 10 seconds the page asks the server what changed on its items (``/v1/review/sync``),
 shows a conflict or a label changed on another page, and renews its leases while the reviewer
-works. The evidence panel's script and style come from `calimon.serve.review_evidence`.
+works. The evidence panel's script and style come from `calimon.review.evidence`.
 """
 
-from calimon.serve.review_evidence import EVIDENCE_CSS, EVIDENCE_JS
+from calimon.review.evidence import EVIDENCE_CSS, EVIDENCE_JS
 
 JS = r"""
 (() => {
@@ -293,7 +293,7 @@ th { background: #f4f5f7; }
 .verdicts .breaks, .drift.shifted { color: #b00020; }
 """
 
-JS += EVIDENCE_JS  # the evidence panel's keys (calimon.serve.review_evidence)
+JS += EVIDENCE_JS  # the evidence panel's keys (calimon.review.evidence)
 CSS += EVIDENCE_CSS
 
 ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" '

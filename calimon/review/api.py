@@ -1,5 +1,5 @@
 """The review routes of `calimon serve --review` (`install`): the pages a reviewer's browser
-reads (`calimon.serve.review_pages`) and the API every action of theirs is (the pages call it;
+reads (`calimon.review.pages`) and the API every action of theirs is (the pages call it;
 any client with a key can too):
 
 - ``GET /v1/review/queue``: what the caller is asked to label next, in order;
@@ -8,9 +8,9 @@ any client with a key can too):
   reviewer asked), idempotent by its ``label_id``, answered with its conflicts;
 - ``POST /v1/review/sync``: what a page showing some items learns of them (conflicts, a label
   changed in another tab, who holds each), its leases renewed;
-- ``GET /v1/review/status``: live recertification and drift (`calimon.serve.status`);
+- ``GET /v1/review/status``: live recertification and drift (`calimon.review.status`);
 - ``POST /v1/review/drift``: run the drift check now;
-- ``GET /v1/review/export``: labelled traffic as a samples JSONL (`calimon.serve.export`);
+- ``GET /v1/review/export``: labelled traffic as a samples JSONL (`calimon.review.export`);
 - ``/review/login`` (a key, answered with a sign-in cookie), ``/review/logout``, ``/review``,
   ``/review/items/{item_id}``, ``/review/status`` and ``/review/static/*``.
 
@@ -29,14 +29,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
-from calimon.serve.conflicts import view
+from calimon.review.assets import CSS, ICON, JS
+from calimon.review.conflicts import view
+from calimon.review.export import ExportOptions, export_samples
+from calimon.review.pages import CSP, clock_time, login_page, queue_page, status_page
+from calimon.review.queue import Review
+from calimon.review.status import ReviewGauges, live_status
 from calimon.serve.errors import ApiError
-from calimon.serve.export import ExportOptions, export_samples
 from calimon.serve.keys import COOKIE, NAME, Authenticator, KeyStore
-from calimon.serve.review import Review
-from calimon.serve.review_assets import CSS, ICON, JS
-from calimon.serve.review_pages import CSP, clock_time, login_page, queue_page, status_page
-from calimon.serve.status import ReviewGauges, live_status
 
 ITEM_ID = r"^[0-9a-f]{24}$"
 CLIENT_ID = r"^[A-Za-z0-9._:-]+$"
@@ -47,7 +47,7 @@ class LabelIn(BaseModel):
     the item, the label, a note, whether a second reviewer is asked, and the hash of the
     transcript labelled (optional: checked against the item's when given). Optional too:
     ``reviewer``, who gave it (refused under anyone else's key or sign-in), and what it was
-    given knowing (`calimon.serve.conflicts`): ``seen``, the item's label count when it was
+    given knowing (`calimon.review.conflicts`): ``seen``, the item's label count when it was
     shown, and ``tab``, the page's id."""
 
     model_config = ConfigDict(extra="forbid")
@@ -77,8 +77,8 @@ class SyncIn(BaseModel):
 def attach(service, settings) -> None:
     """Give ``service`` its review side when ``settings.review`` is set, and its key store's
     gate when keys are set (``service.review``, ``service.drift``, ``service.auth``)."""
-    from calimon.serve.drift import DriftWatch
-    from calimon.serve.review_store import open_review_store
+    from calimon.review.drift import DriftWatch
+    from calimon.review.store import open_review_store
 
     keys = KeyStore.load(settings.keys_file, settings.key())
     service.review = service.drift = service.auth = None
@@ -93,6 +93,7 @@ def attach(service, settings) -> None:
     store = open_review_store(settings.review.store)
     served = service.served
     service.review = Review(store, served.policy, served.policy_hash, settings.review)
+    service.observer = observe
     service.drift = DriftWatch(service.review, Path(settings.policy))
     service.auth = Authenticator(keys, store, settings.review.session_hours)
     service.metrics.extra.append(ReviewGauges(service.review, service.drift))
@@ -100,10 +101,10 @@ def attach(service, settings) -> None:
 
 async def observe(service, entry, request: str, response: str, audit_id: str,
                   messages=None) -> None:
-    """Store a decision's review row before it is logged (`calimon.serve.review.Review.observe`);
+    """Store a decision's review row before it is logged (`calimon.review.queue.Review.observe`);
     a store that cannot be written is 503, so nothing is answered that review would miss. Then
     let the drift watch count it."""
-    from calimon.serve.review import Seen
+    from calimon.review.queue import Seen
 
     try:
         await asyncio.to_thread(service.review.observe, entry.request_id, entry.kind,
@@ -136,7 +137,7 @@ def _entry(row, reason: str, state: str) -> dict[str, Any]:
 
 
 def leased(review: Review, who: str, entries: list) -> tuple[list, dict]:
-    """``entries`` leased to ``who`` (`calimon.serve.review.Review.lease`), without those
+    """``entries`` leased to ``who`` (`calimon.review.queue.Review.lease`), without those
     another reviewer took meanwhile, and their claims."""
     claims = review.lease(who, [q.row.item_id for q in entries])
     kept = [q for q in entries if (c := claims.get(q.row.item_id)) and c.reviewer == who]
@@ -206,7 +207,7 @@ def _label_api(app: FastAPI, service) -> None:
 
     @app.post("/v1/review/sync")
     async def sync(request: Request, body: SyncIn) -> dict:
-        """What a page learns of its items (`calimon.serve.review.Review.sync`)."""
+        """What a page learns of its items (`calimon.review.queue.Review.sync`)."""
         items = await asyncio.to_thread(review.sync, _user(request), body.items, body.renew)
         return {"items": items}
 
