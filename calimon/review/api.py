@@ -20,19 +20,28 @@ any client with a key can too):
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from calimon.review.assets import CSS, ICON, JS
 from calimon.review.conflicts import view
 from calimon.review.export import ExportOptions, export_samples
-from calimon.review.pages import CSP, clock_time, login_page, queue_page, status_page
+from calimon.review.pages import (
+    CSP,
+    clock_time,
+    login_page,
+    not_found_page,
+    queue_page,
+    status_page,
+)
 from calimon.review.queue import Review
 from calimon.review.status import ReviewGauges, live_status
 from calimon.serve.errors import ApiError
@@ -159,6 +168,7 @@ def install(app: FastAPI, service) -> None:
     _api(app, service)
     _sign_in_pages(app, service)
     _pages(app, service)
+    _not_found_pages(app)
 
 
 def _label_api(app: FastAPI, service) -> None:
@@ -255,25 +265,57 @@ def _sign_in_pages(app: FastAPI, service) -> None:
         return Response(ICON, media_type="image/svg+xml")
 
     @app.get("/review/login", include_in_schema=False)
-    async def login_form() -> HTMLResponse:
-        return _html(login_page())
+    async def login_form(go: Annotated[str | None, Query(alias="next")] = None
+                         ) -> HTMLResponse:
+        return _html(login_page(next_path=local_next(go)))
 
     @app.post("/review/login", include_in_schema=False)
     async def login(request: Request) -> Response:
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        go = local_next((form.get("next") or [None])[0])
         found = await auth.sign_in((form.get("key") or [""])[0].strip())
         if found is None:
-            return _html(login_page("That key is not a reviewer's key."), 401)
+            return _html(login_page("That key is not a reviewer's key.", go), 401)
         secure = "; Secure" if request.url.scheme == "https" else ""
         cookie = (f"{COOKIE}={found[1]}; HttpOnly; SameSite=Strict; Path=/; "
                   f"Max-Age={int(auth.ttl)}{secure}")
-        return RedirectResponse("/review", 303, headers={"Set-Cookie": cookie})
+        return RedirectResponse(go, 303, headers={"Set-Cookie": cookie})
 
     @app.post("/review/logout", include_in_schema=False)
     async def logout(request: Request) -> Response:
         await auth.sign_out(dict(request.scope.get("headers") or []))
         return RedirectResponse("/review/login", 303, headers={
             "Set-Cookie": f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"})
+
+
+def local_next(value: str | None) -> str:
+    """Where a sign-in goes on to: ``value`` when it is a review page of this server (a path
+    under ``/review``: no scheme, host, backslash, control character or dot segment, so
+    never another site), else ``/review``."""
+    if not value or len(value) > 2000 or "\\" in value or not value.isprintable():
+        return "/review"
+    parts = urlsplit(value)
+    path = parts.path
+    if parts.scheme or parts.netloc or not (path == "/review" or path.startswith("/review/")):
+        return "/review"
+    if any(seg in (".", "..") for seg in path.split("/")) or path == "/review/login":
+        return "/review"
+    return value
+
+
+def _not_found_pages(app: FastAPI) -> None:
+    """A browser asking for a review page that is not there gets a page (404), not JSON; the
+    API (``/v1``) keeps its JSON errors."""
+    json_handler = app.exception_handlers[StarletteHTTPException]
+
+    async def not_found(request: Request, exc: StarletteHTTPException) -> Response:
+        path = request.url.path
+        if exc.status_code == 404 and (path == "/review" or path.startswith("/review/")):
+            return _html(not_found_page(_user(request), f"No review page at {path}."), 404)
+        out = json_handler(request, exc)
+        return await out if inspect.isawaitable(out) else out
+
+    app.add_exception_handler(StarletteHTTPException, not_found)
 
 
 def _pages(app: FastAPI, service) -> None:
@@ -299,7 +341,8 @@ def _pages(app: FastAPI, service) -> None:
         who = _user(request)
         row = await asyncio.to_thread(review.store.item, item_id)
         if row is None or not row.retained:
-            raise ApiError(404, "unknown_item", f"no kept transcript {item_id!r}", "item_id")
+            return _html(not_found_page(who, f"No kept transcript {item_id}: it was never "
+                                        "scored here, or its text was not kept."), 404)
 
         def build() -> str:
             holder = review.lease(who, [item_id]).get(item_id)

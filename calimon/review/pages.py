@@ -50,15 +50,25 @@ def document(title: str, body: str, *, reviewer: str | None = None, refresh: int
             f'{js}</head><body>{nav}{notice}{body}</body></html>')
 
 
-def login_page(error: str | None = None) -> str:
-    """The sign-in form: a reviewer's key, sent once, answered with a cookie."""
+def login_page(error: str | None = None, next_path: str = "/review") -> str:
+    """The sign-in form: a reviewer's key, sent once, answered with a cookie; then the page
+    ``next_path`` (a local path, checked by the caller)."""
     err = f'<p class="error" role="alert">{e(error)}</p>' if error else ""
     return document("calimon review: sign in", (
         '<main class="login"><h1>calimon review</h1><form method="post" action="/review/login">'
         '<label for="key">Your reviewer key</label>'
         '<input id="key" name="key" type="password" autocomplete="current-password" required '
-        'autofocus><button type="submit">Sign in</button></form>' + err + '</main>'),
+        f'autofocus><input type="hidden" name="next" id="next" value="{e(next_path)}">'
+        '<button type="submit">Sign in</button></form>' + err + '</main>'),
         script=True)
+
+
+def not_found_page(reviewer: str, what: str) -> str:
+    """The page of a review address that shows nothing (served with a 404)."""
+    return document("calimon review: not found", (
+        f'<main class="status missing"><h1>Not found</h1><p>{e(what)}</p><p>The queue has the '
+        f'transcripts waiting for a label: <a href="/review">back to the queue</a>.</p>'
+        f'</main>'), reviewer=reviewer)
 
 
 def _part_name(rec: dict[str, Any]) -> str:
@@ -151,7 +161,7 @@ def cert_text(c: dict[str, Any]) -> str:
     what = c["rate"].upper()
     bound = "—" if c["upper"] is None else f"{c['upper']:.3f}"
     if c["alpha"] is None:
-        return f"{what} ≤ {bound} (no target)"
+        return f"{what}: no target set"
     need = (f" · {c['labels_needed']} more labels" if c.get("labels_needed") else "")
     return f"{what} ≤ {c['alpha']:g}: {c['state']} · bound {bound}{need}"
 
@@ -174,10 +184,11 @@ def queue_page(reviewer: str, entries: Sequence[tuple[TrafficRow, str]], status:
     seen = seen or {}
     n = len(entries)
     rows = "".join(
-        f'<li data-index="{i}" data-item="{r.item_id}"><span class="why">{e(why)}</span> '
-        f'<span class="decision d-{DECISION.get(r.action, "x")}">'
-        f'{DECISION.get(r.action, e(r.action))}</span> <span class="p">{_num(r.score)}</span>'
-        f'<span class="mark"></span></li>' for i, (r, why) in enumerate(entries))
+        f'<li data-index="{i}" data-item="{r.item_id}"><a href="/review/items/{r.item_id}">'
+        f'<span class="why">{e(why)}</span> <span class="decision d-'
+        f'{DECISION.get(r.action, "x")}">{DECISION.get(r.action, e(r.action))}</span> '
+        f'<span class="p">{_num(r.score)}</span><span class="mark"></span></a></li>'
+        for i, (r, why) in enumerate(entries))
     items = "".join(item_section(r, i, n, why, mine.get(r.item_id), hidden=i > 0,
                                  seen=seen.get(r.item_id, 0))
                     for i, (r, why) in enumerate(entries))
@@ -185,6 +196,8 @@ def queue_page(reviewer: str, entries: Sequence[tuple[TrafficRow, str]], status:
         items = ('<section class="empty"><h2>Nothing to label now</h2><p>No transcript of the '
                  'review band, the audit slice or the plan waits for you. The status page says '
                  'what the labels so far certify.</p></section>')
+    else:
+        items += _page_end(n)
     side = (f'<aside class="side">{summary_html(status)}<ol id="queue">{rows}</ol>'
             f'<p class="keys"><kbd>j</kbd>/<kbd>k</kbd> next / previous · <kbd>1</kbd> '
             f'<kbd>2</kbd> <kbd>3</kbd> label · <kbd>s</kbd> second reviewer · <kbd>n</kbd> '
@@ -192,6 +205,16 @@ def queue_page(reviewer: str, entries: Sequence[tuple[TrafficRow, str]], status:
             f'<p class="outbox" id="outbox"></p>{_lease_html(lease_until)}</aside>')
     return document("calimon review: queue", f'<main class="review">{side}<div class="items">'
                     f'{items}</div></main>', reviewer=reviewer, script=True)
+
+
+def _page_end(n: int) -> str:
+    """What follows the page's last item (the script shows it when the last is labelled or
+    passed with ``j``): the way on to the next page of the queue."""
+    return (f'<section class="page-end" id="page-end" hidden><h2>End of this page</h2>'
+            f'<p id="page-end-count">{n} item{"" if n == 1 else "s"} on this page.</p>'
+            f'<p><a href="/review" id="next-page-end">Next page of the queue</a> '
+            f'(<kbd>Enter</kbd>; <kbd>k</kbd> goes back to the last item). An empty queue '
+            f'says so there.</p></section>')
 
 
 def _lease_html(until: float | None) -> str:
