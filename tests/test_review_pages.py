@@ -94,6 +94,5 @@ def test_the_last_item_points_to_the_next_page(tmp_path):
     page = run(make_service(tmp_path, review=ReviewSettings(store=str(tmp_path / "r.sqlite"),
                                                             retain=1.0)), scenario)
     end = page.split('id="page-end"', 1)[1]
-    assert page.index('id="page-end"') > page.rindex('<section class="item"')
     assert 'href="/review" id="next-page-end">Next page of the queue' in end
     assert "3 items on this page" in end

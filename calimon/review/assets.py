@@ -32,6 +32,7 @@ JS = r"""
   const items = Array.from(document.querySelectorAll('section.item'));
   const rows = Array.from(document.querySelectorAll('#queue li'));
   const end = document.getElementById('page-end');  // after the last item: the next page
+  let atEnd = false;  // the last item was labelled or passed with j
   const stored = {};  // item id -> the id of the label this page stored last
   let cur = 0;
   let flushing = false;
@@ -79,18 +80,20 @@ JS = r"""
     mark(itemId, 'conflict: this page labelled ' + mine + ' and ' + them + ', neither knowing the other. Label it again to settle it.', 'conflict');
   }
   function learn(itemId, count) { const sec = section(itemId); if (sec) { sec.dataset.seen = String(count); } }
-  function show(i) {  // i === items.length: past the last item, the way to the next page
+  function show(i) {
     if (!items.length) { return; }
-    cur = Math.max(0, Math.min(end ? items.length : items.length - 1, i));
+    const past = i > items.length - 1 && !!end;  // the way on is shown above the last item
+    atEnd = atEnd || past;
+    cur = Math.max(0, Math.min(items.length - 1, i));
     items.forEach((s, j) => { s.hidden = j !== cur; });
     rows.forEach((r, j) => {
       if (j === cur) { r.setAttribute('aria-current', 'true'); r.scrollIntoView({ block: 'nearest', inline: 'nearest' }); } else { r.removeAttribute('aria-current'); }
     });
-    const past = cur === items.length;
-    if (end) { end.hidden = !past; }
-    document.body.dataset.current = past ? 'end' : items[cur].dataset.item;
+    if (end) { end.hidden = !(atEnd && cur === items.length - 1); }
+    document.body.dataset.current = items[cur].dataset.item;
     window.scrollTo(0, 0);
-    if (past) { tally(); document.getElementById('next-page-end').focus(); }
+    tally();
+    if (past) { document.getElementById('next-page-end').focus({ preventScroll: true }); }
   }
   function summary(status) {
     if (!status) { return; }
@@ -313,7 +316,7 @@ th { background: #f4f5f7; }
 .assumptions li, .lines li, .verdicts li { margin: .25em 0; font-size: 14px; }
 .a-false b { color: #b00020; } .a-true b { color: #17692f; } .a-none b { color: #7a4b00; }
 .verdicts .breaks, .drift.shifted { color: #b00020; }
-section.page-end h2 { font-size: 18px; margin: .2em 0; } #next-page-end { font-size: 17px; font-weight: 600; }
+section.page-end { border-color: #5b8def; margin-bottom: .6em; } section.page-end h2 { font-size: 18px; margin: .2em 0; } #next-page-end { font-size: 17px; font-weight: 600; }
 /* narrow windows: the queue becomes a strip above the item, which gets the whole width */
 @media (max-width: 900px) {
   main.review { grid-template-columns: minmax(0, 1fr); gap: .5em; padding: .5em; }

@@ -197,7 +197,7 @@ def queue_page(reviewer: str, entries: Sequence[tuple[TrafficRow, str]], status:
                  'review band, the audit slice or the plan waits for you. The status page says '
                  'what the labels so far certify.</p></section>')
     else:
-        items += _page_end(n)
+        items = _page_end(n) + items
     side = (f'<aside class="side">{summary_html(status)}<ol id="queue">{rows}</ol>'
             f'<p class="keys"><kbd>j</kbd>/<kbd>k</kbd> next / previous · <kbd>1</kbd> '
             f'<kbd>2</kbd> <kbd>3</kbd> label · <kbd>s</kbd> second reviewer · <kbd>n</kbd> '
@@ -208,13 +208,13 @@ def queue_page(reviewer: str, entries: Sequence[tuple[TrafficRow, str]], status:
 
 
 def _page_end(n: int) -> str:
-    """What follows the page's last item (the script shows it when the last is labelled or
-    passed with ``j``): the way on to the next page of the queue."""
+    """The way on to the next page of the queue: the script shows it above the page's last
+    item once that is labelled or passed with ``j``."""
     return (f'<section class="page-end" id="page-end" hidden><h2>End of this page</h2>'
             f'<p id="page-end-count">{n} item{"" if n == 1 else "s"} on this page.</p>'
             f'<p><a href="/review" id="next-page-end">Next page of the queue</a> '
-            f'(<kbd>Enter</kbd>; <kbd>k</kbd> goes back to the last item). An empty queue '
-            f'says so there.</p></section>')
+            f'(<kbd>Enter</kbd>): the items waiting for a label now, or word that none '
+            f'is.</p></section>')
 
 
 def _lease_html(until: float | None) -> str:
