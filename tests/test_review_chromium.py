@@ -182,7 +182,8 @@ def test_sigkill_in_the_middle_of_labelling_loses_and_duplicates_nothing(served)
 def test_evidence_spans_are_highlighted_per_message_in_the_browser(tmp_path):
     """A monitor with a token head gives spans with offsets (the chat stand-in gives none):
     the same app in this process, around a stand-in whose spans are known, shows a trajectory
-    message by message with each span marked where it is. The queue's screenshot."""
+    message by message with each span marked where it is. The queue's screenshots (1280 and 600
+px wide); in the narrow window the queue's rows are reached with Tab."""
     from review_browser import Browser
     from review_fakes import app_in_thread, auth, make_service
 
@@ -208,6 +209,7 @@ def test_evidence_spans_are_highlighted_per_message_in_the_browser(tmp_path):
             wide = b.eval(WIDTHS)
             b.resize(600, 800)  # a narrow window: the queue stacks above the transcript
             narrow = b.wait(f"(w => w[0] < 600 && w)({WIDTHS})")
+            narrow_shot = b.screenshot(tmp_path / "review-queue-600.png")
             rows, enter = _tab_through_the_queue(b)
             errors = b.errors()
     assert errors == [], errors
@@ -215,16 +217,17 @@ def test_evidence_spans_are_highlighted_per_message_in_the_browser(tmp_path):
                      "#3 assistant"]
     assert marks == [["EVIDENCE", offsets[first]]]
     assert wide[2] <= 1280 and wide[0] > 850  # the side bar beside the item at 1280
-    assert narrow[0] >= 550 and narrow[1] >= 520 and narrow[2] <= 600, narrow  # was 245
+    assert narrow[0] >= 550 and narrow[1] >= 520 and narrow[2] <= 600, narrow
     assert [r[0] for r in rows[:4]] == [0, 1, 2, 3]  # each row reached with Tab, in order
     assert all(r[1] == "solid" and r[2] >= 2 for r in rows), rows  # and its focus visible
     assert enter[0] == enter[1] and enter[2] == "true"  # Enter shows the row's item
     _png(shot)
     _keep(shot, "review-queue.png")
+    _keep(narrow_shot, "review-queue-600.png")
 
 
-# the items column, the transcript's width and the page's: at 600 px the side bar beside the
-# item left the transcript 245 px
+# the items column, the transcript's width and the page's: at 600 px a side bar beside the
+# item left them 230 and 186 px
 WIDTHS = ("[document.querySelector('.items').getBoundingClientRect().width, "
           "document.querySelector('section.item:not([hidden]) .response pre')"
           ".getBoundingClientRect().width, document.documentElement.scrollWidth]")

@@ -68,7 +68,7 @@ def test_a_sign_in_goes_on_to_the_page_asked_for(tmp_path):
 def test_browser_routes_answer_an_unknown_page_with_a_page(tmp_path):
     async def scenario(c):
         item = await c.get(f"/review/items/{'0' * 24}", headers=auth("ada"))
-        other = await c.get("/review/nothing/here", headers=auth("ada"))
+        other = await c.get("/review/nothing/here<b>", headers=auth("ada"))
         api = await c.get(f"/v1/review/items/{'0' * 24}", headers=auth("ada"))
         api_other = await c.get("/v1/review/nothing", headers=auth("ada"))
         return item, other, api, api_other
@@ -80,7 +80,7 @@ def test_browser_routes_answer_an_unknown_page_with_a_page(tmp_path):
         assert 'id="reviewer">ada<' in r.text
         assert "script-src 'self'" in r.headers["content-security-policy"]
     assert f"No kept transcript {'0' * 24}: it was never scored" in item.text
-    assert "No review page at /review/nothing/here" in other.text
+    assert "No review page at /review/nothing/here&lt;b&gt;." in other.text  # escaped
     assert api.status_code == 404 and api.json()["error"]["field"] == "item_id"
     assert api_other.status_code == 404 and api_other.json()["error"]["code"] == "not_found"
 

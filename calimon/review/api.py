@@ -11,8 +11,9 @@ any client with a key can too):
 - ``GET /v1/review/status``: live recertification and drift (`calimon.review.status`);
 - ``POST /v1/review/drift``: run the drift check now;
 - ``GET /v1/review/export``: labelled traffic as a samples JSONL (`calimon.review.export`);
-- ``/review/login`` (a key, answered with a sign-in cookie), ``/review/logout``, ``/review``,
-  ``/review/items/{item_id}``, ``/review/status`` and ``/review/static/*``.
+- ``/review/login`` (a key, answered with a sign-in cookie and the page asked for:
+  `local_next`), ``/review/logout``, ``/review``, ``/review/items/{item_id}``,
+  ``/review/status`` and ``/review/static/*``; an unknown review page is a 404 page (HTML).
 
 `attach` builds the review side of a `calimon.serve.service.Service` from its settings.
 """

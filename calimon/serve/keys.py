@@ -8,7 +8,8 @@ name may hold several keys (a rotation); a key belongs to one name. ``$CALIMON_A
 set, is a key too, named ``service``.
 
 Every route but ``/healthz`` takes ``Authorization: Bearer KEY``, and knows the key's name. A
-reviewer's browser signs in once at ``/review/login`` with their key; the server answers with a
+reviewer's browser signs in once at ``/review/login`` with their key (sent there from the review
+page it asked for, with ``next``); the server answers with a
 cookie (``HttpOnly``, ``SameSite=Strict``) holding a random token whose sha256 the review store
 keeps (it survives a restart), good for the review pages and the review API only
 (``/review``, ``/v1/review``), and, for a request that changes something, only from the
