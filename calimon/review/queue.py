@@ -192,7 +192,7 @@ class Review:
         self.store.record_traffic(TrafficRow(
             item_id=item_id_of(request_id), request_id=request_id, kind=kind,
             session_id=session_id, step=step, received_at=time.time(),
-            policy_hash=self.policy_hash, action=answer["action"],
+            policy_hash=answer.get("policy_hash", self.policy_hash), action=answer["action"],
             audit=int(bool(answer.get("audit"))), audit_id=seen.audit_id, draw=draw,
             p_raw=answer.get("p_raw"), p_cal=answer.get("p_cal"), score=score,
             transcript_hash=transcript_hash(seen.request, seen.response), retained=int(kept),
