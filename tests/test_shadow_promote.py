@@ -64,13 +64,15 @@ def test_a_shadow_is_scored_and_logged_and_never_answered(tmp_path):
 
     async def scenario(c):
         answers = await send(c)
+        anonymous = await c.post("/v1/policy/promote")
         page = (await c.get("/review/status", headers=auth("ada"))).text
         metrics = (await c.get("/metrics", headers=auth("ada"))).text
         status = (await c.get("/v1/review/status", headers=auth("ada"))).json()
         await svc.policies.stop()
-        return answers, page, metrics, status
+        return answers, page, metrics, status, anonymous
 
-    answers, page, metrics, status = run(svc, scenario)
+    answers, page, metrics, status, anonymous = run(svc, scenario)
+    assert anonymous.status_code == 401  # a key's holder only
     assert {a["policy_hash"] for a in answers} == {"hash0"}  # the live policy decides
     assert all("shadow" not in a for a in answers)
     assert [a["action"] for a in answers[:20]] == ["auto_pass"] * 20
@@ -235,3 +237,13 @@ def test_a_decision_log_of_schema_version_1_migrates(tmp_path):
     db = sqlite3.connect(path)
     assert schema_version(db) == SCHEMA.version == 2
     db.close()
+
+
+def test_shadow_is_refused_with_replicas(tmp_path):
+    from typer.testing import CliRunner
+
+    from calimon.cli import app
+
+    a = policy(tmp_path)
+    r = CliRunner().invoke(app, ["serve", str(a), "--shadow", str(a), "--replicas", "2"])
+    assert r.exit_code == 2 and "shadow" in r.output and "replicas" in r.output, r.output

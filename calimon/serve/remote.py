@@ -54,7 +54,8 @@ def _get(url: str, path: str, key_env: str, params: dict[str, Any] | None = None
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     query = f"?{urllib.parse.urlencode(params)}" if params else ""
     try:
-        r = _fetch(url.rstrip("/") + path + query, headers, method)
+        full = url.rstrip("/") + path + query
+        r = _fetch(full, headers) if method == "GET" else _fetch(full, headers, method)
     except (urllib.error.URLError, OSError) as exc:
         raise ServiceUnreachable(f"{url} did not answer ({type(exc).__name__}: {exc})") from None
     if r.status_code == 404:
