@@ -217,7 +217,8 @@ class PostgresDecisionLog:
 
         def work(conn):
             with conn.transaction():
-                conn.execute("LOCK TABLE policy_changes IN EXCLUSIVE MODE")
+                # numbers are taken one writer at a time (an advisory lock needs no privilege)
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("policy changes"),))
                 conn.execute(pg_sql(policy_log.INSERT_CHANGE), values)
                 return conn.execute(last).fetchone()
 
