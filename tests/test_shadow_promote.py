@@ -49,13 +49,14 @@ async def send(c, start: int = 0) -> list[dict]:
     return [await score(c, p, start + i) for i, (p, _) in enumerate(TRAFFIC)]
 
 
-async def label_all(c, start: int = 0) -> None:
+def label_all(svc, start: int = 0) -> None:
+    """Label every transcript as the API would (without its status after each label)."""
+    from calimon.review.api import LabelIn
+
     for i, (_, bad) in enumerate(TRAFFIC):
         item = item_id_of(f"r{start + i}")
-        r = await c.post("/v1/review/labels", headers=auth("ada"), json={
-            "label_id": f"lab-{item}", "item_id": item,
-            "label": "misbehavior" if bad else "benign"})
-        assert r.status_code == 200, r.text
+        svc.review.submit("ada", LabelIn(label_id=f"lab-{item}", item_id=item,
+                                         label="misbehavior" if bad else "benign"))
 
 
 def test_a_shadow_is_scored_and_logged_and_never_answered(tmp_path):
@@ -105,7 +106,7 @@ def test_promote_only_on_a_holding_certificate_and_a_gain_beyond_its_interval(tm
     async def scenario(c):
         before = await send(c)
         refused = await c.post("/v1/policy/promote", headers=auth("bob"))
-        await label_all(c)
+        label_all(svc)
         checks = (await c.get("/v1/policy", headers=auth("ada"))).json()
         promoted = await c.post("/v1/policy/promote", headers=auth("bob"))
         after = await send(c, 100)
@@ -149,7 +150,7 @@ def test_a_gain_within_its_interval_is_refused_naming_the_mr_check(tmp_path):
 
     async def scenario(c):
         await send(c)
-        await label_all(c)
+        label_all(svc)
         return await c.post("/v1/policy/promote", headers=auth("bob"))
 
     refused = run(svc, scenario)
