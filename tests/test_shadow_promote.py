@@ -180,6 +180,23 @@ def test_a_candidate_with_its_own_monitor_reads_on_its_own_queue(tmp_path):
     assert {a["p_raw"] for a in shadow.values()} == {0.95}
 
 
+def test_a_session_step_is_decided_in_shadow_too(tmp_path):
+    cand = candidate(tmp_path, "b", t_low=0.2)
+    svc = service_with_shadow(tmp_path, cand)
+
+    async def scenario(c):
+        r = await c.post("/v1/sessions/s1/steps", headers=auth("ada"), json={
+            "request_id": "s1-0", "step": 0, "request": "the task",
+            "messages": [{"role": "assistant", "content": "step 0 p=0.3"}]})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    step = run(svc, scenario)
+    assert (step["action"], step["policy_hash"]) == ("auto_pass", "hash0")
+    shadow = svc.log.shadow_answers("hashB")["s1-0"]
+    assert (shadow["action"], shadow["p_raw"], shadow["shadow"]) == ("human_review", 0.3, True)
+
+
 def test_paired_mr_interval_is_exact_and_needs_a_clear_win():
     def rows(b: int, c: int, same: int) -> list:
         return ([(0.1, 1, "auto_pass", "human_review")] * b
