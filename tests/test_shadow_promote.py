@@ -110,15 +110,18 @@ def test_promote_only_on_a_holding_certificate_and_a_gain_beyond_its_interval(tm
         checks = (await c.get("/v1/policy", headers=auth("ada"))).json()
         promoted = await c.post("/v1/policy/promote", headers=auth("bob"))
         after = await send(c, 100)
+        live = (await c.get("/v1/review/status", headers=auth("ada"))).json()
         again = await c.post("/v1/policy/promote", headers=auth("bob"))
         back = await c.post("/v1/policy/rollback", headers=auth("ada"))
         rolled = await send(c, 200)
         none_left = await c.post("/v1/policy/rollback", headers=auth("ada"))
         state = (await c.get("/v1/policy", headers=auth("ada"))).json()
-        return before, refused, checks, promoted, after, again, back, rolled, none_left, state
+        return before, refused, checks, promoted, after, again, back, rolled, none_left, state, live
 
-    (before, refused, checks, promoted, after, again, back, rolled, none_left,
-     state) = run(svc, scenario)
+    (before, refused, checks, promoted, after, again, back, rolled, none_left, state,
+     live) = run(svc, scenario)
+    # the review follows the live policy: its status counts the candidate's decisions only
+    assert (live["policy_hash"], live["decisions"], live["shadow"]) == ("hashB", len(TRAFFIC), None)
     assert {a["policy_hash"] for a in before} == {"hash0"}
     assert refused.status_code == 409, refused.text
     err = refused.json()["error"]
