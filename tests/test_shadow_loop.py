@@ -20,7 +20,7 @@ from test_review_loop import cli
 from calimon.review.labels import item_id_of
 from calimon.samples import write_samples
 
-pytestmark = pytest.mark.slow  # 173 s on 2 busy cores: three server starts, six commands
+pytestmark = pytest.mark.slow  # 63-173 s on 2 shared cores: three server starts, six commands
 
 
 def policy_of(samples: str, run: str, out: str, api: str, budget: float) -> None:
