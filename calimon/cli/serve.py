@@ -27,11 +27,12 @@ def serve_cmd(
     host: Annotated[str, typer.Option(help="Address to listen on; not loopback: needs $CALIMON_API_KEY.", rich_help_panel=SERVER)] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", rich_help_panel=SERVER)] = 8000,
     log: Annotated[str, typer.Option(help="Decision log: a SQLite file or a postgresql:// URL.", rich_help_panel=SERVER)] = "runs/serve/decisions.sqlite",
-    keys: Annotated[Path | None, typer.Option(help="Key file, one 'NAME KEY' per line (docs/serve.md, Review).", rich_help_panel=SERVER)] = None,
+    keys: Annotated[Path | None, typer.Option(help="Key file of 'NAME KEY' lines (docs/review.md).", rich_help_panel=SERVER)] = None,
     calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map; must be the one the policy pins (--force: used anyway, recorded).", rich_help_panel=MONITOR)] = None,
     prompt: Annotated[str | None, typer.Option(help="Prompt template; must be the one the policy pins (--force: used anyway).", rich_help_panel=MONITOR)] = None,
     max_input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens read per transcript (default: the design run's, else the model's limit).", rich_help_panel=MONITOR, **COUNT)] = None,
     truncation: Annotated[str | None, typer.Option(help="Over the input limit: head_tail or window[:max|mean[:OVERLAP]] (default: the design run's).", rich_help_panel=MONITOR)] = None,
+    shadow: Annotated[Path | None, typer.Option(help="A candidate policy run in shadow (never answers).", rich_help_panel=SERVER)] = None,
     force: Annotated[bool, typer.Option("--force", help="Serve a policy or map made for another monitor anyway (in /v1/info).", rich_help_panel=MONITOR)] = False,
     max_batch: Annotated[int, typer.Option(help="Requests per monitor call (transformers) or in flight.", rich_help_panel=LIMITS)] = 32,
     batch_wait_ms: Annotated[float, typer.Option(help="A batch's wait for more requests (transformers).", rich_help_panel=LIMITS)] = 5.0,
@@ -71,9 +72,16 @@ def serve_cmd(
         review=ReviewSettings(store=review_store, retain=review_retain,
                               drift_window=drift_window, drift_every=drift_every,
                               drift_permutations=drift_permutations,
-                              lease_minutes=review_lease) if review else None)
+                              lease_minutes=review_lease) if review else None,
+        shadow=shadow)
     echo = lambda line: typer.echo(line, err=True)  # noqa: E731
     if replicas is not None:  # --ray-address (a backend flag) names the cluster to join
+        if shadow is not None:
+            from calimon.errors import InputError
+
+            raise InputError("--shadow runs on one server: the replicas would each hold their "
+                             "own live policy, and a promotion would reach one of them",
+                             field="shadow")
         from calimon.serve.ray_serve import Replicas, run
 
         run(settings, Replicas(count=replicas, cpus=cpus_per_replica,

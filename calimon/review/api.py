@@ -43,6 +43,8 @@ from calimon.review.pages import (
     queue_page,
     status_page,
 )
+from calimon.review.promotion import ShadowGauges, follow, shadow_status
+from calimon.review.promotion import install as install_policy
 from calimon.review.queue import Review
 from calimon.review.status import ReviewGauges, live_status
 from calimon.serve.errors import ApiError
@@ -104,9 +106,11 @@ def attach(service, settings) -> None:
     served = service.served
     service.review = Review(store, served.policy, served.policy_hash, settings.review)
     service.observer = observe
-    service.drift = DriftWatch(service.review, Path(settings.policy))
+    service.drift = DriftWatch(service.review, Path(service.policies.live_path))
     service.auth = Authenticator(keys, store, settings.review.session_hours)
     service.metrics.extra.append(ReviewGauges(service.review, service.drift))
+    service.metrics.extra.append(ShadowGauges(service))
+    follow(service)
 
 
 async def observe(service, entry, request: str, response: str, audit_id: str,
@@ -170,6 +174,7 @@ def install(app: FastAPI, service) -> None:
     _sign_in_pages(app, service)
     _pages(app, service)
     _not_found_pages(app)
+    install_policy(app, service)
 
 
 def _label_api(app: FastAPI, service) -> None:
@@ -228,8 +233,8 @@ def _api(app: FastAPI, service) -> None:
 
     @app.get("/v1/review/status")
     async def status() -> dict:
-        """Live recertification and drift."""
-        return await asyncio.to_thread(live_status, review, service.drift)
+        """Live recertification and drift; the shadow candidate's checks (``shadow``)."""
+        return await asyncio.to_thread(full_status, service)
 
     @app.post("/v1/review/drift")
     async def drift() -> dict:
@@ -357,8 +362,13 @@ def _pages(app: FastAPI, service) -> None:
 
     @app.get("/review/status", include_in_schema=False)
     async def status_html(request: Request) -> HTMLResponse:
-        st = await asyncio.to_thread(live_status, review, service.drift)
+        st = await asyncio.to_thread(full_status, service)
         return _html(status_page(st, _user(request)))
+
+
+def full_status(service) -> dict[str, Any]:
+    """`live_status` of the live policy with the shadow candidate's checks; blocking."""
+    return {**live_status(service.review, service.drift), "shadow": shadow_status(service)}
 
 
 def route_of(path: str) -> str:

@@ -245,6 +245,30 @@ def _drift_html(d: dict[str, Any]) -> str:
             f'<ul class="verdicts">{verdicts}</ul>')
 
 
+def _shadow_html(sh: dict[str, Any] | None) -> str:
+    """The shadow candidate beside the live policy: its certificate on live labels and the
+    paired MR comparison (`calimon.review.promotion`)."""
+    if sh is None:
+        return ""
+    certs = _table(("rate", "target", "estimate", "lower", "upper", "state"),
+                   [(c["rate"].upper(), "—" if c["alpha"] is None else f"≤ {c['alpha']:g}",
+                     _num(c["estimate"]), _num(c["lower"]), _num(c["upper"]), c["state"])
+                    for c in sh["certificates"]], "certs shadow")
+    mr = sh["mr"]
+    paired = ("no misbehaving transcript in the shared labelled sample yet" if
+              mr["misbehaving"] == 0 else
+              f"MR live {_num(mr['live_mr'])}, candidate {_num(mr['candidate_mr'])} on "
+              f"{mr['misbehaving']} misbehaving transcripts; difference "
+              f"{_num(mr['difference'])}, {mr['level']:.0%} interval [{_num(mr['lower'])}, "
+              f"{_num(mr['upper'])}] (paired, exact)")
+    verdict = ("promotable: both checks pass" if sh["promotable"] else
+               "not promotable: " + "; ".join(sh["reasons"]))
+    return (f'<h2>Shadow candidate: {e(sh["policy"])} (sha256 {e(sh["policy_hash"][:12])})</h2>'
+            f'<p>{sh["decisions"]} decisions made in shadow (logged, never answered), '
+            f'{sh["labelled"]} of them labelled.</p>{certs}<p id="shadow-mr">{e(paired)}</p>'
+            f'<p id="shadow-verdict">{e(verdict)}</p>')
+
+
 def status_page(status: dict[str, Any], reviewer: str) -> str:
     """Recertification on live traffic and the drift watch (refreshes itself)."""
     holds = status["holds"]
@@ -274,6 +298,7 @@ def status_page(status: dict[str, Any], reviewer: str) -> str:
             f'1 − delta on the decided traffic, reviewers assumed right.</p>{certs}'
             f'<ul class="lines">{lines}</ul><h2>The sample</h2>{strata}'
             f'<h2>Assumptions</h2><ul class="assumptions">{assumptions}</ul>'
+            f'{_shadow_html(status.get("shadow"))}'
             f'<h2>Drift</h2>{_drift_html(status["drift"])}'
             f'<h2>Export</h2><p><a href="/v1/review/export">labelled traffic as samples '
             f'JSONL</a> (the uniform sample; <a href="/v1/review/export?sample=all">every '

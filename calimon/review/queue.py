@@ -165,15 +165,21 @@ class Review:
 
     def __init__(self, store: ReviewStore, policy: Policy, policy_hash: str,
                  settings: ReviewSettings):
-        self.store, self.policy, self.policy_hash = store, policy, policy_hash
-        self.settings = settings
-        self.retain = settings.retain_fraction(policy.audit.fraction)
-        self.targets = [Target(g.rate, g.alpha, g.delta) for g in policy.guarantees
-                        if g.certified]
+        self.store, self.settings = store, settings
         self.lease_s = settings.lease_minutes * 60
         self.clock = time.time  # the claims' clock (a test may set its own)
         self._lock = threading.Lock()
-        self._snap: Snapshot | None = None
+        self.serve_policy(policy, policy_hash)
+
+    def serve_policy(self, policy: Policy, policy_hash: str) -> None:
+        """Follow ``policy`` (its file's ``policy_hash``) as the live one: its traffic, its
+        targets and its retention from now on (a promotion or rollback)."""
+        with self._lock:
+            self.policy, self.policy_hash = policy, policy_hash
+            self.retain = self.settings.retain_fraction(policy.audit.fraction)
+            self.targets = [Target(g.rate, g.alpha, g.delta) for g in policy.guarantees
+                            if g.certified]
+            self._snap: Snapshot | None = None
 
     # -- decisions ---------------------------------------------------------------------------
     def observe(self, request_id: str, kind: str, answer: dict[str, Any], seen: Seen,
@@ -186,7 +192,7 @@ class Review:
         self.store.record_traffic(TrafficRow(
             item_id=item_id_of(request_id), request_id=request_id, kind=kind,
             session_id=session_id, step=step, received_at=time.time(),
-            policy_hash=self.policy_hash, action=answer["action"],
+            policy_hash=answer.get("policy_hash", self.policy_hash), action=answer["action"],
             audit=int(bool(answer.get("audit"))), audit_id=seen.audit_id, draw=draw,
             p_raw=answer.get("p_raw"), p_cal=answer.get("p_cal"), score=score,
             transcript_hash=transcript_hash(seen.request, seen.response), retained=int(kept),

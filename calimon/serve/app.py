@@ -41,7 +41,8 @@ def route_of(path: str) -> str:
     """A path as its route template (the label of the request metrics)."""
     if path.startswith("/v1/sessions/"):
         return "/v1/sessions/{id}/steps" if path.endswith("/steps") else "/v1/sessions/{id}"
-    known = ("/v1/score", "/v1/info", "/healthz", "/metrics", "/docs", "/openapi.json")
+    known = ("/v1/score", "/v1/info", "/healthz", "/metrics", "/docs", "/openapi.json",
+             "/v1/policy", "/v1/policy/promote", "/v1/policy/rollback")
     if path.startswith(api_docs.STATIC_URL + "/"):
         return api_docs.STATIC_URL
     if path.startswith(("/review", "/v1/review")):

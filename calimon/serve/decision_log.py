@@ -27,6 +27,8 @@ from typing import Any, Protocol
 
 from calimon.errors import InputError
 from calimon.migrations import Schema, open_durable
+from calimon.serve import policy_log
+from calimon.serve.policy_log import PolicyChange, m002_shadow_and_changes
 
 TABLE_SQL = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -58,7 +60,7 @@ def m001_decisions(db: sqlite3.Connection) -> None:
     db.execute(INDEX_SQL)
 
 
-SCHEMA = Schema("decision log", (m001_decisions,))  # append only (calimon.migrations)
+SCHEMA = Schema("decision log", (m001_decisions, m002_shadow_and_changes))  # append only
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,22 @@ class DecisionLog(Protocol):
         """Entries in the log."""
         ...
 
+    def record_shadow(self, request_id: str, answer: dict[str, Any]) -> None:
+        """Log a shadow policy's decision on ``request_id`` (`calimon.serve.policy_log`)."""
+        ...
+
+    def shadow_answers(self, policy_hash: str) -> dict[str, dict[str, Any]]:
+        """The shadow decisions of the policy ``policy_hash``, by request id."""
+        ...
+
+    def record_change(self, change: PolicyChange) -> PolicyChange:
+        """Log a change of the live policy; returns it as logged (with its number)."""
+        ...
+
+    def changes(self) -> list[PolicyChange]:
+        """Every change of the live policy, in order."""
+        ...
+
     def close(self) -> None:
         """Release the connection; safe to call twice."""
         ...
@@ -151,6 +169,38 @@ class SQLiteDecisionLog:
         """Entries in the log."""
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM decisions").fetchone()[0])
+
+    def record_shadow(self, request_id: str, answer: dict[str, Any]) -> None:
+        """Log a shadow policy's decision (committed before this returns)."""
+        with self._lock:
+            self._db.execute(policy_log.INSERT_SHADOW,
+                             policy_log.shadow_values(request_id, answer))
+
+    def shadow_answers(self, policy_hash: str) -> dict[str, dict[str, Any]]:
+        """The shadow decisions of the policy ``policy_hash``, by request id."""
+        with self._lock:
+            rows = self._db.execute(policy_log.SELECT_SHADOW, (policy_hash,)).fetchall()
+        return {rid: json.loads(text) for rid, text in rows}
+
+    def record_change(self, change: PolicyChange) -> PolicyChange:
+        """Log a change of the live policy (committed before this returns)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(policy_log.INSERT_CHANGE, change.values())
+                row = self._db.execute(policy_log.SELECT_CHANGES.replace(
+                    "ORDER BY seq", "ORDER BY seq DESC LIMIT 1")).fetchone()
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return PolicyChange.from_row(row)
+
+    def changes(self) -> list[PolicyChange]:
+        """Every change of the live policy, in order."""
+        with self._lock:
+            rows = self._db.execute(policy_log.SELECT_CHANGES).fetchall()
+        return [PolicyChange.from_row(r) for r in rows]
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""

@@ -39,6 +39,8 @@ from typing import Any, Protocol
 
 from calimon.errors import InputError, MissingExtraError
 from calimon.migrations import NewerStoreError, Schema
+from calimon.serve import policy_log
+from calimon.serve.policy_log import PolicyChange, pg_sql
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 VERSION_TABLE_SQL = ("CREATE TABLE IF NOT EXISTS calimon_schema_version (name TEXT PRIMARY "
@@ -194,6 +196,38 @@ class PostgresDecisionLog:
         """Entries in the log."""
         return int(self._call(lambda c: c.execute("SELECT COUNT(*) FROM decisions")
                               .fetchone()[0]))
+
+    def record_shadow(self, request_id: str, answer: dict[str, Any]) -> None:
+        """Log a shadow policy's decision (`calimon.serve.policy_log`), committed."""
+        values = policy_log.shadow_values(request_id, answer)
+        self._call(lambda c: c.execute(pg_sql(policy_log.INSERT_SHADOW), values))
+
+    def shadow_answers(self, policy_hash: str) -> dict[str, dict[str, Any]]:
+        """The shadow decisions of the policy ``policy_hash``, by request id."""
+        import json
+
+        rows = self._call(lambda c: c.execute(pg_sql(policy_log.SELECT_SHADOW),
+                                              (policy_hash,)).fetchall())
+        return {rid: json.loads(text) for rid, text in rows}
+
+    def record_change(self, change: PolicyChange) -> PolicyChange:
+        """Log a change of the live policy, committed; returns it with its number."""
+        values = change.values()
+        last = policy_log.SELECT_CHANGES.replace("ORDER BY seq", "ORDER BY seq DESC LIMIT 1")
+
+        def work(conn):
+            with conn.transaction():
+                # numbers are taken one writer at a time (an advisory lock needs no privilege)
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("policy changes"),))
+                conn.execute(pg_sql(policy_log.INSERT_CHANGE), values)
+                return conn.execute(last).fetchone()
+
+        return PolicyChange.from_row(self._call(work))
+
+    def changes(self) -> list[PolicyChange]:
+        """Every change of the live policy, in order."""
+        rows = self._call(lambda c: c.execute(policy_log.SELECT_CHANGES).fetchall())
+        return [PolicyChange.from_row(r) for r in rows]
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""

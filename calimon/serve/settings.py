@@ -70,7 +70,9 @@ class ServeSettings:
     the backend, the decision log, the address and the limits. ``api_key``: None reads
     ``$CALIMON_API_KEY`` (empty: no key).
     ``keys_file``: keys with a name each (`calimon.serve.keys`); ``review``: the review queue,
-    live recertification and drift watch (None: off, and no transcript text is kept)."""
+    live recertification and drift watch (None: off, and no transcript text is kept).
+    ``shadow``: a candidate policy scored and logged beside the live one, never answered
+    (`calimon.serve.policies`)."""
 
     policy: Path
     calibration_map: Path | None = None
@@ -88,6 +90,7 @@ class ServeSettings:
     session_memory_mib: float = 512.0
     keys_file: Path | None = None
     review: ReviewSettings | None = None
+    shadow: Path | None = None
 
     def key(self) -> str | None:
         """The API key clients must send (None: none required)."""

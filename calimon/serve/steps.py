@@ -95,11 +95,13 @@ async def _locked_step(service: Service, session: Session, req: StepRequest, rid
     sample = sample_of(request, response)
     verdict, kv = await _reading(service, session, sample)
     index = session.steps
-    answer = service.answer(rid, verdict, response, f"{session.id}#{index}", received)
+    audit_id = f"{session.id}#{index}"
+    answer = service.answer(rid, verdict, response, audit_id, received)
     answer.update(session_id=session.id, step=index, kv=kv)
+    shadow = await service.policies.shadow_answer(sample, verdict, audit_id)
     logged = await service.commit(LoggedDecision(rid, "step", digest, answer,
                                                  session_id=session.id, step=index),
-                                  (request, response, f"{session.id}#{index}", messages))
+                                  (request, response, audit_id, messages), shadow)
     session.messages, session.request, session.steps = messages, task, index + 1
     return logged
 
