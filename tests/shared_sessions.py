@@ -127,8 +127,10 @@ def _killed(servers: list[Server], clients: list[httpx.Client], steps: list[list
                      "seconds": time.perf_counter() - t})
     answered = [r for r in before if r["code"] == 200]
     resent = [_post(clients[1], "killed", r["step"], steps[r["step"]]) for r in answered]
-    return {"rows": before + rows, "in_flight": in_flight.get("error") or
-            in_flight["response"].status_code, "retry_attempts": attempts,
+    cut = in_flight.get("response")
+    return {"rows": before + rows, "in_flight": in_flight.get("error") or cut.status_code,
+            "in_flight_answer": cut.json() if cut is not None and cut.status_code == 200
+            else None, "retry_attempts": attempts,
             "retry_replayed": resumed.headers.get("idempotent-replayed") == "true",
             "resent_unchanged": sum(r.status_code == 200 and r.json() == b["answer"]
                                     for r, b in zip(resent, answered, strict=True)),
@@ -159,3 +161,28 @@ def largest_dp(rows: list[dict], reference: list[dict]) -> float:
     """The largest |p_raw difference| between answered steps and the reference's."""
     return max(abs(r["answer"]["p_raw"] - ref["answer"]["p_raw"])
                for r, ref in zip(rows, reference, strict=True))
+
+
+def summary(run: dict) -> dict:
+    """The figures of a `pair_run` (what the benchmark reports)."""
+    one, alt, killed = run["one"], run["alternated"], run["killed"]
+    rows = killed["rows"]
+    ok = [r for r in rows if r["code"] == 200]
+    return {
+        "steps": len(one), "kill_at": run["kill_at"],
+        "errors_alternated": sum(r["code"] != 200 for r in alt),
+        "errors_killed": sum(r["code"] != 200 for r in rows),
+        "dp_alternated": largest_dp(alt, one),
+        "dp_killed": largest_dp(ok, one) if len(ok) == len(one) else None,
+        "seconds_one": sum(r["seconds"] for r in one),
+        "seconds_alternated": sum(r["seconds"] for r in alt),
+        "modes_alternated": sorted({r["answer"]["kv"]["mode"] for r in alt if r["answer"]}),
+        "scrapes": [s["steps_counted"] for s in run["scrapes"]],
+        "steps_sent_before_scrape": run["steps_sent_before_scrape"],
+        "in_flight_at_kill": killed["in_flight"],
+        "retry_attempts": killed["retry_attempts"],
+        "retry_replayed": killed["retry_replayed"],
+        "resumed_step_s": rows[run["kill_at"]]["seconds"],
+        "answered_before_kill": killed["answered_before_kill"],
+        "resent_unchanged": killed["resent_unchanged"],
+    }

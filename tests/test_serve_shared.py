@@ -3,8 +3,8 @@ whose score depends on the whole trajectory: a session's steps alternated betwee
 score as on one (each rebuilds the session from the log's steps), two servers taking one step
 index at once log it once, a deleted session is forgotten by every server, a log from before
 the steps were kept is migrated in place, and the ``/metrics`` of a named deployment count the
-requests of both servers. Each case runs on SQLite and on a real PostgreSQL server (marker
-``postgres``). The same on the embedded model, two `calimon serve` processes and one of them
+requests of both servers. Each case runs on SQLite and on a real PostgreSQL server; the
+module is in the postgres suite (``pytest -m postgres``), which keeps `make test` as it was. The same on the embedded model, two `calimon serve` processes and one of them
 SIGKILLed at step 10, is tests/test_serve_shared_http.py; on Ray Serve, tests/test_serve_ray.py.
 """
 
@@ -21,15 +21,16 @@ import pytest
 from test_serve_app import AUTH, FakeMonitor, make_service, score_body
 from test_serve_postgres import Target, pg  # noqa: F401 - pg: the module's server fixture
 
-from calimon.serve import deployment_metrics
 from calimon.serve.app import create_app
 from calimon.serve.decision_log import TABLE_SQL, open_log
 from calimon.verdict import Verdict
 
+pytestmark = pytest.mark.postgres
+
 N_STEPS = 20
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=["sqlite", "postgres"])
 def target(request, tmp_path) -> Target:
     return Target(request.param, request, tmp_path)
 
@@ -221,6 +222,8 @@ def _value(text: str, line_start: str) -> float:
 
 
 def test_the_metrics_of_a_deployment_count_every_server(tmp_path, target, monkeypatch):
+    from calimon.serve import deployment_metrics
+
     monkeypatch.setattr(deployment_metrics, "PUSH_S", 0.05)
     services = servers(tmp_path, target, deployment="unit")
     alone = servers(tmp_path / "alone", target)[0]  # same log, no deployment: its own

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
@@ -142,6 +143,8 @@ def replica_app(settings: ServeSettings, workdir: str):
         os.chdir(workdir)
     service = build_service(settings)
     service.replica = replica_name()
+    # Ray prefixes a replica's output with its pid in the driver's: which process is which
+    print(f"calimon serve: replica {service.replica} is up", file=sys.stderr, flush=True)
     return _Tagged(create_app(service), service.replica)
 
 
