@@ -245,7 +245,7 @@ def test_a_replica_killed_under_load_loses_no_answered_request(tmp_path):
 # -- sessions across replicas -----------------------------------------------------------------
 
 SESSION_STEPS, KILL_STEP, KILLED_STEPS = 20, 10, 14
-UP = re.compile(r"pid=(\d+)\)\s+calimon serve: replica (\S+) is up")
+UP = re.compile(r"pid=(\d+)\)(?:\x1b\[[0-9;]*m)?\s*calimon serve: replica (\S+) is up")
 
 
 def _replica_pids_by_name(server: RayServer, n: int = 2) -> dict[str, int]:
