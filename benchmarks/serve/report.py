@@ -174,7 +174,7 @@ def _replicas_table(r: dict) -> str:
         f"| step {k} resent to the other server: tries, from the log, seconds | "
         f"{r['retry_attempts']}, {'yes' if r['retry_replayed'] else 'no (scored there)'}, "
         f"{r['resumed_step_s']:.2f} |",
-        f"| steps after the kill: errors | {r['errors_killed']} of {n} |",
+        f"| the killed session's {n} steps: errors | {r['errors_killed']} |",
         "| largest abs diff p_raw, killed session against one server | "
         + ("-" if r["dp_killed"] is None else f"{r['dp_killed']:.1e}") + " |",
         f"| answers given before the kill, resent: unchanged | {r['resent_unchanged']} of "
