@@ -229,7 +229,7 @@ def test_the_postgres_table_is_the_sqlite_schema_at_a_recorded_version(pg_target
 
     log = pg_target.open()
     with psycopg.connect(pg_target.url) as conn:
-        assert postgres_schema_version(conn, SCHEMA) == SCHEMA.version == 2
+        assert postgres_schema_version(conn, SCHEMA) == SCHEMA.version == 4
         types = dict(conn.execute(
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = "
             "'decisions' AND table_schema = current_schema() ORDER BY ordinal_position")
@@ -265,9 +265,9 @@ def test_servers_starting_together_migrate_once_and_a_newer_database_is_refused(
         log.close()
     with psycopg.connect(pg_target.url, autocommit=True) as conn:
         assert conn.execute("SELECT name, version FROM calimon_schema_version").fetchall() == \
-            [("decision log", 2)]
-        conn.execute("UPDATE calimon_schema_version SET version = 3")
-    with pytest.raises(NewerStoreError, match="schema version 3.*newer calimon") as err:
+            [("decision log", 4)]
+        conn.execute("UPDATE calimon_schema_version SET version = 5")
+    with pytest.raises(NewerStoreError, match="schema version 5.*newer calimon") as err:
         pg_target.open()
     assert "127.0.0.1" in str(err.value)
 
@@ -286,8 +286,8 @@ def test_a_database_with_the_table_from_before_versions_is_migrated_in_place(pg_
     log = pg_target.open()
     assert log.lookup("old").response["decision"] == "pass" and log.count() == 1
     with psycopg.connect(pg_target.url) as conn:
-        assert postgres_schema_version(conn, SCHEMA) == SCHEMA.version == 2
-    assert log.changes() == []  # migration 2's tables are there too
+        assert postgres_schema_version(conn, SCHEMA) == SCHEMA.version == 4
+    assert log.changes() == []  # migration 4's tables are there too
     log.close()
 
 

@@ -52,6 +52,7 @@ def serve_cmd(
     drift_permutations: Annotated[int, typer.Option(help="Fewest permutations of a drift check (more as its level falls: alpha spending).", rich_help_panel=REVIEW)] = 200,
     replicas: Annotated[int | None, typer.Option(help="N replicas on Ray Serve (--log must be PostgreSQL).", rich_help_panel=REPLICAS)] = None,
     cpus_per_replica: Annotated[float, typer.Option(help="Ray CPUs per replica.", rich_help_panel=REPLICAS)] = 1.0,
+    deployment: Annotated[str | None, typer.Option(help="Servers on one decision log under this name give the deployment's totals at /metrics (default with --replicas: calimon).", rich_help_panel=REPLICAS)] = None,
 ):
     """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz,
     /metrics, /docs; with --review, the review queue at /review (docs/serve.md)."""
@@ -68,7 +69,7 @@ def serve_cmd(
                           pass_rows=pass_rows),
         limits=Limits(max_body_bytes=max_body_bytes, max_chars=max_chars,
                       max_messages=max_messages, max_sessions=max_sessions),
-        session_memory_mib=session_memory_mib, keys_file=keys,
+        session_memory_mib=session_memory_mib, keys_file=keys, deployment=deployment,
         review=ReviewSettings(store=review_store, retain=review_retain,
                               drift_window=drift_window, drift_every=drift_every,
                               drift_permutations=drift_permutations,

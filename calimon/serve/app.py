@@ -132,8 +132,9 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.delete("/v1/sessions/{session_id}", responses=ERRORS)
     async def end_session(session_id: str = SessionId) -> dict:
-        """Forget a session and its cache."""
-        return {"session_id": session_id, "deleted": service.sessions.drop(session_id)}
+        """Forget a session: its cache here and its steps' messages in the decision log (its
+        decisions stay), so that no server continues it; its id may begin anew at step 0."""
+        return {"session_id": session_id, "deleted": await steps.end(service, session_id)}
 
     @app.get("/healthz", response_model=Health)
     async def healthz() -> dict:
@@ -143,8 +144,9 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/metrics", response_class=PlainTextResponse, responses=ERRORS)
     async def metrics() -> PlainTextResponse:
         """Prometheus text: requests, decisions, latency, queue depth, batches, forward calls,
-        truncations, errors, session caches."""
-        return PlainTextResponse(service.metrics.render(), media_type=CONTENT_TYPE)
+        truncations, errors, session caches; in a named deployment, its totals and each
+        replica's series."""
+        return PlainTextResponse(await service.render_metrics(), media_type=CONTENT_TYPE)
 
     @app.get("/v1/info", response_model=Info, responses=ERRORS)
     async def info() -> dict:

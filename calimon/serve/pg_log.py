@@ -31,6 +31,7 @@ call retried once, which is safe because both calls are idempotent.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import zlib
@@ -41,6 +42,7 @@ from calimon.errors import InputError, MissingExtraError
 from calimon.migrations import NewerStoreError, Schema
 from calimon.serve import policy_log
 from calimon.serve.policy_log import PolicyChange, pg_sql
+from calimon.serve.session_log import LoggedStep, Statements, snapshot_rows, write_decision
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 VERSION_TABLE_SQL = ("CREATE TABLE IF NOT EXISTS calimon_schema_version (name TEXT PRIMARY "
@@ -49,10 +51,13 @@ CONNECT_TIMEOUT_S = 10
 
 
 class Entry(Protocol):
-    """What the log stores (`calimon.serve.decision_log.LoggedDecision`): a request id and a
-    row of values in the log's column order."""
+    """What the log stores (`calimon.serve.decision_log.LoggedDecision`): a request id, a row
+    of values in the log's column order, and a step's session, index and body."""
 
     request_id: str
+    session_id: str | None
+    step: int | None
+    body: dict | None
 
     def row(self) -> tuple: ...
 
@@ -138,6 +143,7 @@ class PostgresDecisionLog:
         self._insert = (f"INSERT INTO decisions ({', '.join(columns)}) VALUES "
                         f"({', '.join(['%s'] * len(columns))}) ON CONFLICT (request_id) DO "
                         "NOTHING")
+        self._sql = Statements("%s")
         self._lock = threading.Lock()
         self._conn = self._connect()
         try:
@@ -183,14 +189,30 @@ class PostgresDecisionLog:
     def record(self, entry: Entry) -> Any:
         """Log ``entry`` (committed before this returns) unless its id is logged already;
         returns what the log holds under the id."""
-        values = entry.row()
-
         def work(conn):
             with conn.transaction():
-                conn.execute(self._insert, values)
-                return conn.execute(self._select, (entry.request_id,)).fetchone()
+                return write_decision(conn, self._sql, self._insert, self._select, entry)
 
         return self._from_row(self._call(work))
+
+    def steps(self, session_id: str, since: int = 0) -> list[LoggedStep]:
+        """The logged steps of a session from index ``since`` on, in order."""
+        rows = self._call(lambda c: c.execute(self._sql.steps, (session_id, since)).fetchall())
+        return [LoggedStep.from_row(r) for r in rows]
+
+    def forget(self, session_id: str) -> int:
+        """Delete a session's logged steps (its decisions stay); returns how many."""
+        return self._call(lambda c: c.execute(self._sql.forget, (session_id,)).rowcount)
+
+    def push_metrics(self, deployment: str, replica: str, snapshot: dict, at: float) -> None:
+        """Keep ``snapshot`` as the metrics of ``replica`` of ``deployment``."""
+        values = (deployment, replica, at, json.dumps(snapshot, allow_nan=False))
+        self._call(lambda c: c.execute(self._sql.push, values))
+
+    def pull_metrics(self, deployment: str) -> list[tuple[str, float, dict]]:
+        """``(replica, written at, snapshot)`` of every replica of ``deployment``."""
+        return snapshot_rows(self._call(lambda c: c.execute(self._sql.pull, (deployment,))
+                                        .fetchall()))
 
     def count(self) -> int:
         """Entries in the log."""

@@ -1,5 +1,5 @@
 """What the decision log keeps besides the answers: the shadow policy's decisions and every
-change of the live policy (migration 2 of `calimon.serve.decision_log.SCHEMA`).
+change of the live policy (migration 4 of `calimon.serve.decision_log.SCHEMA`).
 
 - ``shadow_decisions``: one row per request and candidate policy: the decision a policy run in
   shadow (``calimon serve --shadow``) made on a request the live policy answered. It is never
@@ -59,7 +59,7 @@ INSERT_CHANGE = ("INSERT INTO policy_changes (seq, at, kind, policy_name, policy
 SELECT_CHANGES = f"SELECT {', '.join(CHANGE_COLUMNS)} FROM policy_changes ORDER BY seq"
 
 
-def m002_shadow_and_changes(db: sqlite3.Connection) -> None:
+def m004_shadow_and_changes(db: sqlite3.Connection) -> None:
     """The shadow policy's decisions and the changes of the live policy."""
     db.execute(SHADOW_SQL)
     db.execute(CHANGES_SQL)

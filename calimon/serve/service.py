@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -21,6 +23,7 @@ from typing import Any
 from calimon.samples import Sample, transcript_hash
 from calimon.serve.batcher import Batcher, QueueFull
 from calimon.serve.decision_log import DecisionLog, LoggedDecision
+from calimon.serve.deployment_metrics import SharedMetrics
 from calimon.serve.errors import ApiError
 from calimon.serve.kv import HeadCache
 from calimon.serve.loading import ServedMonitor
@@ -28,6 +31,7 @@ from calimon.serve.messages import text_fields, transcript
 from calimon.serve.metrics import Metrics
 from calimon.serve.policies import Policies
 from calimon.serve.schemas import ScoreRequest
+from calimon.serve.session_log import StepTaken
 from calimon.serve.sessions import SessionStore
 from calimon.serve.settings import Limits, ServeSettings
 from calimon.verdict import Verdict
@@ -145,18 +149,40 @@ class Service:
         self.probe_kv = served.probe_capable and _model_supports_kv(backend)
         self.heads = HeadCache()  # the template head's KV, which every new session starts from
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
+        self.replica = f"{socket.gethostname()}-{os.getpid()}"  # its name in a deployment
+        self.shared: SharedMetrics | None = None
         self.policies = Policies(self, str(path or settings.policy))
 
     async def start(self) -> None:
-        """Start the queue's consumers (on the server's event loop)."""
+        """Start the queues' consumers (on the server's event loop) and, in a named deployment,
+        the writes of its metrics to the log."""
         await self.batcher.start()
         await self.policies.start()
+        if self.settings.deployment:
+            self.shared = SharedMetrics(self.metrics, self.log, self.settings.deployment,
+                                        self.replica)
+            await self.shared.start()
 
     async def stop(self) -> None:
         """Stop the queues and close the log."""
         await self.batcher.stop()
         await self.policies.stop()
+        if self.shared is not None:
+            await self.shared.stop()
         self.log.close()
+
+    async def render_metrics(self) -> str:
+        """``/metrics``: this server's, or in a named deployment the deployment's
+        (`calimon.serve.deployment_metrics`)."""
+        if self.shared is None:
+            return self.metrics.render()
+        try:
+            return await self.shared.render()
+        except Exception as exc:  # noqa: BLE001 - without the log there are no totals
+            self.metrics.errors.inc("log")
+            raise ApiError(503, "log_unavailable", f"the decision log could not be read "
+                           f"({type(exc).__name__}); retry", headers={"Retry-After": "1"}
+                           ) from None
 
     # -- idempotency -----------------------------------------------------------------------
     async def once(self, request_id: str | None, digest: str,
@@ -267,6 +293,8 @@ class Service:
             await self.observer(self, entry, *seen)
         try:
             stored = await asyncio.to_thread(self.log.record, entry)
+        except StepTaken:  # another server logged this step first: the caller follows the log
+            raise
         except Exception as exc:  # noqa: BLE001 - nothing unlogged is answered
             self.metrics.errors.inc("log")
             raise ApiError(503, "log_unavailable", f"the decision log could not be written "

@@ -72,7 +72,9 @@ class ServeSettings:
     ``keys_file``: keys with a name each (`calimon.serve.keys`); ``review``: the review queue,
     live recertification and drift watch (None: off, and no transcript text is kept).
     ``shadow``: a candidate policy scored and logged beside the live one, never answered
-    (`calimon.serve.policies`)."""
+    (`calimon.serve.policies`). ``deployment``: the name of the servers sharing this decision
+    log as one service, whose ``/metrics`` give their totals
+    (`calimon.serve.deployment_metrics`; None: this server's)."""
 
     policy: Path
     calibration_map: Path | None = None
@@ -91,6 +93,12 @@ class ServeSettings:
     keys_file: Path | None = None
     review: ReviewSettings | None = None
     shadow: Path | None = None
+    deployment: str | None = None
+
+    def __post_init__(self):
+        if self.deployment is not None and not 0 < len(self.deployment) <= 100:
+            raise InputError(f"expected a name of 1 to 100 characters, got "
+                             f"{self.deployment!r}", field="deployment")
 
     def key(self) -> str | None:
         """The API key clients must send (None: none required)."""
