@@ -256,7 +256,7 @@ def test_a_decision_log_of_schema_version_1_migrates(tmp_path):
     assert log.changes() == [] and log.shadow_answers("x") == {}
     log.close()
     db = sqlite3.connect(path)
-    assert schema_version(db) == SCHEMA.version == 2
+    assert schema_version(db) == SCHEMA.version == 4
     db.close()
 
 
