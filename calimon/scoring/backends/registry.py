@@ -13,6 +13,7 @@ BACKENDS: dict[str, str] = {
     "vllm": "calimon.scoring.backends.vllm_backend:VLLMBackend",
     "http": "calimon.scoring.backends.http_backend:HTTPBackend",
     "chat": "calimon.scoring.backends.chat_backend:ChatBackend",
+    "inspect": "calimon.scoring.backends.inspect_backend:InspectBackend",
 }
 
 
