@@ -281,9 +281,9 @@ class ChatBackend(BackendBase):
 
     # -- the token-id contract: not offered --------------------------------------------------
     def _no_tokens(self, what: str):
-        from calimon.scoring.backends.registry import BACKENDS
+        from calimon.scoring.backends.registry import backends_without
 
-        token = [n for n in BACKENDS if n != self.name]
+        token = backends_without(Messages)
         return CapabilityError(f"{what} needs token ids, which the 'chat' backend does not "
                                f"provide (it sends chat messages); use --backend "
                                f"{' or '.join(token)}", field="backend")

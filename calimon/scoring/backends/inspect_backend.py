@@ -260,9 +260,11 @@ class InspectBackend(BackendBase):
 
     # -- the token-id contract: not offered --------------------------------------------------
     def _no_tokens(self, what: str):
+        from calimon.scoring.backends.registry import backends_without
+
         return CapabilityError(f"{what} needs token ids, which the 'inspect' backend does not "
-                               "provide (it sends chat messages); use --backend transformers, "
-                               "vllm or http", field="backend")
+                               f"provide (it sends chat messages); use --backend "
+                               f"{' or '.join(backends_without(Messages))}", field="backend")
 
     @property
     def tokenizer(self):
