@@ -177,6 +177,31 @@ def test_without_a_policy_there_are_no_rates_and_a_role_picks_the_model(world):
         role_model(None, "nobody")
 
 
+def test_approver_decides_with_an_inspect_model_serving_the_policy(world):
+    """The approver's policy served by the mock monitor (``model=`` a ``Model``): a proposed
+    call whose trajectory states a risk over t_high is rejected, one between the thresholds
+    escalated, one under t_low approved; without a policy it is refused."""
+    import anyio
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser
+    from inspect_ai.tool import ToolCall, ToolCallView
+
+    from calimon.errors import InputError
+    from calimon.integrations.inspect import monitor_approver
+
+    approve = monitor_approver(policy=str(world["policy"]), model=_monitor_model())
+
+    def decide(risk):
+        call = ToolCall(id=f"c{risk}", function="bash", arguments={"cmd": "ls"})
+        history = [ChatMessageUser(content="task"),
+                   ChatMessageAssistant(content=f"risk={risk}", tool_calls=[call])]
+        return anyio.run(approve, "", call, ToolCallView(), history).decision
+
+    assert [decide(r) for r in (0.9, 0.6, 0.3)] == ["reject", "escalate", "approve"]
+    with pytest.raises(InputError, match="give policy=PATH or url=URL"):
+        anyio.run(monitor_approver(model=_monitor_model()), "", ToolCall(
+            id="c", function="bash", arguments={}), ToolCallView(), [])
+
+
 def test_labels_from_other_target_values_and_a_model_without_logprobs(world):
     """``positive=`` / ``negative=`` name the target values; a value in both is refused. The
     sampled readout runs on a model without logprobs (the share of Yes among the answers),
