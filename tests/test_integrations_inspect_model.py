@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -22,6 +20,7 @@ pytest.importorskip("inspect_ai")
 pytestmark = [pytest.mark.integrations,
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
+from fakes_http import FakeServer  # noqa: E402
 from integrations_support import isolate_inspect, write_policy  # noqa: E402
 
 MOCK = "mockllm/model"
@@ -205,12 +204,14 @@ def test_approver_decides_with_an_inspect_model_serving_the_policy(world):
 def test_labels_from_other_target_values_and_a_model_without_logprobs(world):
     """``positive=`` / ``negative=`` name the target values; a value in both is refused. The
     sampled readout runs on a model without logprobs (the share of Yes among the answers),
-    and the verdict readout on such a model stops with a line naming the readouts to use."""
+    and the verdict readout on such a model stops with a line naming the readouts to use; a
+    study that needs token ids is refused naming the backends that have them."""
     from calimon.errors import BackendError, InputError
     from calimon.integrations import resolve_monitor
     from calimon.integrations.inspect import monitor_scorer
     from calimon.integrations.inspect_metrics import label_lists, target_label
     from calimon.samples import Sample
+    from calimon.scoring.backends import CapabilityError
 
     assert target_label("I", *label_lists("I", ["C"])) is True
     assert target_label("c", *label_lists("I", ["C"])) is False
@@ -226,6 +227,9 @@ def test_labels_from_other_target_values_and_a_model_without_logprobs(world):
     got = [a.p_raw for a in sampled.assess([sample(0.7), sample(0.2)])]
     assert got == [1.0, 0.0]
     assert sampled.monitor.backend.usage["requests"] == 2
+    with pytest.raises(CapabilityError, match="'inspect' backend does not provide .* use "
+                                              "--backend transformers or vllm or http$"):
+        sampled.monitor.backend.tokenizer  # noqa: B018
 
     from inspect_ai.model import ModelOutput, get_model
 
@@ -308,44 +312,18 @@ def test_control_builder_takes_force_on_an_inspect_model(world, provider, tmp_pa
     assert meta["suspicion_score"] == pytest.approx(meta["calimon"]["p_cal"])
 
 
-class _Serve(ThreadingHTTPServer):
-    """A stand-in for ``calimon serve``: /v1/info and /v1/score answers in serve's schemas, the
-    Authorization header of every request kept."""
+INFO = {"policy": "p", "policy_hash": "h", "model": "m", "model_revision": "r",
+        "readout": "verdict", "prompt": "direct", "template_hash": "t", "calibration": "none",
+        "calibration_map": None, "t_low": 0.5, "t_high": 0.8, "batching": "none", "limits": {},
+        "forced": []}  # a calimon serve /v1/info
 
-    def __init__(self):
-        self.auth: list[str | None] = []
-        owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, body):
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                owner.auth.append(self.headers.get("Authorization"))
-                self._send({"policy": "p", "policy_hash": "h", "model": "m",
-                            "model_revision": "r", "readout": "verdict", "prompt": "direct",
-                            "template_hash": "t", "calibration": "none",
-                            "calibration_map": None, "t_low": 0.5, "t_high": 0.8,
-                            "batching": "none", "limits": {}, "forced": []})
-
-            def do_POST(self):
-                owner.auth.append(self.headers.get("Authorization"))
-                req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self._send({"request_id": req["request_id"], "status": "ok", "p_raw": 0.6,
-                            "p_cal": None, "score": "p_raw", "decision": "review",
-                            "action": "human_review", "audit": False, "tokens": 3,
-                            "model": "m", "model_revision": "r", "readout": "verdict",
-                            "policy": "p", "policy_hash": "h", "latency_ms": 1.0})
-
-        super().__init__(("127.0.0.1", 0), Handler)
+def _score_answer(req):
+    """A calimon serve /v1/score answer to ``req``."""
+    return {"request_id": req["request_id"], "status": "ok", "p_raw": 0.6, "p_cal": None,
+            "score": "p_raw", "decision": "review", "action": "human_review", "audit": False,
+            "tokens": 3, "model": "m", "model_revision": "r", "readout": "verdict",
+            "policy": "p", "policy_hash": "h", "latency_ms": 1.0}
 
 
 def test_control_builder_sends_its_api_key(monkeypatch):
@@ -359,17 +337,10 @@ def test_control_builder_sends_its_api_key(monkeypatch):
     from calimon.integrations.control import calimon_monitor_builder
 
     monkeypatch.setenv("CALIMON_API_KEY", "from-the-environment")
-    server = _Serve()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        agent = calimon_monitor_builder(url=url, api_key="key-0123")
+    with FakeServer([(200, _score_answer, 0)], get=INFO) as server:
+        agent = calimon_monitor_builder(url=server.url, api_key="key-0123")
         state = AgentState(messages=[ChatMessageUser(content="task"),
                                      ChatMessageAssistant(content="done")])
         out = anyio.run(agent, state, [])
-    finally:
-        server.shutdown()
-        server.server_close()
     assert out.messages[-1].metadata["suspicion_score"] == pytest.approx(0.6)
-    assert server.auth and set(server.auth) == {"Bearer key-0123"}
+    assert [h["Authorization"] for h in server.headers] == ["Bearer key-0123"]

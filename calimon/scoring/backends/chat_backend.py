@@ -30,10 +30,9 @@ from typing import Any
 from calimon.errors import BackendError, InputError
 from calimon.models import ResolvedModel
 from calimon.scoring.backends.base import (
-    BackendBase,
-    CapabilityError,
     Constrained,
     Messages,
+    MessagesBackend,
     Remote,
     Sampling,
 )
@@ -58,7 +57,7 @@ class ChatReply:
     completion_tokens: int = 0
 
 
-class ChatBackend(BackendBase):
+class ChatBackend(MessagesBackend):
     """Scores chat-message prompts on a chat-completions API. Options: `ChatOptions` (plus
     ``api_key`` and ``journal_path`` for tests and library callers). Settings left unset come
     from the model config's ``api:`` block (`calimon.models.ApiConfig`)."""
@@ -278,33 +277,6 @@ class ChatBackend(BackendBase):
             return ChatReply(texts=tuple(texts[:samples]), **counts)
 
         return self._each(one, prompts)
-
-    # -- the token-id contract: not offered --------------------------------------------------
-    def _no_tokens(self, what: str):
-        from calimon.scoring.backends.registry import backends_without
-
-        token = backends_without(Messages)
-        return CapabilityError(f"{what} needs token ids, which the 'chat' backend does not "
-                               f"provide (it sends chat messages); use --backend "
-                               f"{' or '.join(token)}", field="backend")
-
-    @property
-    def tokenizer(self):
-        """Not available: a chat API tokenizes on its side."""
-        raise self._no_tokens("this study")
-
-    @property
-    def vocab_size(self) -> int:
-        """Not available: a chat API tokenizes on its side."""
-        raise self._no_tokens("this study")
-
-    def next_token_logprobs(self, prompts, prefix_len: int = 0):
-        """Not available: use `answer_top`."""
-        raise self._no_tokens("next-token log-probs over token ids")
-
-    def generate(self, prompts, max_new_tokens: int):
-        """Not available: use `complete`."""
-        raise self._no_tokens("generation from token ids")
 
     def close(self) -> None:
         """Close the journal."""

@@ -26,16 +26,12 @@ from typing import Any
 from calimon.errors import BackendError, InputError, MissingExtraError
 from calimon.models import ResolvedModel
 from calimon.scoring.backends.base import (
-    BackendBase,
-    CapabilityError,
     Constrained,
     Messages,
+    MessagesBackend,
     Sampling,
 )
-from calimon.scoring.backends.chat_backend import ChatReply
-
-NO_LOGPROBS = ("the verdict and json readouts need them; the sampled, verbal and binary "
-               "readouts run without (--readout sampled or --readout verbal)")
+from calimon.scoring.backends.chat_backend import NO_LOGPROBS, ChatReply
 
 
 def _inspect():
@@ -47,7 +43,7 @@ def _inspect():
     return im
 
 
-class InspectBackend(BackendBase):
+class InspectBackend(MessagesBackend):
     """Scores chat-message prompts on an Inspect model. Options: `InspectOptions`; a library
     caller may hand over the Inspect ``Model`` itself (``inspect_model=``: an eval's model, a
     model role's), which is then used as is."""
@@ -257,32 +253,6 @@ class InspectBackend(BackendBase):
             return ChatReply(texts=tuple(texts[:samples]), **counts)
 
         return self._each(one, prompts)
-
-    # -- the token-id contract: not offered --------------------------------------------------
-    def _no_tokens(self, what: str):
-        from calimon.scoring.backends.registry import backends_without
-
-        return CapabilityError(f"{what} needs token ids, which the 'inspect' backend does not "
-                               f"provide (it sends chat messages); use --backend "
-                               f"{' or '.join(backends_without(Messages))}", field="backend")
-
-    @property
-    def tokenizer(self):
-        """Not available: the provider tokenizes on its side."""
-        raise self._no_tokens("this study")
-
-    @property
-    def vocab_size(self) -> int:
-        """Not available: the provider tokenizes on its side."""
-        raise self._no_tokens("this study")
-
-    def next_token_logprobs(self, prompts, prefix_len: int = 0):
-        """Not available: use `answer_top`."""
-        raise self._no_tokens("next-token log-probs over token ids")
-
-    def generate(self, prompts, max_new_tokens: int):
-        """Not available: use `complete`."""
-        raise self._no_tokens("generation from token ids")
 
     def close(self) -> None:
         """Stop the backend's own event loop, if it started one (the Inspect model stays
