@@ -31,7 +31,7 @@ from calimon.scoring.backends.base import (
     MessagesBackend,
     Sampling,
 )
-from calimon.scoring.backends.chat_backend import NO_LOGPROBS, ChatReply
+from calimon.scoring.backends.chat_backend import NO_LOGPROBS, ChatReply, SampledAnswers
 
 
 def _inspect():
@@ -236,21 +236,12 @@ class InspectBackend(MessagesBackend):
                 strict=True)
 
         async def one(model, messages) -> ChatReply:
-            texts: list[str] = []
-            counts = {"prompt_tokens": 0, "completion_tokens": 0}
-            for attempt in range(samples):
-                config = dict(fixed)
-                if samples > 1:
-                    config["num_choices"] = samples - len(texts)
-                    if self.seed is not None:
-                        config["seed"] = self.seed + attempt
-                out = await self._generate(model, messages, **config)
-                texts.extend(c.message.text for c in out.choices)
-                for name, value in _tokens(out).items():
-                    counts[name] += value
-                if len(texts) >= samples:
-                    break
-            return ChatReply(texts=tuple(texts[:samples]), **counts)
+            got = SampledAnswers(samples, self.seed)
+            while got.wanted():
+                out = await self._generate(model, messages, **fixed,
+                                           **got.fields("num_choices"))
+                got.add([c.message.text for c in out.choices], _tokens(out))
+            return got.reply()
 
         return self._each(one, prompts)
 
