@@ -260,7 +260,8 @@ def provider():
 def test_calimon_score_on_an_inspect_model_by_name(world, provider, tmp_path):
     """``calimon score --backend inspect --model PROVIDER/NAME``: an Inspect provider registered
     in this process (the mock monitor) scores a samples file; each raw score is the stated
-    risk. The scorer takes the same name (``model="calimon-test/monitor"``)."""
+    risk. The scorer takes the same name (``model="calimon-test/monitor"``). An unknown
+    provider is one line naming the model (exit 2)."""
     from typer.testing import CliRunner
 
     from calimon.cli import app
@@ -282,6 +283,13 @@ def test_calimon_score_on_an_inspect_model_by_name(world, provider, tmp_path):
     assert {r["model"] for r in rows} == {provider}
     [a] = resolve_monitor(model=provider).assess(samples[1:])
     assert a.p_raw == pytest.approx(0.8, abs=1e-12)
+    res = CliRunner().invoke(app, ["score", "--backend", "inspect", "--model", "nosuch/x",
+                                   "--benchmark", str(bench), "--store",
+                                   str(tmp_path / "s.sqlite"), "--quiet"])
+    assert res.exit_code == 2
+    assert res.output.strip() == ("calimon: error: field 'model': Inspect cannot make model "
+                                  "'nosuch/x': ValueError: Model API nosuch of model "
+                                  "'nosuch/x' not recognized.")
 
 
 def test_control_builder_takes_force_on_an_inspect_model(world, provider, tmp_path):

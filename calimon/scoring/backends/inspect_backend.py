@@ -19,6 +19,7 @@ eval's models live; elsewhere (the command line) on an event loop of its own.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -92,7 +93,8 @@ class InspectBackend(MessagesBackend):
                     self._model = im.get_model(self.inspect_name, **kwargs, **self.model_args)
                 except Exception as exc:  # Inspect raises plain exceptions for all of these
                     raise InputError(f"Inspect cannot make model {self.inspect_name!r}: "
-                                     f"{type(exc).__name__}: {exc}", field="model") from None
+                                     f"{type(exc).__name__}: {_plain(exc)}",
+                                     field="model") from None
             return self._model
 
     # -- usage -------------------------------------------------------------------------------
@@ -252,6 +254,11 @@ class InspectBackend(MessagesBackend):
             cm, self._portal_cm, self._portal = self._portal_cm, None, None
         if cm is not None:
             cm.__exit__(None, None, None)
+
+
+def _plain(exc: Exception) -> str:
+    """An Inspect error's message on one line, without its console markup ([bold]...)."""
+    return " ".join(re.sub(r"\[/?[a-z]+\]", "", str(exc)).replace("\\n", " ").split())
 
 
 def _tokens(output: Any) -> dict[str, int]:
