@@ -129,11 +129,14 @@ class InspectBackend(MessagesBackend):
         """``fn()`` awaited: on the event loop of the AnyIO worker thread this is called from
         (an eval's), else on the backend's own loop (started on first use)."""
         import anyio.from_thread
+        import anyio.lowlevel
 
-        try:
-            return anyio.from_thread.run(fn)
+        try:  # the caller's event loop, asked for first: fn itself may raise anything
+            token = anyio.from_thread.run_sync(anyio.lowlevel.current_token)
         except anyio.NoEventLoopError:
-            pass
+            token = None
+        if token is not None:
+            return anyio.from_thread.run(fn, token=token)
         with self._lock:
             if self._portal is None:
                 self._portal_cm = anyio.from_thread.start_blocking_portal()
