@@ -46,13 +46,13 @@ def serve_cmd(
     review: Annotated[bool, typer.Option("--review", help="Serve the review queue at /review (needs a key; docs/review.md).", rich_help_panel=REVIEW)] = False,
     review_store: Annotated[str, typer.Option(help="Review store: a SQLite file or a postgresql:// URL.", rich_help_panel=REVIEW)] = "runs/serve/review.sqlite",
     review_retain: Annotated[float | None, typer.Option(help="Share of automatic decisions kept for labelling (default: the audit fraction, at least 0.2).", rich_help_panel=REVIEW, **SHARE)] = None,
-    review_lease: Annotated[float, typer.Option(help="Minutes an item shown to a reviewer is theirs alone (renewed while worked on; a label releases it).", rich_help_panel=REVIEW)] = 10.0,
+    review_lease: Annotated[float, typer.Option(help="Minutes an item shown stays one reviewer's alone.", rich_help_panel=REVIEW)] = 10.0,
     drift_window: Annotated[int, typer.Option(help="Live transcripts the drift watch compares.", rich_help_panel=REVIEW)] = 500,
     drift_every: Annotated[int, typer.Option(help="Decisions between two drift checks.", rich_help_panel=REVIEW)] = 100,
-    drift_permutations: Annotated[int, typer.Option(help="Fewest permutations of a drift check (more as its level falls: alpha spending).", rich_help_panel=REVIEW)] = 200,
+    drift_permutations: Annotated[int, typer.Option(help="Fewest permutations of a drift check (alpha spending).", rich_help_panel=REVIEW)] = 200,
     replicas: Annotated[int | None, typer.Option(help="N replicas on Ray Serve (--log must be PostgreSQL).", rich_help_panel=REPLICAS)] = None,
     cpus_per_replica: Annotated[float, typer.Option(help="Ray CPUs per replica.", rich_help_panel=REPLICAS)] = 1.0,
-    deployment: Annotated[str | None, typer.Option(help="Servers on one decision log under this name give the deployment's totals at /metrics (default with --replicas: calimon).", rich_help_panel=REPLICAS)] = None,
+    deployment: Annotated[str | None, typer.Option(help="Servers of one log and name: /metrics sums them (--replicas: calimon).", rich_help_panel=REPLICAS)] = None,
 ):
     """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz,
     /metrics, /docs; with --review, the review queue at /review (docs/serve.md)."""
