@@ -1,6 +1,7 @@
 """`calimon models check`: it passes on the tiny Qwen3 (by config name and by folder) and on the
 embedded SmolLM2, says how to get missing weights (exit 2), fails when a readout's answer
-tokens are missing (exit 1), and (vllm marker) compares with the vLLM engine."""
+tokens are missing (exit 1), and (vllm marker) compares with the vLLM engine. These are the
+commands docs/models.md shows (its docs runner block is tested here)."""
 
 from __future__ import annotations
 
