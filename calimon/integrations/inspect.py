@@ -10,7 +10,11 @@
 - `monitor_approver`: before a tool call runs, scores the trajectory with the proposed call and
   answers from the policy's decision: ``pass`` approves, ``review`` escalates (to the next
   approver of the approval policy, e.g. Inspect's ``human`` approver), ``block`` rejects (or
-  terminates the sample, ``block="terminate"``).
+  terminates the sample, ``block="terminate"``). A sample's trajectory is one session of the
+  monitor (`calimon.integrations.trajectories`): each approval reads only what the trajectory
+  added since the last one (in process, and through a server, which is sent only the new
+  messages), with the reading the whole trajectory would get; the session is forgotten when the
+  sample ends.
 
 Both take ``policy=`` (a policy file), ``model=`` (scorer only: a monitor without decisions) or
 ``url=`` (a ``calimon serve`` server). The transcript is the one ``calimon score`` reads from the
@@ -38,6 +42,7 @@ except ImportError:  # pragma: no cover - the extra is missing
 from calimon.integrations import Assessment
 from calimon.integrations.assessment import cite, ranked_spans
 from calimon.integrations.lazy import LazyMonitor
+from calimon.integrations.trajectories import assess_trajectory
 from calimon.integrations.transcripts import sample_from_messages
 
 APPROVAL = {"pass": "approve", "review": "escalate", "block": "reject"}
@@ -111,7 +116,7 @@ def monitor_approver(policy: str | None = None, url: str | None = None,
                       history: list[ChatMessage]) -> Approval:
         messages = proposed_messages(history, call, message)
         sample = sample_from_messages(messages, id=call.id or None)
-        [a] = await monitor.assess([sample])
+        a = await assess_trajectory(monitor, sample, messages, "approver")
         return Approval(decision=answers[a.decision], explanation=a.reason(),
                         metadata={"calimon": a.to_dict()})
 
