@@ -131,7 +131,6 @@ def test_approver_reads_each_sample_by_session(world, where):
     """Three approvals per sample: each the reading of the whole trajectory up to the proposed
     call, the later ones reusing the earlier ones' tokens; the sessions are gone at the end."""
     from calimon.integrations.inspect import monitor_approver
-    from calimon.integrations.trajectories import open_sessions
 
     srv = world["server"]
     approver = monitor_approver(policy=str(world["policy"])) if where == "in-process" \
@@ -140,6 +139,8 @@ def test_approver_reads_each_sample_by_session(world, where):
     _check_steps(steps, _reference(world, f"approver-{where}", trajectories))
     assert {a["provenance"]["scored"] for _, a in steps} == \
         {"in-process" if where == "in-process" else srv.url + "/v1"}
+    from calimon.integrations.trajectories import open_sessions
+
     assert open_sessions() == 0  # forgotten when each sample ended
     if where == "served":
         assert srv.metric("calimon_session_cache_bytes") == 0
@@ -184,7 +185,6 @@ def test_control_monitor_reads_each_trajectory_by_session(world, where):
     from inspect_ai.model import get_model
 
     from calimon.integrations.control import calimon_monitor_builder
-    from calimon.integrations.trajectories import open_sessions
 
     monitor = calimon_monitor_builder(model=MODEL) if where == "in-process" \
         else calimon_monitor_builder(url=world["server"].url)
@@ -202,6 +202,8 @@ def test_control_monitor_reads_each_trajectory_by_session(world, where):
             steps.append((sid, meta["calimon"]))
             assert meta["score_parsed"] is True
     _check_steps(steps, _reference(world, f"control-{where}", trajectories))
+    from calimon.integrations.trajectories import open_sessions
+
     assert open_sessions() == 0
 
 
@@ -255,9 +257,9 @@ def test_a_client_whose_server_lost_the_session_resends_it(world):
 
 def test_in_process_steps_equal_whole_scoring_and_forget(world):
     """In process: three steps of one session, then a trajectory that rewrites the last message
-    (not an extension): each reading equals the whole trajectory's. Forgetting drops the
-    session; a new trajectory of the same task then starts from the forgotten one's cache (the
-    task text is not read again), with the same reading as whole scoring."""
+    (not an extension): each reading equals the whole trajectory's. A new trajectory of the same
+    task starts from the first one's cache (its task text is not read again), while the first is
+    open and after it is forgotten, with the same reading as whole scoring."""
     from inspect_ai.model import ChatMessageAssistant
 
     from calimon.integrations import LocalMonitor
@@ -273,11 +275,17 @@ def test_in_process_steps_equal_whole_scoring_and_forget(world):
         assert abs(got[-1].p_raw - local.assess([sample])[0].p_raw) < TOL
         assert got[-1].kv["mode"] == "cached"
     assert len(local._steps.sessions) == 1
-    local.forget("t")
-    assert len(local._steps.sessions) == 0 and list(local._steps.pool) == ["t"]
 
+    # another trajectory of the same task, while the first is open, and after it is forgotten
     other = [steps[0][0], ChatMessageAssistant(content="A different first step.")]
-    a = local.assess_step("u", sample_from_messages(other), other)
-    assert a.kv["reused_tokens"] > got[0].kv["reused_tokens"] + 5  # the task's tokens
-    assert abs(a.p_raw - local.assess([sample_from_messages(other)])[0].p_raw) < TOL
-    assert list(local._steps.pool) == ["t"]  # copied, not taken: it serves the next one too
+    whole = local.assess([sample_from_messages(other)])[0].p_raw
+    for key in ("v", "u"):
+        if key == "u":
+            local.forget("t")
+            assert "t" not in local._steps.live and list(local._steps.pool) == ["t"]
+        a = local.assess_step(key, sample_from_messages(other), other)
+        assert a.kv["reused_tokens"] > got[0].kv["reused_tokens"] + 5  # the task's tokens
+        assert abs(a.p_raw - whole) < TOL
+    local.forget("v")
+    local.forget("u")
+    assert len(local._steps.sessions) == 0 and not local._steps.live

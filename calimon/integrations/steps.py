@@ -11,12 +11,12 @@ over the input limit, is scored whole (``full``). The memory bounds are serve's 
 them a session loses its cache (the next step recomputes it) or is forgotten whole (its next
 step starts a new one: here the whole trajectory is at hand, so nothing is lost).
 
-A forgotten session's cache is kept a while as a prefix for new sessions (at most
-``pool_mib``, least recently kept dropped first): a new session starts from a copy of the kept
-cache that shares the longest token prefix with its prompt, and the step functions cut it back to
-that prefix as they cut a session's own cache (exact by the same construction). Trajectories of
-one task (the honest and attack runs of a ControlArena sample, the epochs of an Inspect sample)
-share their task text, which is then read once.
+A new session starts from a copy of the cache, among the open sessions' and those of sessions
+forgotten lately (kept at most ``pool_mib``, least recently kept dropped first), that shares the
+longest token prefix with its prompt; the step functions cut it back to that prefix as they cut
+a session's own cache (exact by the same construction). Trajectories of one task (the honest and
+attack runs of a ControlArena sample, the epochs of an Inspect sample) share their task text,
+which is then read once, and tasks written from one template share its opening.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class LocalSteps:
         self.kv = self.served.kv_capable and supports_kv(self.served.backend.model)
         self.probe_kv = self.served.probe_capable and supports_kv(self.served.backend.model)
         self.pool: OrderedDict[str, Any] = OrderedDict()  # forgotten sessions' caches
+        self.live: OrderedDict[str, Any] = OrderedDict()  # the open sessions, by key
         self.pool_bytes = int(pool_mib * 2 ** 20)
 
     @property
@@ -75,54 +76,69 @@ class LocalSteps:
         from calimon.serve.steps import kv_step
 
         if self.mode != "full":
-            session = self.sessions.open(key)
+            session = self._open(key)
             try:
                 if session.kv is None:
-                    session.kv = self._seed(sample)
+                    session.kv = self._seed(key, sample)
                 verdict, kv = (probe_step if self.probe_kv else kv_step)(self, session, sample)
                 if verdict.status != "error":
                     return verdict, kv
             except Exception:  # noqa: BLE001 - the whole scoring below isolates the fault
                 pass
             self.sessions.drop(key)
+            self.live.pop(key, None)
         verdict = self.served.score([sample])[0]
         return verdict, full_use(self, verdict.tokens or 0)
 
-    def _seed(self, sample: Sample) -> Any:
-        """A copy of the pooled cache sharing the longest token prefix (past the template head)
-        with ``sample``'s prompt, or None."""
+    def _open(self, key: str) -> Any:
+        """The session ``key`` (made if new), tracked among the open ones as the store keeps
+        them: at most its ``max_sessions``, least recently used dropped first."""
+        session = self.live[key] = self.sessions.open(key)
+        self.live.move_to_end(key)
+        while len(self.live) > self.sessions.max_sessions:
+            self.live.popitem(last=False)
+        return session
+
+    def _seed(self, key: str, sample: Sample) -> Any:
+        """A copy of the held cache (module docstring) sharing the longest token prefix past
+        the template head with ``sample``'s prompt, or None."""
         from calimon.serve.kv import common_prefix
         from calimon.serve.probe_kv import probe_monitor
 
-        if not self.pool:
+        held = [s.kv for k, s in self.live.items() if k != key and _reusable(s.kv)]
+        held += list(self.pool.values())
+        if not held:
             return None
         encoder = (probe_monitor(self.served.monitor) or self.served.monitor).encoder
         ids = encoder.encode(sample.request, sample.response).ids
         best, shared = None, encoder.prefix_len
-        for key, state in self.pool.items():
+        for state in held:
             n = common_prefix(state.ids, ids)
             if n > shared:
-                best, shared = key, n
-        if best is None:
-            return None
-        self.pool.move_to_end(best)
-        return _copy_state(self.pool[best])
+                best, shared = state, n
+        return None if best is None else _copy_state(best)
 
     def forget(self, key: str) -> bool:
         """Forget the session ``key`` (its cache goes to the prefix pool: module docstring);
         False when there was none."""
+        self.live.pop(key, None)
         session = self.sessions.get(key)
         if session is None:
             return False
         state = session.kv
         self.sessions.drop(key)
-        if state is not None and getattr(state, "ids", None) \
-                and not getattr(state, "windows", None):
+        if _reusable(state):
             self.pool[key] = state
             self.pool.move_to_end(key)
             while self.pool and sum(s.nbytes for s in self.pool.values()) > self.pool_bytes:
                 self.pool.popitem(last=False)
         return True
+
+
+def _reusable(state: Any) -> bool:
+    """Whether a session's cache can seed another: it holds tokens (not windows' readings)."""
+    return state is not None and bool(getattr(state, "ids", None)) \
+        and not getattr(state, "windows", None)
 
 
 def _copy_state(state: Any) -> Any:
