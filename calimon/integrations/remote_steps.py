@@ -43,7 +43,6 @@ class Trail:
     sent: list[dict[str, Any]] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     last: dict[str, Any] | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def session_name(key: str) -> str:
@@ -88,21 +87,23 @@ class SessionClient:
     def __init__(self, client: Any):
         self.client = client
         self.trails: dict[str, Trail] = {}
+        self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def step(self, key: str, request: str, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The server's answer (`calimon.serve.schemas.StepResponse`) for the trajectory
-        ``records`` of task ``request``, sent as the next step of the session ``key``."""
+        ``records`` of task ``request``, sent as the next step of the session ``key`` (the
+        steps of one key one at a time)."""
         with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
             trail = self.trails.get(key)
-            if trail is None or records[:len(trail.sent)] != trail.sent \
-                    or (records == trail.sent and trail.last is None):
+            if trail is not None and records == trail.sent:
+                return trail.last  # the same trajectory again: the same answer
+            if trail is None or records[:len(trail.sent)] != trail.sent:
                 if trail is not None:
                     self._delete(trail.session_id)
                 trail = self.trails[key] = Trail(key, session_name(key))
-        with trail.lock:
-            if records == trail.sent and trail.last is not None:
-                return trail.last  # the same trajectory again: the same answer
             return self._next(trail, request, records)
 
     def _next(self, trail: Trail, request: str, records: list[dict[str, Any]]) -> dict:
@@ -145,6 +146,10 @@ class SessionClient:
         """Delete the session of ``key`` on the server (best effort: a server that cannot be
         reached forgets it itself, least recently used first)."""
         with self._lock:
+            lock = self._locks.pop(key, None)
+        if lock is None:
+            return
+        with lock:
             trail = self.trails.pop(key, None)
         if trail is not None:
             self._delete(trail.session_id)
