@@ -257,6 +257,9 @@ def render(meta: dict, measured: dict, kill: dict) -> str:
         f"{info['model_revision']}), prompt {info['prompt']}, readout {info['readout']}, "
         f"policy from `{meta['policy']}` ({info['calibration']} map). Server defaults: "
         f"{info['batching']}; the second server: {info.get('shared_batching', '-')}.", "",
+        "A ControlArena evaluation with calimon's monitor (one session per trajectory) against "
+        "ControlArena's basic monitor: [serve-control.md](serve-control.md) "
+        "(`benchmarks/serve/control_monitor.py`).", "",
         "## Throughput and latency", "",
         f"The same {n} humaneval-pairs test transcripts at each client count, over loopback; "
         f"{rounds} interleaved rounds, medians. Latency is what a client saw (queueing "

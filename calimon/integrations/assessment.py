@@ -31,7 +31,9 @@ class Assessment:
     token head's runs in text order (the token-level marks), when it has them. ``evidence``:
     the monitor's quotes. ``provenance``: the model, revision, prompt, template hash, readout, map, policy,
     calimon version and where it was scored (``in-process`` or the server's URL).
-    ``transcript_hash``: the run store's key of the transcript scored (`calimon.samples`)."""
+    ``transcript_hash``: the run store's key of the transcript scored (`calimon.samples`).
+    ``kv``: what a step of a session cost (serve's `KvUse`: ``mode``, ``reused_tokens``,
+    ``computed_tokens``), for a trajectory scored by session; None when scored whole."""
 
     id: str
     status: str
@@ -48,6 +50,7 @@ class Assessment:
     latency_ms: float | None = None
     transcript_hash: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    kv: dict[str, Any] | None = None
 
     @property
     def calibrated(self) -> bool:

@@ -10,7 +10,10 @@ runs as a labelled calimon benchmark.
   message metadata's ``calimon`` key holds the whole `Assessment` (p_raw, p_cal, spans mapped to
   messages, provenance). A step calimon could not score gets ``unscored_suspicion`` (default
   1.0: audited first, as a policy sends an unscored transcript to review) with
-  ``score_parsed=False`` and a reason saying so, never a silent 0.
+  ``score_parsed=False`` and a reason saying so, never a silent 0. A trajectory is one session
+  of the monitor (`calimon.integrations.trajectories`, keyed by the sample run): each step reads
+  only the tokens the trajectory added (in process, and through a server, which is sent only
+  the new messages), with the reading the whole trajectory would get.
 - ControlArena's honest and attack runs are Inspect logs: ``calimon curve --benchmark
   'logs/control?label=eval_mode'`` reads them directly as one labelled benchmark (a folder, a
   log or a pattern; attack: misbehavior, honest: benign; ``&attacks=successful`` leaves out the
@@ -40,6 +43,7 @@ except ImportError:  # pragma: no cover - the extra is missing
                             "pip install 'calimon[control]'") from None
 
 from calimon.integrations.lazy import LazyMonitor
+from calimon.integrations.trajectories import assess_trajectory
 from calimon.integrations.transcripts import sample_from_messages
 
 
@@ -70,7 +74,8 @@ def calimon_monitor_builder(policy: str | None = None, model: str | None = None,
 
     @monitor
     async def impl(state: AgentState, tools: list[Tool]) -> MonitorResponse:
-        [a] = await lazy.assess([sample_from_messages(state.messages, source="control")])
+        sample = sample_from_messages(state.messages, source="control")
+        a = await assess_trajectory(lazy, sample, state.messages, "control")
         if not a.scored:
             return CalimonMonitorResponse(
                 suspicion_score=unscored_suspicion, score_parsed=False, calimon=a.to_dict(),

@@ -10,7 +10,11 @@
 - `monitor_approver`: before a tool call runs, scores the trajectory with the proposed call and
   answers from the policy's decision: ``pass`` approves, ``review`` escalates (to the next
   approver of the approval policy, e.g. Inspect's ``human`` approver), ``block`` rejects (or
-  terminates the sample, ``block="terminate"``).
+  terminates the sample, ``block="terminate"``). A sample's trajectory is one session of the
+  monitor (`calimon.integrations.trajectories`): each approval reads only what the trajectory
+  added since the last one (in process, and through a server, which is sent only the new
+  messages), with the reading the whole trajectory would get; the session is forgotten when the
+  sample ends.
 
 Both take ``policy=`` (a policy file), ``model=`` (scorer only: a monitor without decisions) or
 ``url=`` (a ``calimon serve`` server). ``model=`` may be an Inspect model, a ``provider/model``
@@ -47,6 +51,7 @@ from calimon.integrations.assessment import cite, ranked_spans
 from calimon.integrations.inspect_metrics import auroc, label_lists, policy_rates, target_label
 from calimon.integrations.inspect_model import role_model
 from calimon.integrations.lazy import LazyMonitor
+from calimon.integrations.trajectories import assess_trajectory
 from calimon.integrations.transcripts import sample_from_messages
 
 APPROVAL = {"pass": "approve", "review": "escalate", "block": "reject"}
@@ -138,7 +143,7 @@ def monitor_approver(policy: str | None = None, url: str | None = None,
         bind_role(monitor, model, model_role)
         messages = proposed_messages(history, call, message)
         sample = sample_from_messages(messages, id=call.id or None)
-        [a] = await monitor.assess([sample])
+        a = await assess_trajectory(monitor, sample, messages, "approver")
         return Approval(decision=answers[a.decision], explanation=a.reason(),
                         metadata={"calimon": a.to_dict()})
 

@@ -40,5 +40,21 @@ class LazyMonitor:
 
         return await anyio.to_thread.run_sync(lambda: self.build().assess(samples))
 
+    async def assess_step(self, key: str, sample: Any, messages: list) -> Assessment:
+        """The monitor's `Assessment` of a trajectory as the next step of its session ``key``
+        (`LocalMonitor.assess_step`, `RemoteMonitor.assess_step`), in a worker thread."""
+        import anyio
+
+        return await anyio.to_thread.run_sync(
+            lambda: self.build().assess_step(key, sample, messages))
+
+    async def forget(self, key: str) -> None:
+        """Forget the session of trajectory ``key`` (nothing when the monitor was never
+        built)."""
+        import anyio
+
+        if self.monitor is not None:
+            await anyio.to_thread.run_sync(lambda: self.monitor.forget(key))
+
 
 __all__ = ["LazyMonitor"]

@@ -5,7 +5,9 @@ policy's decision, the evidence spans mapped to messages, the provenance).
 It scores the way ``calimon score`` does (`calimon.scoring.monitor.score_chunk`: a batch's faults isolated
 sample by sample, an error reading never a score), through the run store when one is given (so a
 later ``calimon curve --store`` reuses the readings), and one call at a time: an agent framework
-calls it from many tasks at once, the model runs one batch at a time.
+calls it from many tasks at once, the model runs one batch at a time. An agent's trajectory
+scored at every step goes through `assess_step`: one session per trajectory, read by serve's step
+path (`calimon.integrations.steps`), so a step costs its new tokens.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class LocalMonitor:
         self.policy = policy
         self.store = Path(store) if store is not None else None
         self._lock = threading.Lock()
+        self._steps: Any = None  # LocalSteps, made on the first step
         self.provenance: dict[str, Any] = {
             **monitor_provenance(monitor, defenses), "scored": "in-process",
             "calibration": stored_map.method if stored_map is not None else None,
@@ -133,6 +136,31 @@ class LocalMonitor:
             with RunStore(self.store) as st:  # one connection per call: callers' threads vary
                 got = score_with_store(self.monitor, samples, st)
             return [got[s.transcript_hash] for s in samples]
+
+    def assess_step(self, key: str, sample: Sample, messages: Sequence[Any] = ()
+                    ) -> Assessment:
+        """The `Assessment` of ``sample``, a trajectory that extends the one last scored under
+        ``key`` (one session per trajectory: `calimon.integrations.steps.LocalSteps`): what the
+        session read before is not read again, and the reading equals `assess`'s within float
+        rounding; ``kv`` says what the step cost. With a run store, scored whole through it
+        (`assess`). ``messages`` (the trajectory's chat messages) is not needed in process."""
+        from calimon.integrations.steps import LocalSteps
+
+        if self.store is not None:
+            return self.assess([sample])[0]
+        start = time.perf_counter()
+        with self._lock:
+            if self._steps is None:
+                self._steps = LocalSteps(self.monitor)
+            verdict, kv = self._steps.read(key, sample)
+        a = self.assessment(sample, verdict, latency_ms=(time.perf_counter() - start) * 1000)
+        return replace(a, kv=kv)
+
+    def forget(self, key: str) -> None:
+        """Forget the session of trajectory ``key`` (`assess_step`), if there is one."""
+        with self._lock:
+            if self._steps is not None:
+                self._steps.forget(key)
 
     def calibrate(self, p_raw: float | None) -> float | None:
         """The map's probability for ``p_raw`` (None without a score or without a map)."""

@@ -7,7 +7,9 @@ The transcript is rendered here, as in process (`calimon.integrations.transcript
 evidence spans (characters of the response) are mapped back to the messages here. The API key
 is read from ``CALIMON_API_KEY`` at request time (or given), sent as ``Authorization: Bearer``,
 and never stored or logged. Each request carries a fresh ``request_id``, so a retry of a request
-the server already answered is answered from its decision log, not scored twice.
+the server already answered is answered from its decision log, not scored twice. A trajectory
+scored at every step of an agent goes through `RemoteMonitor.assess_step`: one server session per
+trajectory, each step sending its new messages (`calimon.integrations.remote_steps`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from calimon.errors import InputError
 from calimon.integrations.assessment import Assessment, ranked_spans
 from calimon.integrations.local import span_record
+from calimon.integrations.remote_steps import SessionClient, sendable
 from calimon.samples import Sample
 
 
@@ -39,6 +43,7 @@ class RemoteMonitor:
                                  api_key_env=("CALIMON_API_KEY",), api_key=api_key)
         self.concurrency = max(1, int(concurrency))
         self._info: dict[str, Any] | None = None
+        self.sessions = SessionClient(self.client)
 
     def info(self) -> dict[str, Any]:
         """The server's ``/v1/info`` (policy, monitor, map; serve's `Info`), read once."""
@@ -54,6 +59,22 @@ class RemoteMonitor:
             return [self._one(s) for s in samples]
         with ThreadPoolExecutor(min(self.concurrency, len(samples))) as pool:
             return list(pool.map(self._one, samples))
+
+    def assess_step(self, key: str, sample: Sample, messages: Sequence[Any]) -> Assessment:
+        """The `Assessment` of ``sample``, the trajectory of chat ``messages``, as the next step
+        of the server session of trajectory ``key``: only the messages added since the last
+        step are sent (`calimon.integrations.remote_steps`); ``kv`` says what the step cost. A
+        trajectory the server would not read as ``sample``'s text is scored whole (`assess`)."""
+        records = sendable(messages, sample)
+        if records is None:
+            return self._one(sample)
+        answer = self.sessions.step(key, sample.request, records)
+        return replace(assessment_from_answer(sample, answer, self.url, self.info()),
+                       kv=answer.get("kv"))
+
+    def forget(self, key: str) -> None:
+        """Delete the server session of trajectory ``key``, if there is one."""
+        self.sessions.forget(key)
 
     def _one(self, sample: Sample) -> Assessment:
         from calimon.serve.schemas import ScoreRequest
