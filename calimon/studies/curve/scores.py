@@ -132,7 +132,7 @@ def curve_of_scores(p, y, groups: Sequence | None = None, *, fit: tuple | None =
     raw = method == "none"  # the run still fits a map; its raw curve is read
     s = CurveSettings(readout=READOUT, calibration="platt" if raw else method,
                       methods=("platt",) if raw else (method,), n_boot=n_boot, seed=seed,
-                      fars=tuple(fars), allow_inverted=allow_inverted,
+                      fars=tuple(fars), allow_inverted=allow_inverted or raw,
                       split="test" if fit is not None else None)
     provenance = {"model": "scores", "model_revision": None, "readout": READOUT,
                   "prompt": "none", "template_hash": None, "benchmark": "scores",
