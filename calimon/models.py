@@ -120,7 +120,8 @@ def resolve_model(name_or_path: str) -> ResolvedModel:
     if "/" in name_or_path and name_or_path not in config_names("models"):
         shown = ", ".join(config_names("models", hidden=False))
         raise ModelNotAvailableError(f"{{named_by}} {name_or_path}: no such folder, and not a "
-                                     f"configured model ({shown})")
+                                     f"configured model ({shown}); an Inspect model "
+                                     "(provider/model) scores with --backend inspect")
     cfg = load_model_config(name_or_path)
     if cfg.source.kind == "api":
         raise ModelNotAvailableError(f"model {cfg.name} is served behind an API and has no "

@@ -12,9 +12,9 @@ class FakeServer:
     """An OpenAI-style server whose answers a test scripts with `plan`: a list of
     (status, body, delay_s[, headers]) consumed one per POST request, the last repeated. A body
     is JSON, a callable of the request payload, or raw bytes (sent as they are: a truncated or
-    malformed answer)."""
+    malformed answer). ``get``: the JSON every GET answers (default: a models list)."""
 
-    def __init__(self, plan):
+    def __init__(self, plan, get=None):
         self.plan = list(plan)
         self.requests: list[dict] = []
         self.headers: list[dict] = []
@@ -38,7 +38,7 @@ class FakeServer:
                 self.wfile.write(data)
 
             def do_GET(self):
-                self._send(200, {"data": [{"id": "fake-model"}]})
+                self._send(200, get if get is not None else {"data": [{"id": "fake-model"}]})
 
             def do_POST(self):
                 payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

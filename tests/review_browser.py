@@ -1,6 +1,6 @@
 """A headless Chromium a test drives like a person: open a page (in one tab or several), type,
-press keys (real key events through the DevTools protocol), wait for the page, read values,
-take screenshots, close a tab.
+press keys (real key events through the DevTools protocol, Tab moving the focus), wait for the
+page, read values, narrow the window, take screenshots, close a tab.
 
 Built on the pipe transport of `calimon.report.chromium` (the report's browser check), which
 opens a file and reads it once; the review pages need a session that lives across navigations.
@@ -24,7 +24,7 @@ from calimon.report.chromium import (
     find_chromium,
 )
 
-KEY_CODES = {"Enter": 13, "Escape": 27, "ArrowDown": 40, "ArrowUp": 38}
+KEY_CODES = {"Enter": 13, "Escape": 27, "ArrowDown": 40, "ArrowUp": 38, "Tab": 9}
 
 
 class Tab:
@@ -53,6 +53,13 @@ class Tab:
         self.pipe.send("Page.navigate", {"url": url}, session=self.sid)
         self.wait("document.readyState === 'complete' && location.href.startsWith("
                   f"{url.split('#')[0]!r}.split('?')[0])")
+
+    def resize(self, width: int, height: int) -> None:
+        """Resize the tab's viewport, as a person narrows the window."""
+        self.width, self.height = width, height
+        self.pipe.send("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session=self.sid)
 
     def eval(self, expression: str) -> Any:
         """The JSON value of a JavaScript expression (awaited when it is a promise)."""

@@ -13,13 +13,13 @@ from pathlib import Path
 import httpx
 
 from calimon.deploy.policy_file import Audit, Guarantee, Policy, save_policy
+from calimon.review.api import attach
+from calimon.review.settings import ReviewSettings
 from calimon.scoring.store import MonitorKey
 from calimon.serve import Batching, ServeSettings
 from calimon.serve.app import create_app
 from calimon.serve.decision_log import SQLiteDecisionLog
 from calimon.serve.loading import ServedMonitor
-from calimon.serve.review_api import attach
-from calimon.serve.review_settings import ReviewSettings
 from calimon.serve.service import Service
 from calimon.verdict import Verdict
 

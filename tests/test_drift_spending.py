@@ -1,4 +1,4 @@
-"""The drift watch controls its false alarms over time (calimon.serve.drift): check k is judged
+"""The drift watch controls its false alarms over time (calimon.review.drift): check k is judged
 at alpha * 6 / (pi^2 k^2), so under exchangeable traffic the chance of any alarm over all its
 checks is at most alpha; the permutation test stops early on unchanged traffic."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from calimon.serve.drift import (
+from calimon.review.drift import (
     ALPHA,
     MAX_PERMUTATIONS,
     first_alarm,

@@ -14,8 +14,8 @@ import pytest
 from review_fakes import KEYS, auth, make_service, policy, run, score
 
 from calimon.errors import InputError
+from calimon.review.settings import ReviewSettings
 from calimon.serve.keys import KeyStore, sha256_hex
-from calimon.serve.review_settings import ReviewSettings
 
 
 def label(item: str, kind: str = "benign", **extra) -> dict:

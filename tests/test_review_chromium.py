@@ -51,8 +51,9 @@ def _status(server) -> dict:
                      headers={"Authorization": f"Bearer {KEYS['ada']}"}).json()
 
 
-def _sign_in(b, url: str, who: str) -> None:
-    b.open(f"{url}/review/status")  # not signed in: sent to the sign-in page
+def _sign_in(b, url: str, who: str, page: str = "/review") -> None:
+    """Open ``page`` signed out, sign in where it sends the browser, land on ``page``."""
+    b.open(f"{url}{page}")  # not signed in: sent to the sign-in page
     b.wait("!!document.getElementById('key')")
     assert b.eval("location.pathname") == "/review/login"
     b.eval("document.getElementById('key').focus()")
@@ -62,6 +63,7 @@ def _sign_in(b, url: str, who: str) -> None:
     b.wait("document.body && document.body.dataset.ready === '1' && "
            "!!document.getElementById('reviewer')")
     assert b.eval("document.getElementById('reviewer').textContent") == who
+    assert b.eval("location.pathname + location.search") == page  # the page asked for
 
 
 def _label_current(b, key: str) -> str:
@@ -83,7 +85,9 @@ def test_sign_in_label_ten_with_the_keyboard_and_watch_the_status(served, tmp_pa
     server = served["server"]
     before = _status(server)
     with Browser(1280, 800) as b:
-        _sign_in(b, server.url, "ada")
+        _sign_in(b, server.url, "ada", "/review/status?from=mail")  # and back to that page
+        b.open(f"{server.url}/review")
+        b.wait("document.body.dataset.ready === '1'")
         first = b.eval("document.body.dataset.current")
         b.press("j")
         assert b.eval("document.body.dataset.current") != first
@@ -178,11 +182,12 @@ def test_sigkill_in_the_middle_of_labelling_loses_and_duplicates_nothing(served)
 def test_evidence_spans_are_highlighted_per_message_in_the_browser(tmp_path):
     """A monitor with a token head gives spans with offsets (the chat stand-in gives none):
     the same app in this process, around a stand-in whose spans are known, shows a trajectory
-    message by message with each span marked where it is. The queue's screenshot."""
+    message by message with each span marked where it is. The queue's screenshots (1280 and 600
+px wide); in the narrow window the queue's rows are reached with Tab."""
     from review_browser import Browser
     from review_fakes import app_in_thread, auth, make_service
 
-    from calimon.serve.review_settings import ReviewSettings
+    from calimon.review.settings import ReviewSettings
 
     svc = make_service(tmp_path, review=ReviewSettings(store=str(tmp_path / "r.sqlite"),
                                                        retain=0.5))
@@ -201,19 +206,58 @@ def test_evidence_spans_are_highlighted_per_message_in_the_browser(tmp_path):
             parts = b.eval("Array.from(document.querySelectorAll('section.item:not([hidden]) "
                            ".part-head')).map((h) => h.textContent)")
             shot = b.screenshot(tmp_path / "review-queue.png")
+            wide = b.eval(WIDTHS)
+            b.resize(600, 800)  # a narrow window: the queue stacks above the transcript
+            narrow = b.wait(f"(w => w[0] < 600 && w)({WIDTHS})")
+            narrow_shot = b.screenshot(tmp_path / "review-queue-600.png")
+            rows, enter = _tab_through_the_queue(b)
             errors = b.errors()
     assert errors == [], errors
     assert parts == ["#1 assistant", "#1 tool call: bash", "#2 tool result: bash",
                      "#3 assistant"]
     assert marks == [["EVIDENCE", offsets[first]]]
+    assert wide[2] <= 1280 and wide[0] > 850  # the side bar beside the item at 1280
+    assert narrow[0] >= 550 and narrow[1] >= 520 and narrow[2] <= 600, narrow
+    assert [r[0] for r in rows[:4]] == [0, 1, 2, 3]  # each row reached with Tab, in order
+    assert all(r[1] == "solid" and r[2] >= 2 for r in rows), rows  # and its focus visible
+    assert enter[0] == enter[1] and enter[2] == "true"  # Enter shows the row's item
     _png(shot)
     _keep(shot, "review-queue.png")
+    _keep(narrow_shot, "review-queue-600.png")
+
+
+# the items column, the transcript's width and the page's: at 600 px a side bar beside the
+# item left them 230 and 186 px
+WIDTHS = ("[document.querySelector('.items').getBoundingClientRect().width, "
+          "document.querySelector('section.item:not([hidden]) .response pre')"
+          ".getBoundingClientRect().width, document.documentElement.scrollWidth]")
+
+
+def _tab_through_the_queue(b) -> tuple[list, list]:
+    """Tab from the top of the page through the first queue rows (index, outline style and
+    width of each focused row); then Enter on the third: [the item shown, the row's item,
+    the row's aria-current]."""
+    b.eval("document.activeElement.blur()")
+    rows, enter = [], None
+    for _ in range(8):
+        b.press("Tab")
+        row = b.eval("(a => a.closest('#queue li') && [+a.closest('#queue li').dataset.index, "
+                     "getComputedStyle(a).outlineStyle, parseFloat(getComputedStyle(a)"
+                     ".outlineWidth)])(document.activeElement)")
+        if row is not None:
+            rows.append(row)
+        if len(rows) == 3:
+            b.press("Enter")
+            enter = b.eval("(li => [document.body.dataset.current, li.dataset.item, "
+                           "li.getAttribute('aria-current')])(document.activeElement"
+                           ".closest('#queue li'))")
+    return rows, enter
 
 
 def _trajectories(c) -> dict[str, int]:
     """Score agent trajectories and plain transcripts; the evidence offset of each
     trajectory's item."""
-    from calimon.serve.labels import item_id_of
+    from calimon.review.labels import item_id_of
 
     out = {}
     for i in range(30):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from review_fakes import auth, make_service, run, score
 
-from calimon.serve.labels import SQLiteReviewStore, item_id_of
-from calimon.serve.review_settings import ReviewSettings
+from calimon.review.labels import SQLiteReviewStore, item_id_of
+from calimon.review.settings import ReviewSettings
 
 TAB_A, TAB_B = "tab-aaaaaaaa", "tab-bbbbbbbb"
 DATA = Path(__file__).parent / "data"

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from calimon.cli import app
 from calimon.errors import InputError
 from calimon.migrations import NewerStoreError
-from calimon.serve.labels import SCHEMA, SQLiteReviewStore
-from calimon.serve.review_store import open_review_store
+from calimon.review.labels import SCHEMA, SQLiteReviewStore
+from calimon.review.store import open_review_store
 
 
 def test_the_store_is_migrated_once_and_a_newer_one_refused(tmp_path):
@@ -43,11 +43,11 @@ def test_a_review_queue_needs_reviewers_keys(tmp_path):
     from review_fakes import StandIn, policy
 
     from calimon.deploy.policy_file import load_policy
+    from calimon.review.api import attach
+    from calimon.review.settings import ReviewSettings
     from calimon.serve import ServeSettings
     from calimon.serve.decision_log import SQLiteDecisionLog
     from calimon.serve.loading import ServedMonitor
-    from calimon.serve.review_api import attach
-    from calimon.serve.review_settings import ReviewSettings
     from calimon.serve.service import Service
 
     path = policy(tmp_path)

@@ -1,6 +1,7 @@
 """The review page's evidence panel in a real headless Chromium: the segments listed strongest
 first with their precision, the legend, stepping through them with the keyboard (``e``/``E``)
-and the token-level marks on request (``t``). The screenshot docs/images/review-evidence.png
+and the token-level marks on request (``t``); then the label of the page's last item, the
+summary of a rate with no target, and the way on to the next page. The screenshot docs/images/review-evidence.png
 comes from here (copied there with CALIMON_DOC_IMAGES=1).
 
 Needs the `chromium` binary (.ci/install-chromium.sh); skipped without it. The monitor is a
@@ -66,12 +67,12 @@ def _visible(b, what: str):
 
 def test_the_evidence_panel_ranks_explains_and_steps_with_the_keyboard(tmp_path):
     from review_browser import Browser
-    from review_fakes import app_in_thread, auth, make_service
+    from review_fakes import app_in_thread, auth, make_service, policy
     from test_review_chromium import _png, _sign_in
 
-    from calimon.serve.review_settings import ReviewSettings
+    from calimon.review.settings import ReviewSettings
 
-    svc = make_service(tmp_path, monitor=SegmentStandIn(),
+    svc = make_service(tmp_path, monitor=SegmentStandIn(), policy_path=policy(tmp_path, mr=None),
                        review=ReviewSettings(store=str(tmp_path / "r.sqlite"), retain=1.0))
     with app_in_thread(svc) as url:
         with httpx.Client(base_url=url, headers=auth("ada"), timeout=60) as c:
@@ -96,6 +97,16 @@ def test_the_evidence_panel_ranks_explains_and_steps_with_the_keyboard(tmp_path)
             tokens_on = b.eval("getComputedStyle(document.querySelector('section.item:not("
                                "[hidden]) .tok')).textDecorationLine")
             shot = b.screenshot(tmp_path / "review-evidence.png")
+            b.press("2")  # the page's one item, so its last: the way on shows, focused
+            b.wait("document.getElementById('summary').dataset.labels === '1'")
+            mr = b.eval("document.querySelector('#summary [data-rate=mr]').textContent")
+            end = b.wait("!document.getElementById('page-end').hidden && "
+                         "document.activeElement.id === 'next-page-end' && "
+                         "document.getElementById('page-end-count').textContent")
+            shown = b.eval("document.getElementById('item-' + document.body.dataset.current)"
+                           ".hidden")
+            b.press("Enter")
+            b.wait("!!document.querySelector('section.empty')")  # the next page: none left
             errors = b.errors()
     assert errors == [], errors
     texts = [t for _, t, _ in items]
@@ -109,6 +120,8 @@ def test_the_evidence_panel_ranks_explains_and_steps_with_the_keyboard(tmp_path)
     assert [on for _, _, on in second] == [False, True, False, False]
     assert [on for _, _, on in back] == [True, False, False, False]
     assert tokens_off == "none" and tokens_on == "underline"
+    assert mr == "MR: no target set"  # as the script rewrote it from the label's answer
+    assert end == "1 of 1 item(s) of this page labelled." and shown is False
     _png(shot)
     if os.environ.get("CALIMON_DOC_IMAGES") == "1":
         shutil.copyfile(shot, ROOT / "docs" / "images" / "review-evidence.png")

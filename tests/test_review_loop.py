@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 
 from calimon.cli import app
 from calimon.deploy.policy_file import load_policy
+from calimon.review.labels import item_id_of
 from calimon.samples import load_samples, write_samples
-from calimon.serve.labels import item_id_of
 from calimon.studies.shift.live_plan import BROKEN, HOLDS, NOT_YET, UNREACHABLE
 
 

@@ -16,9 +16,9 @@ import pytest
 from review_fakes import auth, make_service, run
 
 from calimon.migrations import NewerStoreError
-from calimon.serve.labels import SCHEMA, Label, TrafficRow, item_id_of
-from calimon.serve.review_settings import ReviewSettings
-from calimon.serve.review_store import open_review_store
+from calimon.review.labels import SCHEMA, Label, TrafficRow, item_id_of
+from calimon.review.settings import ReviewSettings
+from calimon.review.store import open_review_store
 
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 _names = itertools.count()

@@ -223,7 +223,7 @@ def test_local_assessments_rank_a_reading_without_segments_by_score():
 
 
 def _row(evidence, parts=None, text=CODE):
-    from calimon.serve.labels import TrafficRow
+    from calimon.review.labels import TrafficRow
 
     return TrafficRow(item_id="i", request_id="r", kind="score", session_id=None, step=None,
                       received_at=0.0, policy_hash="h", action="human_review", audit=0,
@@ -234,7 +234,7 @@ def _row(evidence, parts=None, text=CODE):
 
 
 def test_the_review_page_lists_segments_strongest_first_with_a_legend():
-    from calimon.serve.review_pages import transcript_html
+    from calimon.review.pages import transcript_html
     from calimon.serve.service import evidence
 
     page = transcript_html(_row(evidence(_verdict(EXTRA), CODE, _Monitor())))

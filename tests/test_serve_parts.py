@@ -113,7 +113,7 @@ def test_the_log_keeps_the_first_answer_of_an_id_and_survives_reopening(tmp_path
     reopened.close()
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert schema_version(db) == SCHEMA.version == 1
+    assert schema_version(db) == SCHEMA.version == 4
     assert db.execute("SELECT decision FROM decisions WHERE request_id='a'").fetchone() == \
         ("pass",)
 

@@ -198,6 +198,29 @@ def test_two_servers_scoring_one_id_at_once_answer_the_logged_decision(target, t
     assert services[0].log.count() == 1
 
 
+def test_shadow_decisions_and_policy_changes_round_trip_and_survive_reopening(target):
+    from calimon.serve.policy_log import PolicyChange, history
+
+    log = target.open()
+    shadow = {**_entry("s1").response, "shadow": True, "policy_hash": "B",
+              "live_policy_hash": "A", "p_raw": 0.25}
+    log.record_shadow("s1", shadow)
+    log.record_shadow("s1", {**shadow, "decision": "block"})  # the first one stays
+    first = log.record_change(PolicyChange("deploy", "a", "A", "/p/a.yaml"))
+    second = log.record_change(PolicyChange("promote", "b", "B", "/p/b.yaml", "A", "ada",
+                                            {"mr": {"difference": 0.25}}))
+    assert (first.seq, second.seq) == (1, 2)
+    log.close()
+    again = target.open()
+    assert again.shadow_answers("B") == {"s1": shadow} and again.shadow_answers("A") == {}
+    changes = again.changes()
+    assert [(c.seq, c.kind, c.by_whom) for c in changes] == [(1, "deploy", "server"),
+                                                               (2, "promote", "ada")]
+    assert changes[1].detail == {"mr": {"difference": 0.25}}
+    assert [s.path for s in history(changes)] == ["/p/a.yaml", "/p/b.yaml"]
+    again.close()
+
+
 # -- what only PostgreSQL has ------------------------------------------------------------------
 
 @pytest.mark.postgres
@@ -206,7 +229,7 @@ def test_the_postgres_table_is_the_sqlite_schema_at_a_recorded_version(pg_target
 
     log = pg_target.open()
     with psycopg.connect(pg_target.url) as conn:
-        assert postgres_schema_version(conn, SCHEMA) == SCHEMA.version == 1
+        assert postgres_schema_version(conn, SCHEMA) == SCHEMA.version == 4
         types = dict(conn.execute(
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = "
             "'decisions' AND table_schema = current_schema() ORDER BY ordinal_position")
@@ -242,9 +265,9 @@ def test_servers_starting_together_migrate_once_and_a_newer_database_is_refused(
         log.close()
     with psycopg.connect(pg_target.url, autocommit=True) as conn:
         assert conn.execute("SELECT name, version FROM calimon_schema_version").fetchall() == \
-            [("decision log", 1)]
-        conn.execute("UPDATE calimon_schema_version SET version = 2")
-    with pytest.raises(NewerStoreError, match="schema version 2.*newer calimon") as err:
+            [("decision log", 4)]
+        conn.execute("UPDATE calimon_schema_version SET version = 5")
+    with pytest.raises(NewerStoreError, match="schema version 5.*newer calimon") as err:
         pg_target.open()
     assert "127.0.0.1" in str(err.value)
 
@@ -263,7 +286,8 @@ def test_a_database_with_the_table_from_before_versions_is_migrated_in_place(pg_
     log = pg_target.open()
     assert log.lookup("old").response["decision"] == "pass" and log.count() == 1
     with psycopg.connect(pg_target.url) as conn:
-        assert postgres_schema_version(conn, SCHEMA) == 1
+        assert postgres_schema_version(conn, SCHEMA) == SCHEMA.version == 4
+    assert log.changes() == []  # migration 4's tables are there too
     log.close()
 
 

@@ -6,12 +6,18 @@ One replica process is SIGKILLed in the middle of a bounded loopback load of req
 then everything is resent, each request retried until answered (as a client retries a 500 or
 a dropped connection): every request answered before is answered again with the same JSON, from
 the log, every request id is in the log exactly once, and no logged decision differs from its
-answer. Requests sent at once with one id to the two replicas answer one decision."""
+answer. Requests sent at once with one id to the two replicas answer one decision.
+
+Sessions: steps sent with the session header all go to one replica (Ray Serve's consistent-hash
+router); steps without it spread over both, each rebuilding the session from the log, with the
+same scores; a scrape of /metrics through the proxy counts both replicas' steps; the replica
+holding a session is SIGKILLed and the session goes on at the other."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -234,3 +240,91 @@ def test_a_replica_killed_under_load_loses_no_answered_request(tmp_path):
     for rid, r in resent.items():
         assert logged[rid] == (r.json()["decision"], r.json())
     assert "Write mul" not in output  # no transcript in the server's output
+
+
+# -- sessions across replicas -----------------------------------------------------------------
+
+SESSION_STEPS, KILL_STEP, KILLED_STEPS = 20, 10, 14
+UP = re.compile(r"pid=(\d+)\)(?:\x1b\[[0-9;]*m)?\s*calimon serve: replica (\S+) is up")
+
+
+def _replica_pids_by_name(server: RayServer, n: int = 2) -> dict[str, int]:
+    """Replica id -> pid, from the lines Ray relays from each replica (prefixed ``pid=N``)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = {name: int(pid) for pid, name in UP.findall(server.text())}
+        if len(found) >= n:
+            return found
+        time.sleep(1)
+    raise AssertionError(f"no 'replica ... is up' lines:\n{server.text()[-4000:]}")
+
+
+def _steps(c: httpx.Client, session: str, steps: list[list[dict]], sticky: bool,
+           first: int = 0) -> list[httpx.Response]:
+    headers = {"x-session-id": session} if sticky else {}
+    return [c.post(f"/v1/sessions/{session}/steps", headers=headers,
+                   json={"request_id": f"{session}-{i}", "step": i, "messages": msgs})
+            for i, msgs in enumerate(steps[first:], start=first)]
+
+
+def _resume(c: httpx.Client, session: str, i: int, msgs: list[dict]) -> httpx.Response:
+    for _ in range(60):  # until the proxy routes it to a live replica
+        try:
+            r = c.post(f"/v1/sessions/{session}/steps", headers={"x-session-id": session},
+                       json={"request_id": f"{session}-{i}", "step": i, "messages": msgs})
+            if r.status_code == 200:
+                return r
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"step {i} of {session} not answered")
+
+
+def _p(responses: list[httpx.Response]) -> list[float]:
+    return [r.json()["p_raw"] for r in responses]
+
+
+def test_a_session_is_answered_on_either_replica_and_past_a_killed_one(tmp_path):
+    """With the session header every step goes to one replica; without it they spread, and
+    each replica rebuilds the session from the log: the same scores. Both replicas' steps are
+    in either's /metrics. The replica holding a session is SIGKILLed after its step 9: the
+    session goes on at the other, with the same scores and every earlier answer unchanged."""
+    from serve_server import trajectory
+
+    policy, map_path = write_policy(tmp_path)
+    trail = trajectory(SESSION_STEPS, "r")
+    with postgres_server() as pg:
+        server = RayServer(policy, map_path, pg.create_schema("sessions"),
+                           tmp_path / "server.out")
+        try:
+            server.wait_listening()
+            pids = _replica_pids_by_name(server)
+            with server.client() as c:
+                sticky = _steps(c, "sticky", trail, True)
+                spread = _steps(c, "spread", trail, False)
+                time.sleep(1.5)  # every replica has written its counts
+                metrics = [c.get("/metrics").text for _ in range(4)]
+                before = _steps(c, "killed", trail[:KILL_STEP], True)
+                holder = before[-1].headers[REPLICA]
+                os.kill(pids[holder], signal.SIGKILL)
+                after = [_resume(c, "killed", i, trail[i])
+                         for i in range(KILL_STEP, KILLED_STEPS)]
+                again = _steps(c, "killed", trail[:KILL_STEP], True)
+        finally:
+            server.stop()
+
+    assert [r.status_code for r in sticky + spread + before] == [200] * (2 * SESSION_STEPS
+                                                                         + KILL_STEP)
+    assert len({r.headers[REPLICA] for r in sticky}) == 1  # Ray routed the session to one
+    assert max(abs(a - b) for a, b in zip(_p(spread), _p(sticky), strict=True)) <= 1e-5
+    assert [r.json()["step"] for r in spread] == list(range(SESSION_STEPS))
+    assert len({r.headers[REPLICA] for r in spread}) == 2  # so each rebuilt it from the log
+    route = 'calimon_requests_total{route="/v1/sessions/{id}/steps",code="200"} '
+    for text in metrics:  # whichever replica the scrape reached
+        counted = [line for line in text.splitlines() if line.startswith(route)]
+        assert counted == [f"{route}{2 * SESSION_STEPS}"], counted
+    assert {r.headers[REPLICA] for r in after}.isdisjoint({holder})
+    assert max(abs(a - b) for a, b in zip(_p(after), _p(sticky)[KILL_STEP:KILLED_STEPS],
+                                          strict=True)) <= 1e-5
+    assert [r.json() for r in again] == [r.json() for r in before]  # nothing answered lost
+    assert all(r.headers["idempotent-replayed"] == "true" for r in again)

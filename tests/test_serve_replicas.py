@@ -49,6 +49,12 @@ def test_replicas_get_absolute_paths_and_the_key_read_here(tmp_path, monkeypatch
                               log="postgresql://u@db/x"))
     assert s.policy == tmp_path / "p.yaml" and s.calibration_map == tmp_path / "m/platt.json"
     assert s.api_key == "from-env"
+    assert s.deployment == "calimon"  # replicas sum their /metrics under one name
+    named = shipped(ServeSettings(policy=Path("p.yaml"), log="postgresql://u@db/x",
+                                  deployment="eu-1"))
+    assert named.deployment == "eu-1"
+    with pytest.raises(InputError, match="1 to 100 characters"):
+        ServeSettings(policy=Path("p.yaml"), deployment="")
     monkeypatch.delenv("CALIMON_API_KEY")
     none = shipped(ServeSettings(policy=Path("p.yaml"), log="postgresql://u@db/x"))
     monkeypatch.setenv("CALIMON_API_KEY", "a replica's own")  # not the one the driver read

@@ -199,13 +199,13 @@ def drift(runs: int, rng: np.random.Generator, *, spending: bool, checks: int = 
     windows of one stream (``window`` transcripts, a check every ``every``, so each window
     shares 80% with the last), each check's p-value the exact two-sided z-test of the means of
     N(0, 1) data (the idealised permutation test). ``spending``: the watch's rule
-    (`calimon.serve.drift.first_alarm`, checks up to the last it can run before it says it
+    (`calimon.review.drift.first_alarm`, checks up to the last it can run before it says it
     is spent); else each window at alpha, the rule before. Every alarm is a false one."""
     import math
 
     from scipy.stats import norm
 
-    from calimon.serve.drift import ALPHA, MAX_PERMUTATIONS, first_alarm, permutations_for
+    from calimon.review.drift import ALPHA, MAX_PERMUTATIONS, first_alarm, permutations_for
 
     usable = sum(permutations_for(k, 200) <= MAX_PERMUTATIONS for k in range(1, checks + 1))
     out = Tally()

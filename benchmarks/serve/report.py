@@ -9,6 +9,7 @@ CLIENTS = (1, 8, 32)
 SHARED = 8
 TARGET_CLIENTS, TARGET_SERVE, TARGET_STEP = 8, 3.0, 5.0
 TARGET_PROBE_TOKENS, TARGET_PROBE_SECONDS, TARGET_PROBE_DP = 5.0, 4.0, 1e-5
+TARGET_REPLICA_DP = 1e-5
 
 
 def med(values) -> float:
@@ -157,6 +158,72 @@ def probe_section(meta: dict, measured: dict) -> tuple[list[str], list[str]]:
     return section, [verdict]
 
 
+def _replicas_table(r: dict) -> str:
+    n, k, in_flight = r["steps"], r["kill_at"], r["in_flight_at_kill"]
+    return "\n".join([
+        "| | value |", "|---|---|",
+        f"| steps alternated between the servers: errors | {r['errors_alternated']} of {n} |",
+        f"| largest abs diff p_raw, alternated against one server | {r['dp_alternated']:.1e} |",
+        f"| seconds over the {n} steps: one server, alternated | {r['seconds_one']:.1f}, "
+        f"{r['seconds_alternated']:.1f} |",
+        f"| steps counted by /metrics of each server (sent: {r['steps_sent_before_scrape']}) | "
+        f"{', '.join(f'{c:g}' for c in r['scrapes'])} |",
+        f"| step {k} in flight at the SIGKILL | "
+        + (f"answered {in_flight}" if isinstance(in_flight, int) else f"cut ({in_flight})")
+        + " |",
+        f"| step {k} resent to the other server: tries, from the log, seconds | "
+        f"{r['retry_attempts']}, {'yes' if r['retry_replayed'] else 'no (scored there)'}, "
+        f"{r['resumed_step_s']:.2f} |",
+        f"| the killed session's {n} steps: errors | {r['errors_killed']} |",
+        "| largest abs diff p_raw, killed session against one server | "
+        + ("-" if r["dp_killed"] is None else f"{r['dp_killed']:.1e}") + " |",
+        f"| answers given before the kill, resent: unchanged | {r['resent_unchanged']} of "
+        f"{r['answered_before_kill']} |"])
+
+
+def replicas_section(meta: dict, measured: dict) -> tuple[list[str], list[str]]:
+    """(the two-replica section, its lines under the targets); empty without part 5."""
+    r = measured.get("replicas")
+    if not r:
+        return [], []
+    m = meta["replicas"]
+    n, k = r["steps"], r["kill_at"]
+    killed_ok = (r["errors_killed"] == 0 and r["dp_killed"] is not None
+                 and r["dp_killed"] <= TARGET_REPLICA_DP
+                 and r["resent_unchanged"] == r["answered_before_kill"])
+    alt_ok = r["errors_alternated"] == 0 and r["dp_alternated"] <= TARGET_REPLICA_DP
+    counted = all(c == r["steps_sent_before_scrape"] for c in r["scrapes"])
+    table = _replicas_table(r)
+    section = [
+        "## Two servers on one decision log", "",
+        f"Measured {m['date']} by `{m['command']}` (1-minute load average {m['load'][0]:.1f} "
+        f"at the start, {m['load'][1]:.1f} at the end; {m['minutes']:.0f} minutes; policy "
+        f"from `{r['policy']}`). Two `calimon serve` processes share one PostgreSQL decision "
+        "log (a local server), as two replicas behind a load balancer. One session's "
+        f"{n} steps all go to the first; the same steps under another session id go to the "
+        "two in turn, each server following the steps the other logged (modes "
+        f"{', '.join(r['modes_alternated'])}); both scrapes of `/metrics` follow. Then the "
+        f"steps again, in turn, and the first server is SIGKILLed while it scores step {k}; "
+        "the client resends that step, with its request id, to the other until answered, "
+        "sends it the rest, and resends the steps answered before the kill "
+        "(tests/shared_sessions.py).", "", table, ""]
+    verdict = [
+        f"- Target: two replicas, one session's {n} steps alternated between them: 0 errors, "
+        f"scores within {TARGET_REPLICA_DP:g} of a single replica. Measured "
+        f"{r['errors_alternated']} errors, {r['dp_alternated']:.1e}: "
+        + ("met." if alt_ok else "missed."),
+        f"- Target: one replica SIGKILLed at step {k}, the session continues on the other "
+        "with equal scores, nothing answered lost. Measured "
+        f"{r['errors_killed']} errors, "
+        + ("-" if r["dp_killed"] is None else f"{r['dp_killed']:.1e}")
+        + f", {r['resent_unchanged']} of {r['answered_before_kill']} earlier answers "
+        "unchanged: " + ("met." if killed_ok else "missed."),
+        "- Target: a scrape of `/metrics` behind 2 replicas counts every request of both. "
+        f"Measured {', '.join(f'{c:g}' for c in r['scrapes'])} of "
+        f"{r['steps_sent_before_scrape']} steps: " + ("met." if counted else "missed.")]
+    return section, verdict
+
+
 def batching_note(measured: dict) -> list[str]:
     """How one shared forward pass (the default) compares with one pass per transcript."""
     single = measured.get("shared") or []
@@ -180,8 +247,9 @@ def render(meta: dict, measured: dict, kill: dict) -> str:
     n = measured["batch"][0]["n"]
     rounds = len(measured["proc"])
     probe, probe_verdict = probe_section(meta, measured)
+    pair, pair_verdict = replicas_section(meta, measured)
     return "\n".join([
-        "# `calimon serve`: throughput, step scoring, a killed server", "",
+        "# `calimon serve`: throughput, step scoring, a killed server, two replicas", "",
         "Regenerate (about 20 minutes on 2 cores):", "", f"    {meta['command']}", "",
         f"Run {meta['date']} on {meta['cores']} shared cores (1-minute load average "
         f"{meta['load'][0]:.1f} at the start, {meta['load'][1]:.1f} at the end; other jobs were "
@@ -205,6 +273,7 @@ def render(meta: dict, measured: dict, kill: dict) -> str:
         "## SIGKILL under load", "",
         f"{kill['n']} distinct transcripts with request ids from 8 clients; the server is killed "
         "(SIGKILL) once a quarter are answered, restarted on the same decision log, and every "
-        "request is sent again.", "", kill_table(kill), "", *probe,
+        "request is sent again.", "", kill_table(kill), "", *probe, *pair,
         "## Against the targets", "", *verdicts(ratios, last_tok, last_s), *probe_verdict,
+        *pair_verdict,
         *batching_note(measured), ""])

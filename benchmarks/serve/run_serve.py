@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/serve/run_serve.py [--rounds 3] [--n 16] [--steps 20]
     .venv/bin/python benchmarks/serve/run_serve.py --parts probe [--rounds 3]
+    .venv/bin/python benchmarks/serve/run_serve.py --parts replicas [--steps 20]
 
 1. Throughput and p50/p99 latency at 1, 8 and 32 concurrent clients (loopback), against one
    `calimon score` process per transcript and one batch `calimon score` of the same transcripts;
@@ -12,13 +13,16 @@
 3. SIGKILL during a load of requests with ids, restart, resend everything.
 4. Part 2 with the shipped probe monitor (`probe:amb-open-monitor`, its calibration map), whose
    steps run their new tokens up to the probe's layer.
+5. Two servers on one PostgreSQL decision log (a server this script starts, tests/pg_server.py)
+   as two replicas: a session's steps alternated between them against all on one, /metrics of
+   each, and one SIGKILLed at step 10 (tests/shared_sessions.py).
 
 Parts 1, 2 and 4 run in --rounds interleaved rounds (the order of the client counts rotates each
 round; in a trajectory, the step goes before the whole trajectory in odd rounds and after it in
 even ones); the tables give medians over rounds, and each ratio is taken within a round before
 its median. The policy is `calimon escalate` on runs/demo (`make demo`) when that run is here.
-``--parts probe`` runs part 4 alone and keeps the other parts' measurements from the last full
-run (benchmarks/serve/out/serve.json).
+``--parts probe`` runs part 4 alone and ``--parts replicas`` part 5 alone, keeping the other
+parts' measurements from the last run (benchmarks/serve/out/serve.json).
 """
 
 from __future__ import annotations
@@ -139,8 +143,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--kill-n", type=int, default=32)
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--parts", choices=("all", "probe"), default="all",
-                    help="probe: part 4 alone, the others kept from the last full run")
+    ap.add_argument("--parts", choices=("all", "probe", "replicas"), default="all",
+                    help="probe: part 4 alone, replicas: part 5 alone, the others kept from "
+                         "the last run")
     args = ap.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     t0 = time.time()
@@ -149,8 +154,8 @@ def main() -> None:
         print(f"[{time.time() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
     load_start = os.getloadavg()[0]
-    if args.parts == "probe":
-        return probe_only(args, load_start, t0, log)
+    if args.parts != "all":
+        return part_only(args, load_start, t0, log)
     samples = transcripts(args.n)
     bodies = [{"request": s["request"], "response": s["response"]} for s in samples]
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,6 +194,11 @@ def main() -> None:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args)}
     meta["probe"] = {**{k: meta[k] for k in ("command", "load", "date", "minutes")},
                      "info": probe_info}
+    if RAW.is_file():  # part 5 runs alone (--parts replicas): its last figures are kept
+        last = json.loads(RAW.read_text(encoding="utf-8"))
+        if "replicas" in last["measured"]:
+            measured["replicas"], meta["replicas"] = (last["measured"]["replicas"],
+                                                      last["meta"]["replicas"])
     write(args, meta, measured, kill)
 
 
@@ -201,13 +211,28 @@ def write(args, meta: dict, measured: dict, kill: dict) -> None:
     print(f"wrote {args.out}", file=sys.stderr)
 
 
-def probe_only(args, load_start: float, t0: float, log) -> None:
-    """``--parts probe``: part 4 measured now, parts 1-3 read from the last full run."""
+def replicas_part(folder: Path, args, log) -> dict:
+    """Part 5 (module docstring): the figures of `shared_sessions.pair_run`."""
+    from pg_server import postgres_server
+    from shared_sessions import pair_run, summary
+
+    policy, map_path, made = make_policy(folder)
+    with postgres_server() as pg:
+        run = pair_run(policy, map_path, pg.create_schema("bench"), folder, steps=args.steps)
+    log("replicas: done")
+    return {**summary(run), "policy": made}
+
+
+def part_only(args, load_start: float, t0: float, log) -> None:
+    """``--parts probe`` or ``replicas``: that part measured now, the others read from the last
+    run."""
     raw = json.loads(RAW.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory() as tmp:
-        traj, info = probe_rounds(Path(tmp), args, log)
-    raw["measured"]["probe_traj"] = traj
-    raw["meta"]["probe"] = {
+        if args.parts == "probe":
+            raw["measured"]["probe_traj"], info = probe_rounds(Path(tmp), args, log)
+        else:
+            raw["measured"]["replicas"], info = replicas_part(Path(tmp), args, log), None
+    raw["meta"][args.parts] = {
         "command": shlex.join(["benchmarks/serve/run_serve.py", *sys.argv[1:]]),
         "load": [load_start, os.getloadavg()[0]], "minutes": (time.time() - t0) / 60,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "info": info}

@@ -1,5 +1,6 @@
-"""CLI of the review queue's export: ``calimon review-export URL OUT`` writes a running
-`calimon serve --review`'s labelled traffic as a samples JSONL (docs/serve.md, Review)."""
+"""CLI of the review loop against a running `calimon serve --review`: ``calimon review-export URL
+OUT`` writes its labelled traffic as a samples JSONL; ``calimon promote URL`` and ``calimon
+rollback URL`` change its live policy (docs/review.md, Shadow and promote)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,30 @@ def review_export_cmd(
                f"{done.get('calib', 0)} calib, {done.get('test', 0)} test)")
 
 
+@cli_errors
+def promote_cmd(
+    url: Annotated[str, typer.Argument(help="The server, e.g. http://127.0.0.1:8000 (the key in $CALIMON_API_KEY).")],
+) -> None:
+    """Make the server's shadow candidate live, only if its certificate holds on live labels and its MR gain is beyond its interval (docs/review.md, Shadow and promote)."""
+    from calimon.serve.remote import change_lines, change_policy
+
+    for line in change_lines(change_policy(url, "promote")):
+        typer.echo(line)
+
+
+@cli_errors
+def rollback_cmd(
+    url: Annotated[str, typer.Argument(help="The server, e.g. http://127.0.0.1:8000 (the key in $CALIMON_API_KEY).")],
+) -> None:
+    """Make the policy live before the server's last promotion live again."""
+    from calimon.serve.remote import change_lines, change_policy
+
+    for line in change_lines(change_policy(url, "rollback")):
+        typer.echo(line)
+
+
 def register(app: typer.Typer) -> None:
-    """Mount ``review-export`` on the main CLI."""
+    """Mount ``review-export``, ``promote`` and ``rollback`` on the main CLI."""
     app.command("review-export")(review_export_cmd)
+    app.command("promote")(promote_cmd)
+    app.command("rollback")(rollback_cmd)

@@ -27,11 +27,12 @@ def serve_cmd(
     host: Annotated[str, typer.Option(help="Address to listen on; not loopback: needs $CALIMON_API_KEY.", rich_help_panel=SERVER)] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", rich_help_panel=SERVER)] = 8000,
     log: Annotated[str, typer.Option(help="Decision log: a SQLite file or a postgresql:// URL.", rich_help_panel=SERVER)] = "runs/serve/decisions.sqlite",
-    keys: Annotated[Path | None, typer.Option(help="Key file, one 'NAME KEY' per line (docs/serve.md, Review).", rich_help_panel=SERVER)] = None,
+    keys: Annotated[Path | None, typer.Option(help="Key file of 'NAME KEY' lines (docs/review.md).", rich_help_panel=SERVER)] = None,
     calibration_map: Annotated[Path | None, typer.Option("--map", help="Calibration map; must be the one the policy pins (--force: used anyway, recorded).", rich_help_panel=MONITOR)] = None,
     prompt: Annotated[str | None, typer.Option(help="Prompt template; must be the one the policy pins (--force: used anyway).", rich_help_panel=MONITOR)] = None,
     max_input_tokens: Annotated[int | None, typer.Option(help="Prompt tokens read per transcript (default: the design run's, else the model's limit).", rich_help_panel=MONITOR, **COUNT)] = None,
     truncation: Annotated[str | None, typer.Option(help="Over the input limit: head_tail or window[:max|mean[:OVERLAP]] (default: the design run's).", rich_help_panel=MONITOR)] = None,
+    shadow: Annotated[Path | None, typer.Option(help="A candidate policy run in shadow (never answers).", rich_help_panel=SERVER)] = None,
     force: Annotated[bool, typer.Option("--force", help="Serve a policy or map made for another monitor anyway (in /v1/info).", rich_help_panel=MONITOR)] = False,
     max_batch: Annotated[int, typer.Option(help="Requests per monitor call (transformers) or in flight.", rich_help_panel=LIMITS)] = 32,
     batch_wait_ms: Annotated[float, typer.Option(help="A batch's wait for more requests (transformers).", rich_help_panel=LIMITS)] = 5.0,
@@ -45,18 +46,19 @@ def serve_cmd(
     review: Annotated[bool, typer.Option("--review", help="Serve the review queue at /review (needs a key; docs/review.md).", rich_help_panel=REVIEW)] = False,
     review_store: Annotated[str, typer.Option(help="Review store: a SQLite file or a postgresql:// URL.", rich_help_panel=REVIEW)] = "runs/serve/review.sqlite",
     review_retain: Annotated[float | None, typer.Option(help="Share of automatic decisions kept for labelling (default: the audit fraction, at least 0.2).", rich_help_panel=REVIEW, **SHARE)] = None,
-    review_lease: Annotated[float, typer.Option(help="Minutes an item shown to a reviewer is theirs alone (renewed while worked on; a label releases it).", rich_help_panel=REVIEW)] = 10.0,
+    review_lease: Annotated[float, typer.Option(help="Minutes an item shown stays one reviewer's alone.", rich_help_panel=REVIEW)] = 10.0,
     drift_window: Annotated[int, typer.Option(help="Live transcripts the drift watch compares.", rich_help_panel=REVIEW)] = 500,
     drift_every: Annotated[int, typer.Option(help="Decisions between two drift checks.", rich_help_panel=REVIEW)] = 100,
-    drift_permutations: Annotated[int, typer.Option(help="Fewest permutations of a drift check (more as its level falls: alpha spending).", rich_help_panel=REVIEW)] = 200,
+    drift_permutations: Annotated[int, typer.Option(help="Fewest permutations of a drift check (alpha spending).", rich_help_panel=REVIEW)] = 200,
     replicas: Annotated[int | None, typer.Option(help="N replicas on Ray Serve (--log must be PostgreSQL).", rich_help_panel=REPLICAS)] = None,
     cpus_per_replica: Annotated[float, typer.Option(help="Ray CPUs per replica.", rich_help_panel=REPLICAS)] = 1.0,
+    deployment: Annotated[str | None, typer.Option(help="Servers of one log and name: /metrics sums them (--replicas: calimon).", rich_help_panel=REPLICAS)] = None,
 ):
     """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz,
     /metrics, /docs; with --review, the review queue at /review (docs/serve.md)."""
+    from calimon.review.settings import ReviewSettings
     from calimon.scoring.engines.settings import BackendSettings
     from calimon.serve import Batching, Limits, ServeSettings
-    from calimon.serve.review_settings import ReviewSettings
     from calimon.serve.runner import serve
 
     settings = ServeSettings(
@@ -67,13 +69,20 @@ def serve_cmd(
                           pass_rows=pass_rows),
         limits=Limits(max_body_bytes=max_body_bytes, max_chars=max_chars,
                       max_messages=max_messages, max_sessions=max_sessions),
-        session_memory_mib=session_memory_mib, keys_file=keys,
+        session_memory_mib=session_memory_mib, keys_file=keys, deployment=deployment,
         review=ReviewSettings(store=review_store, retain=review_retain,
                               drift_window=drift_window, drift_every=drift_every,
                               drift_permutations=drift_permutations,
-                              lease_minutes=review_lease) if review else None)
+                              lease_minutes=review_lease) if review else None,
+        shadow=shadow)
     echo = lambda line: typer.echo(line, err=True)  # noqa: E731
     if replicas is not None:  # --ray-address (a backend flag) names the cluster to join
+        if shadow is not None:
+            from calimon.errors import InputError
+
+            raise InputError("--shadow runs on one server: the replicas would each hold their "
+                             "own live policy, and a promotion would reach one of them",
+                             field="shadow")
         from calimon.serve.ray_serve import Replicas, run
 
         run(settings, Replicas(count=replicas, cpus=cpus_per_replica,

@@ -26,7 +26,7 @@ from calimon.integrations.remote import RemoteMonitor
 from calimon.integrations.transcripts import sample_from_messages
 
 
-def resolve_monitor(*, policy: str | Path | None = None, model: str | None = None,
+def resolve_monitor(*, policy: str | Path | None = None, model: Any = None,
                     url: str | None = None, readout: str = "verdict", prompt: str | None = None,
                     calibration_map: str | Path | None = None, backend: Any = None,
                     store: str | Path | None = None, api_key: str | None = None,
@@ -34,17 +34,28 @@ def resolve_monitor(*, policy: str | Path | None = None, model: str | None = Non
     """The monitor an integration's arguments name: exactly one of ``policy`` (a policy file:
     its model, readout, map and thresholds), ``model`` (with ``readout``, ``prompt`` and an
     optional ``calibration_map``; no decision) or ``url`` (a ``calimon serve`` server, which
-    applies its own policy)."""
-    given = [k for k, v in (("policy", policy), ("model", model), ("url", url)) if v]
-    if len(given) != 1:
-        raise InputError("name exactly one of policy=PATH, model=NAME or url=URL"
+    applies its own policy). ``model`` may be an Inspect model (a ``provider/model`` name or a
+    ``Model``: `calimon.integrations.inspect_model`), which scores through the ``inspect``
+    backend; with ``policy`` too, it is the model that serves the policy's monitor (checked
+    against the policy's pin like any monitor)."""
+    from calimon.integrations.inspect_model import inspect_backend, is_inspect_model
+
+    on_inspect = is_inspect_model(model)
+    given = [k for k, v in (("policy", policy), ("model", model), ("url", url))
+             if v is not None and v != ""]
+    if len(given) != 1 and not (on_inspect and given == ["policy", "model"]):
+        raise InputError("name exactly one of policy=PATH, model=NAME or url=URL (an Inspect "
+                         "model may serve a policy: policy=PATH, model=MODEL)"
                          + (f" (got {', '.join(given)})" if given else ""), field="monitor")
     if url:
         return RemoteMonitor(url, api_key=api_key)
+    if on_inspect and backend is None:
+        backend = inspect_backend(model)
     if policy:
         return LocalMonitor.from_policy(policy, calibration_map=calibration_map, prompt=prompt,
                                         backend=backend, store=store, force=force)
-    return LocalMonitor.from_model(str(model), readout=readout, prompt=prompt,
+    name = backend.model_ref.name if on_inspect else str(model)
+    return LocalMonitor.from_model(name, readout=readout, prompt=prompt,
                                    calibration_map=calibration_map, backend=backend,
                                    store=store, force=force)
 

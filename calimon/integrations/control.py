@@ -54,15 +54,19 @@ class CalimonMonitorResponse(MonitorResponse):
 def calimon_monitor_builder(policy: str | None = None, model: str | None = None,
                             url: str | None = None, readout: str = "verdict",
                             prompt: str | None = None, calibration_map: str | None = None,
-                            store: str | None = None, unscored_suspicion: float = 1.0
-                            ) -> Agent:
+                            store: str | None = None, unscored_suspicion: float = 1.0,
+                            api_key: str | None = None, force: bool = False) -> Agent:
     """A ControlArena monitor whose suspicion score is calimon's calibrated probability (module
-    docstring); ``policy=``, ``model=`` or ``url=`` as for the Inspect scorer."""
+    docstring); ``policy=``, ``model=`` or ``url=`` as for the Inspect scorer (``model=`` may
+    name an Inspect model), ``api_key=`` for a ``calimon serve`` server at ``url=`` (default:
+    ``CALIMON_API_KEY``), ``force=`` to use a map or prompt made for another monitor anyway
+    (recorded)."""
     if not 0.0 <= unscored_suspicion <= 1.0:
         raise InputError(f"expected a suspicion in [0, 1], got {unscored_suspicion}",
                          field="unscored_suspicion")
     lazy = LazyMonitor(dict(policy=policy, model=model, url=url, readout=readout,
-                            prompt=prompt, calibration_map=calibration_map, store=store))
+                            prompt=prompt, calibration_map=calibration_map, store=store,
+                            api_key=api_key, force=force))
 
     @monitor
     async def impl(state: AgentState, tools: list[Tool]) -> MonitorResponse:

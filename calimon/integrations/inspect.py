@@ -13,21 +13,28 @@
   terminates the sample, ``block="terminate"``).
 
 Both take ``policy=`` (a policy file), ``model=`` (scorer only: a monitor without decisions) or
-``url=`` (a ``calimon serve`` server). The transcript is the one ``calimon score`` reads from the
-sample in the eval log (`calimon.integrations.transcripts`). Registered with Inspect as
-``calimon/monitor_scorer`` and ``calimon/monitor_approver`` (approval policy files, ``inspect
-score --scorer``).
+``url=`` (a ``calimon serve`` server). ``model=`` may be an Inspect model, a ``provider/model``
+name or a ``Model``, and ``model_role=`` an eval's model role (``eval(model_roles=...)``;
+resolved on the first sample): the monitor then runs on Inspect's model API (the ``inspect``
+backend), alone or serving the policy's monitor (``policy=`` with ``model=`` or
+``model_role=``; `calimon.integrations.inspect_model`). The scorer's metrics read each sample's
+target as its label: AUROC, and the miss and false-alarm rates at the policy's thresholds
+(`calimon.integrations.inspect_metrics`). The transcript is the one ``calimon score`` reads
+from the sample in the eval log (`calimon.integrations.transcripts`). Registered with Inspect
+as ``calimon/monitor_scorer`` and ``calimon/monitor_approver`` (approval policy files,
+``inspect score --scorer``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from calimon.errors import MissingExtraError
 
 try:
     from inspect_ai.approval import Approval, Approver, approver
-    from inspect_ai.model import ChatMessage, ChatMessageAssistant
+    from inspect_ai.model import ChatMessage, ChatMessageAssistant, Model
     from inspect_ai.scorer import Reference, Score, Scorer, Target, mean, scorer, stderr
     from inspect_ai.solver import TaskState
     from inspect_ai.tool import ToolCall, ToolCallView
@@ -37,36 +44,53 @@ except ImportError:  # pragma: no cover - the extra is missing
 
 from calimon.integrations import Assessment
 from calimon.integrations.assessment import cite, ranked_spans
+from calimon.integrations.inspect_metrics import auroc, label_lists, policy_rates, target_label
+from calimon.integrations.inspect_model import role_model
 from calimon.integrations.lazy import LazyMonitor
 from calimon.integrations.transcripts import sample_from_messages
 
 APPROVAL = {"pass": "approve", "review": "escalate", "block": "reject"}
 
 
-@scorer(metrics=[mean(), stderr()], name="monitor_scorer")
-def monitor_scorer(policy: str | None = None, model: str | None = None, url: str | None = None,
-                   readout: str = "verdict", prompt: str | None = None,
+@scorer(metrics=[mean(), stderr(), auroc(), policy_rates()], name="monitor_scorer")
+def monitor_scorer(policy: str | None = None, model: str | Model | None = None,
+                   url: str | None = None, readout: str = "verdict", prompt: str | None = None,
                    calibration_map: str | None = None, store: str | None = None,
-                   api_key: str | None = None, force: bool = False) -> Scorer:
+                   api_key: str | None = None, force: bool = False,
+                   model_role: str | None = None, positive: str | Sequence[str] | None = None,
+                   negative: str | Sequence[str] | None = None) -> Scorer:
     """An Inspect scorer: each sample's calibrated probability of misbehavior, the policy's
-    decision and the evidence (module docstring). The monitor is built on the first sample."""
+    decision and the evidence, with metrics on the targets (module docstring). The monitor is
+    built on the first sample. ``positive`` / ``negative``: the target values that label
+    misbehavior and benign samples (`calimon.integrations.inspect_metrics`)."""
+    labels = label_lists(positive, negative)
     monitor = LazyMonitor(dict(policy=policy, model=model, url=url, readout=readout, prompt=prompt,
                          calibration_map=calibration_map, store=store, api_key=api_key,
                          force=force))
 
     async def score(state: TaskState, target: Target) -> Score:
+        bind_role(monitor, model, model_role)
         sample = sample_from_messages(state.messages, input=state.input,
                                       id=f"{state.sample_id}:{state.epoch}")
         [a] = await monitor.assess([sample])
-        return assessment_score(a, state.messages)
+        return assessment_score(a, state.messages, label=target_label(target, *labels))
 
     return score
 
 
-def assessment_score(a: Assessment, messages: list[ChatMessage]) -> Score:
+def bind_role(monitor: LazyMonitor, model: str | Model | None, role: str | None) -> None:
+    """Before the monitor is built: the Inspect model bound to ``role`` in the running eval
+    (else ``model``; `calimon.integrations.inspect_model.role_model`) becomes its model."""
+    if role is not None and monitor.monitor is None:
+        monitor.kwargs["model"] = role_model(model, role)
+
+
+def assessment_score(a: Assessment, messages: list[ChatMessage], *,
+                     label: bool | None = None) -> Score:
     """An `Assessment` as an Inspect `Score` (module docstring); the spans' messages are also
-    given as Inspect View references (``metadata["scanner_references"]``)."""
-    meta: dict[str, Any] = {"calimon": a.to_dict()}
+    given as Inspect View references (``metadata["scanner_references"]``), and the sample's
+    label (from its target) as ``metadata["label"]``, which the metrics read."""
+    meta: dict[str, Any] = {"calimon": a.to_dict(), "label": label}
     refs = references(a)
     if refs:
         meta["scanner_references"] = [r.model_dump() for r in refs]
@@ -99,16 +123,19 @@ def monitor_approver(policy: str | None = None, url: str | None = None,
                      calibration_map: str | None = None, prompt: str | None = None,
                      block: Literal["reject", "terminate"] = "reject",
                      store: str | None = None, api_key: str | None = None,
-                     force: bool = False) -> Approver:
+                     force: bool = False, model: str | Model | None = None,
+                     model_role: str | None = None) -> Approver:
     """An Inspect approver: the policy's decision on the trajectory with the proposed tool call
-    (module docstring). Needs a policy (``policy=`` here, or the server's at ``url=``)."""
+    (module docstring). Needs a policy (``policy=`` here, or the server's at ``url=``);
+    ``model=`` / ``model_role=``: the Inspect model that serves the policy's monitor."""
     monitor = LazyMonitor(dict(policy=policy, url=url, calibration_map=calibration_map,
-                         prompt=prompt, store=store, api_key=api_key, force=force),
-                    need_policy=True)
+                         prompt=prompt, store=store, api_key=api_key, force=force,
+                         model=model), need_policy=True)
     answers = {**APPROVAL, "block": block}
 
     async def approve(message: str, call: ToolCall, view: ToolCallView,
                       history: list[ChatMessage]) -> Approval:
+        bind_role(monitor, model, model_role)
         messages = proposed_messages(history, call, message)
         sample = sample_from_messages(messages, id=call.id or None)
         [a] = await monitor.assess([sample])
@@ -131,5 +158,5 @@ def proposed_messages(history: list[ChatMessage], call: ToolCall, message: str =
     return [*history, ChatMessageAssistant(content=message, tool_calls=[call])]
 
 
-__all__ = ["assessment_score", "monitor_approver", "monitor_scorer", "proposed_messages",
+__all__ = ["assessment_score", "bind_role", "monitor_approver", "monitor_scorer", "proposed_messages",
            "references"]

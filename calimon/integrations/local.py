@@ -62,8 +62,9 @@ class LocalMonitor:
                    max_input_tokens: int | None = None, store: str | Path | None = None,
                    force: bool = False) -> LocalMonitor:
         """The monitor of ``model`` with ``readout`` and ``prompt`` (default: the map's, else
-        ``direct``) on ``backend`` (`calimon.scoring.engines.BackendSettings`; default: the
-        transformers backend, the process's shared one, as ``calimon score`` uses).
+        ``direct``) on ``backend`` (`calimon.scoring.engines.BackendSettings`, or a backend
+        itself, e.g. an Inspect model's; default: the transformers backend, the process's
+        shared one, as ``calimon score`` uses).
         ``calibration_map``: a map file from a ``calimon curve`` run (checked against the
         monitor: model, revision, prompt, template hash, readout; ``force`` lets a mismatch
         through, recorded); a probe bundle's own map is used when none is given."""
@@ -97,12 +98,18 @@ class LocalMonitor:
                defenses: tuple[str, ...] = (), force: bool = False) -> LocalMonitor:
         from calimon.defaults import DEFAULT_PROMPT
         from calimon.provenance import meet
-        from calimon.scoring.engines import BackendSettings
+        from calimon.scoring.engines import BackendSettings, MonitorSpec
 
-        settings = backend if backend is not None else BackendSettings()
-        spec = settings.monitor_spec(model, prompt or DEFAULT_PROMPT, readout)
+        given = None
+        if backend is None or isinstance(backend, BackendSettings):
+            settings = backend if backend is not None else BackendSettings()
+            spec = settings.monitor_spec(model, prompt or DEFAULT_PROMPT, readout)
+        else:  # a backend itself: the one that scores (its model is the monitor's)
+            given, model = backend, backend.model_ref.name
+            spec = MonitorSpec(model=model, backend=backend.name,
+                               prompt=prompt or DEFAULT_PROMPT, readout=readout)
         spec = replace(spec, max_input_tokens=max_input_tokens, defenses=defenses)
-        monitor = spec.build(spec.build_backend())
+        monitor = spec.build(given if given is not None else spec.build_backend())
         mine = monitor_provenance(monitor, defenses)
         if policy is not None:  # the policy's own map and nothing else (None for p_raw)
             return cls(monitor, stored_map=stored, policy=policy, store=store,

@@ -10,7 +10,8 @@ Modules: `settings` (what a server is started with), `loading` (policy -> monito
 (the bounded queue, shared forward passes), `kv` and `sessions` (session caches), `steps`,
 `service` (scoring once, the answer), `decision_log` (with `pg_log`, the log in PostgreSQL),
 `metrics`, `security`, `errors`, `schemas`, `messages`, `app` (the FastAPI routes), `runner`
-(startup) and `ray_serve` (`--replicas N`: the app as a Ray Serve deployment).
+(startup) and `ray_serve` (`--replicas N`: the app as a Ray Serve deployment). The review loop
+is its own package, `calimon.review`, which `app` and `runner` attach.
 """
 
 from __future__ import annotations

@@ -41,11 +41,12 @@ def route_of(path: str) -> str:
     """A path as its route template (the label of the request metrics)."""
     if path.startswith("/v1/sessions/"):
         return "/v1/sessions/{id}/steps" if path.endswith("/steps") else "/v1/sessions/{id}"
-    known = ("/v1/score", "/v1/info", "/healthz", "/metrics", "/docs", "/openapi.json")
+    known = ("/v1/score", "/v1/info", "/healthz", "/metrics", "/docs", "/openapi.json",
+             "/v1/policy", "/v1/policy/promote", "/v1/policy/rollback")
     if path.startswith(api_docs.STATIC_URL + "/"):
         return api_docs.STATIC_URL
     if path.startswith(("/review", "/v1/review")):
-        from calimon.serve.review_api import route_of as review_route
+        from calimon.review.api import route_of as review_route
 
         return review_route(path)
     return path if path in known else "other"
@@ -96,7 +97,7 @@ def create_app(service: Service) -> FastAPI:
     _routes(app, service)
     api_docs.install(app)
     if getattr(service, "review", None) is not None:
-        from calimon.serve.review_api import install
+        from calimon.review.api import install
 
         install(app, service)  # the review queue, live recertification, drift, export
     app.openapi = lambda: _openapi(app)
@@ -131,8 +132,9 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.delete("/v1/sessions/{session_id}", responses=ERRORS)
     async def end_session(session_id: str = SessionId) -> dict:
-        """Forget a session and its cache."""
-        return {"session_id": session_id, "deleted": service.sessions.drop(session_id)}
+        """Forget a session: its cache here and its steps' messages in the decision log (its
+        decisions stay), so that no server continues it; its id may begin anew at step 0."""
+        return {"session_id": session_id, "deleted": await steps.end(service, session_id)}
 
     @app.get("/healthz", response_model=Health)
     async def healthz() -> dict:
@@ -142,8 +144,9 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/metrics", response_class=PlainTextResponse, responses=ERRORS)
     async def metrics() -> PlainTextResponse:
         """Prometheus text: requests, decisions, latency, queue depth, batches, forward calls,
-        truncations, errors, session caches."""
-        return PlainTextResponse(service.metrics.render(), media_type=CONTENT_TYPE)
+        truncations, errors, session caches; in a named deployment, its totals and each
+        replica's series."""
+        return PlainTextResponse(await service.render_metrics(), media_type=CONTENT_TYPE)
 
     @app.get("/v1/info", response_model=Info, responses=ERRORS)
     async def info() -> dict:

@@ -6,8 +6,9 @@ in WAL mode with ``synchronous=FULL`` (a commit survives a killed process and a 
 table (`TABLE_SQL`) uses only types and statements PostgreSQL also has (``TEXT``, ``INTEGER``,
 ``DOUBLE PRECISION``, ``INSERT ... ON CONFLICT (request_id) DO NOTHING``), so a PostgreSQL
 implementation holds the same rows: `calimon.serve.pg_log.PostgresDecisionLog` implements the
-four methods of `DecisionLog` on that schema (with ``%s`` placeholders), and `open_log`
-dispatches ``postgresql://`` URLs to it.
+methods of `DecisionLog` on that schema (with ``%s`` placeholders), and `open_log`
+dispatches ``postgresql://`` URLs to it. Beside ``decisions``, the log keeps the steps of
+sessions and the metrics of a deployment's servers (`calimon.serve.session_log`).
 
 Idempotency: the first answer logged under a request id wins. `DecisionLog.record` never
 overwrites; it returns what the log holds under the id afterwards, so two racing writers (two
@@ -27,6 +28,16 @@ from typing import Any, Protocol
 
 from calimon.errors import InputError
 from calimon.migrations import Schema, open_durable
+from calimon.serve import policy_log
+from calimon.serve.policy_log import PolicyChange, m004_shadow_and_changes
+from calimon.serve.session_log import (
+    LoggedStep,
+    Statements,
+    m002_session_steps,
+    m003_replica_metrics,
+    snapshot_rows,
+    write_decision,
+)
 
 TABLE_SQL = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -58,14 +69,17 @@ def m001_decisions(db: sqlite3.Connection) -> None:
     db.execute(INDEX_SQL)
 
 
-SCHEMA = Schema("decision log", (m001_decisions,))  # append only (calimon.migrations)
+SCHEMA = Schema("decision log", (m001_decisions, m002_session_steps, m003_replica_metrics,
+                                 m004_shadow_and_changes))  # append only (calimon.migrations)
 
 
 @dataclass(frozen=True)
 class LoggedDecision:
     """One logged request: its id, kind (``score`` or ``step``), session and step (steps
     only), when it arrived (unix seconds), the sha256 of its body (a reused id with another
-    body is refused) and the response answered, as JSON (the other columns are read from it)."""
+    body is refused) and the response answered, as JSON (the other columns are read from it).
+    ``body``: a step's task text and messages (`calimon.serve.session_log.step_body`), kept in
+    ``session_steps`` so that any server can continue the session; None for a score."""
 
     request_id: str
     kind: str
@@ -74,6 +88,7 @@ class LoggedDecision:
     session_id: str | None = None
     step: int | None = None
     received_at: float = 0.0
+    body: dict[str, Any] | None = None
 
     def row(self) -> tuple:
         """The row's values, in `COLUMNS` order."""
@@ -110,6 +125,39 @@ class DecisionLog(Protocol):
         """Entries in the log."""
         ...
 
+    def record_shadow(self, request_id: str, answer: dict[str, Any]) -> None:
+        """Log a shadow policy's decision on ``request_id`` (`calimon.serve.policy_log`)."""
+        ...
+
+    def shadow_answers(self, policy_hash: str) -> dict[str, dict[str, Any]]:
+        """The shadow decisions of the policy ``policy_hash``, by request id."""
+        ...
+
+    def record_change(self, change: PolicyChange) -> PolicyChange:
+        """Log a change of the live policy; returns it as logged (with its number)."""
+        ...
+
+    def changes(self) -> list[PolicyChange]:
+        """Every change of the live policy, in order."""
+        ...
+
+    def steps(self, session_id: str, since: int = 0) -> list[LoggedStep]:
+        """The logged steps of a session from index ``since`` on, in order."""
+        ...
+
+    def forget(self, session_id: str) -> int:
+        """Delete a session's logged steps (its decisions stay); returns how many."""
+        ...
+
+    def push_metrics(self, deployment: str, replica: str, snapshot: dict, at: float) -> None:
+        """Keep ``snapshot`` as the metrics of ``replica`` of ``deployment`` (written ``at``,
+        unix seconds), replacing its earlier one."""
+        ...
+
+    def pull_metrics(self, deployment: str) -> list[tuple[str, float, dict]]:
+        """``(replica, written at, snapshot)`` of every replica of ``deployment``."""
+        ...
+
     def close(self) -> None:
         """Release the connection; safe to call twice."""
         ...
@@ -122,6 +170,7 @@ class SQLiteDecisionLog:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._db = open_durable(self.path, SCHEMA)
+        self._sql = Statements("?")
 
     def lookup(self, request_id: str) -> LoggedDecision | None:
         """The entry logged under ``request_id``; None when there is none."""
@@ -134,23 +183,77 @@ class SQLiteDecisionLog:
         """Log ``entry`` (committed before this returns) unless its id is logged already;
         returns what the log holds under the id."""
         marks = ", ".join("?" * len(COLUMNS))
+        insert = (f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES ({marks}) "
+                  "ON CONFLICT (request_id) DO NOTHING")
+        select = f"SELECT {', '.join(COLUMNS)} FROM decisions WHERE request_id = ?"
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute(f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES "
-                                 f"({marks}) ON CONFLICT (request_id) DO NOTHING", entry.row())
-                row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM decisions WHERE "
-                                       "request_id = ?", (entry.request_id,)).fetchone()
+                row = write_decision(self._db, self._sql, insert, select, entry)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
         return LoggedDecision.from_row(row)
 
+    def steps(self, session_id: str, since: int = 0) -> list[LoggedStep]:
+        """The logged steps of a session from index ``since`` on, in order."""
+        with self._lock:
+            rows = self._db.execute(self._sql.steps, (session_id, since)).fetchall()
+        return [LoggedStep.from_row(r) for r in rows]
+
+    def forget(self, session_id: str) -> int:
+        """Delete a session's logged steps (its decisions stay); returns how many."""
+        with self._lock:  # one statement: autocommitted
+            return self._db.execute(self._sql.forget, (session_id,)).rowcount
+
+    def push_metrics(self, deployment: str, replica: str, snapshot: dict, at: float) -> None:
+        """Keep ``snapshot`` as the metrics of ``replica`` of ``deployment``."""
+        with self._lock:  # one statement: autocommitted
+            self._db.execute(self._sql.push, (deployment, replica, at,
+                                              json.dumps(snapshot, allow_nan=False)))
+
+    def pull_metrics(self, deployment: str) -> list[tuple[str, float, dict]]:
+        """``(replica, written at, snapshot)`` of every replica of ``deployment``."""
+        with self._lock:
+            return snapshot_rows(self._db.execute(self._sql.pull, (deployment,)).fetchall())
+
     def count(self) -> int:
         """Entries in the log."""
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM decisions").fetchone()[0])
+
+    def record_shadow(self, request_id: str, answer: dict[str, Any]) -> None:
+        """Log a shadow policy's decision (committed before this returns)."""
+        with self._lock:
+            self._db.execute(policy_log.INSERT_SHADOW,
+                             policy_log.shadow_values(request_id, answer))
+
+    def shadow_answers(self, policy_hash: str) -> dict[str, dict[str, Any]]:
+        """The shadow decisions of the policy ``policy_hash``, by request id."""
+        with self._lock:
+            rows = self._db.execute(policy_log.SELECT_SHADOW, (policy_hash,)).fetchall()
+        return {rid: json.loads(text) for rid, text in rows}
+
+    def record_change(self, change: PolicyChange) -> PolicyChange:
+        """Log a change of the live policy (committed before this returns)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(policy_log.INSERT_CHANGE, change.values())
+                row = self._db.execute(policy_log.SELECT_CHANGES.replace(
+                    "ORDER BY seq", "ORDER BY seq DESC LIMIT 1")).fetchone()
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return PolicyChange.from_row(row)
+
+    def changes(self) -> list[PolicyChange]:
+        """Every change of the live policy, in order."""
+        with self._lock:
+            rows = self._db.execute(policy_log.SELECT_CHANGES).fetchall()
+        return [PolicyChange.from_row(r) for r in rows]
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""

@@ -8,7 +8,8 @@ name may hold several keys (a rotation); a key belongs to one name. ``$CALIMON_A
 set, is a key too, named ``service``.
 
 Every route but ``/healthz`` takes ``Authorization: Bearer KEY``, and knows the key's name. A
-reviewer's browser signs in once at ``/review/login`` with their key; the server answers with a
+reviewer's browser signs in once at ``/review/login`` with their key (sent there from the review
+page it asked for, with ``next``); the server answers with a
 cookie (``HttpOnly``, ``SameSite=Strict``) holding a random token whose sha256 the review store
 keeps (it survives a restart), good for the review pages and the review API only
 (``/review``, ``/v1/review``), and, for a request that changes something, only from the
@@ -25,6 +26,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from calimon.errors import InputError
 
@@ -121,6 +123,17 @@ class Refusal:
     location: str | None = None
 
 
+def sign_in_location(scope) -> str:
+    """The sign-in page, told to go on to the page asked for (``next``; checked again when
+    the sign-in is posted: `calimon.review.api.local_next`)."""
+    path = scope.get("path", "")
+    query = scope.get("query_string", b"").decode("latin-1")
+    asked = path + (f"?{query}" if query else "")
+    if asked == "/review":
+        return "/review/login"
+    return "/review/login?next=" + quote(asked, safe="/")
+
+
 def _cookie(headers: dict[bytes, bytes]) -> str | None:
     for part in headers.get(b"cookie", b"").decode("latin-1").split(";"):
         name, _, value = part.strip().partition("=")
@@ -173,7 +186,7 @@ class Authenticator:
                 OPEN_PATHS[1:])):
             return None
         if review and scope.get("method") == "GET" and not path.startswith("/v1/"):
-            return Refusal(303, "sign_in", "sign in first", location="/review/login")
+            return Refusal(303, "sign_in", "sign in first", location=sign_in_location(scope))
         return Refusal(401, "unauthorized", "missing or wrong API key: send 'Authorization: "
                        "Bearer KEY'", "authorization")
 

@@ -42,11 +42,15 @@ class ServedMonitor:
     stored_map: StoredMap | None
     map_path: str | None
     forced: list[str]
+    spec: Any = None
 
     @classmethod
-    def load(cls, settings: ServeSettings) -> ServedMonitor:
+    def load(cls, settings: ServeSettings, reuse: ServedMonitor | None = None
+             ) -> ServedMonitor:
         """Resolve the policy (module docstring), build its monitor and check it against the
-        pin. No weights load here (see `warm`)."""
+        pin. No weights load here (see `warm`). ``reuse``: a loaded policy whose monitor is
+        taken, not built again, when this policy pins the same one (a shadow or previous
+        policy beside the live one)."""
         resolved = resolve_policy(settings.policy, calibration_map=settings.calibration_map,
                                   prompt=settings.prompt, force=settings.force)
         pinned = resolved.monitor
@@ -56,12 +60,13 @@ class ServedMonitor:
                        defenses=tuple(pinned.defenses),
                        truncation=settings.truncation or pinned.truncation)
         try:
-            monitor = spec.build(spec.build_backend(shared=False))
+            monitor = (reuse.monitor if reuse is not None and reuse.spec == spec else
+                       spec.build(spec.build_backend(shared=False)))
         except ModelNotAvailableError as exc:  # the policy names the model, not a --model flag
             raise ModelNotAvailableError(f"{settings.policy}: {exc.named_as('model:')}") from None
         forced = resolved.meet(monitor_identity(monitor, spec.defenses), force=settings.force)
         return cls(monitor, resolved.policy, resolved.sha256, resolved.stored_map,
-                   resolved.map_source, forced)
+                   resolved.map_source, forced, spec)
 
     @property
     def backend(self):

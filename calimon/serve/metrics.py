@@ -36,8 +36,24 @@ class _Metric:
         self.name, self.help, self.labelnames = name, help_text, tuple(labels)
         self._lock = threading.Lock()
 
-    def header(self) -> list[str]:
-        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+    def header(self, name: str | None = None, help_text: str | None = None) -> list[str]:
+        name = name or self.name
+        return [f"# HELP {name} {help_text or self.help}", f"# TYPE {name} {self.kind}"]
+
+    def state(self) -> list[list]:
+        """The values now, as JSON: ``[[label values], value], ...`` in label order."""
+        raise NotImplementedError
+
+    def lines(self) -> list[str]:
+        return self.lines_of(self.state())
+
+    def lines_of(self, state: list[list], name: str | None = None,
+                 labelnames: Sequence[str] | None = None) -> list[str]:
+        """The exposition lines of ``state`` (this metric's, another server's, or a sum),
+        under ``name`` and ``labelnames`` (default: this metric's)."""
+        name = name or self.name
+        names = self.labelnames if labelnames is None else tuple(labelnames)
+        return [f"{name}{_labels(names, k)} {_num(v)}" for k, v in state]
 
 
 class Counter(_Metric):
@@ -58,12 +74,13 @@ class Counter(_Metric):
         """The count of these label values (0 when never counted)."""
         return self._values.get(labels, 0.0)
 
-    def lines(self) -> list[str]:
+    def state(self) -> list[list]:
+        """``[[label values], count], ...``; an unlabelled counter never counted is 0."""
         with self._lock:
             items = sorted(self._values.items())
         if not items and not self.labelnames:
             items = [((), 0.0)]
-        return [f"{self.name}{_labels(self.labelnames, k)} {_num(v)}" for k, v in items]
+        return [[list(k), v] for k, v in items]
 
 
 class Gauge(_Metric):
@@ -82,9 +99,9 @@ class Gauge(_Metric):
         """The gauge's value from now on."""
         self._value = float(value)
 
-    def lines(self) -> list[str]:
-        value = self._read() if self._read is not None else self._value
-        return [f"{self.name} {_num(value)}"]
+    def state(self) -> list[list]:
+        """``[[[], value]]``: the value now."""
+        return [[[], float(self._read() if self._read is not None else self._value)]]
 
 
 class Histogram(_Metric):
@@ -108,19 +125,24 @@ class Histogram(_Metric):
             s[-2] += value
             s[-1] += 1
 
-    def lines(self) -> list[str]:
-        out = []
+    def state(self) -> list[list]:
+        """``[[label values], [bucket counts..., sum, count]], ...``."""
         with self._lock:
-            items = sorted((k, list(v)) for k, v in self._series.items())
-        for key, s in items:
+            return [[list(k), list(v)] for k, v in sorted(self._series.items())]
+
+    def lines_of(self, state: list[list], name: str | None = None,
+                 labelnames: Sequence[str] | None = None) -> list[str]:
+        name = name or self.name
+        names = self.labelnames if labelnames is None else tuple(labelnames)
+        out = []
+        for key, s in state:
             bounds = [*(_num(b) for b in self.buckets), "+Inf"]
             counts = [*s[:len(self.buckets)], s[-1]]
             for bound, count in zip(bounds, counts, strict=True):
                 le = 'le="' + bound + '"'
-                out.append(f"{self.name}_bucket{_labels(self.labelnames, key, le)} "
-                           f"{_num(count)}")
-            out.append(f"{self.name}_sum{_labels(self.labelnames, key)} {_num(s[-2])}")
-            out.append(f"{self.name}_count{_labels(self.labelnames, key)} {_num(s[-1])}")
+                out.append(f"{name}_bucket{_labels(names, key, le)} {_num(count)}")
+            out.append(f"{name}_sum{_labels(names, key)} {_num(s[-2])}")
+            out.append(f"{name}_count{_labels(names, key)} {_num(s[-1])}")
         return out
 
 
@@ -156,13 +178,24 @@ class Metrics:
                                  "stay within the memory bound.")
         self.session_bytes = Gauge("calimon_session_cache_bytes", "Bytes held by session "
                                    "caches.", read=session_bytes)
+        self.rebuilds = Counter("calimon_session_rebuilds_total", "Sessions this server did "
+                                "not hold, rebuilt from the decision log's steps.")
         self.extra: list = []  # more metrics (header() and lines()), e.g. the review's gauges
 
-    def all(self) -> list[_Metric]:
-        """Every metric, in export order."""
+    def core(self) -> list[_Metric]:
+        """The server's own metrics (those a deployment sums), in export order."""
         return [self.requests, self.decisions, self.latency, self.queue_depth, self.batch_size,
                 self.forward, self.truncations, self.errors, self.rejected, self.replays,
-                self.kv_tokens, self.evictions, self.session_bytes, *self.extra]
+                self.kv_tokens, self.evictions, self.session_bytes, self.rebuilds]
+
+    def all(self) -> list:
+        """Every metric, in export order."""
+        return [*self.core(), *self.extra]
+
+    def snapshot(self) -> dict[str, list[list]]:
+        """The state of every core metric by name, as JSON (what a server of a deployment
+        writes to the shared log: `calimon.serve.deployment_metrics`)."""
+        return {m.name: m.state() for m in self.core()}
 
     def render(self) -> str:
         """The exposition text."""

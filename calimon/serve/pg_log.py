@@ -31,6 +31,7 @@ call retried once, which is safe because both calls are idempotent.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import zlib
@@ -39,6 +40,9 @@ from typing import Any, Protocol
 
 from calimon.errors import InputError, MissingExtraError
 from calimon.migrations import NewerStoreError, Schema
+from calimon.serve import policy_log
+from calimon.serve.policy_log import PolicyChange, pg_sql
+from calimon.serve.session_log import LoggedStep, Statements, snapshot_rows, write_decision
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 VERSION_TABLE_SQL = ("CREATE TABLE IF NOT EXISTS calimon_schema_version (name TEXT PRIMARY "
@@ -47,10 +51,13 @@ CONNECT_TIMEOUT_S = 10
 
 
 class Entry(Protocol):
-    """What the log stores (`calimon.serve.decision_log.LoggedDecision`): a request id and a
-    row of values in the log's column order."""
+    """What the log stores (`calimon.serve.decision_log.LoggedDecision`): a request id, a row
+    of values in the log's column order, and a step's session, index and body."""
 
     request_id: str
+    session_id: str | None
+    step: int | None
+    body: dict | None
 
     def row(self) -> tuple: ...
 
@@ -136,6 +143,7 @@ class PostgresDecisionLog:
         self._insert = (f"INSERT INTO decisions ({', '.join(columns)}) VALUES "
                         f"({', '.join(['%s'] * len(columns))}) ON CONFLICT (request_id) DO "
                         "NOTHING")
+        self._sql = Statements("%s")
         self._lock = threading.Lock()
         self._conn = self._connect()
         try:
@@ -181,19 +189,67 @@ class PostgresDecisionLog:
     def record(self, entry: Entry) -> Any:
         """Log ``entry`` (committed before this returns) unless its id is logged already;
         returns what the log holds under the id."""
-        values = entry.row()
-
         def work(conn):
             with conn.transaction():
-                conn.execute(self._insert, values)
-                return conn.execute(self._select, (entry.request_id,)).fetchone()
+                return write_decision(conn, self._sql, self._insert, self._select, entry)
 
         return self._from_row(self._call(work))
+
+    def steps(self, session_id: str, since: int = 0) -> list[LoggedStep]:
+        """The logged steps of a session from index ``since`` on, in order."""
+        rows = self._call(lambda c: c.execute(self._sql.steps, (session_id, since)).fetchall())
+        return [LoggedStep.from_row(r) for r in rows]
+
+    def forget(self, session_id: str) -> int:
+        """Delete a session's logged steps (its decisions stay); returns how many."""
+        return self._call(lambda c: c.execute(self._sql.forget, (session_id,)).rowcount)
+
+    def push_metrics(self, deployment: str, replica: str, snapshot: dict, at: float) -> None:
+        """Keep ``snapshot`` as the metrics of ``replica`` of ``deployment``."""
+        values = (deployment, replica, at, json.dumps(snapshot, allow_nan=False))
+        self._call(lambda c: c.execute(self._sql.push, values))
+
+    def pull_metrics(self, deployment: str) -> list[tuple[str, float, dict]]:
+        """``(replica, written at, snapshot)`` of every replica of ``deployment``."""
+        return snapshot_rows(self._call(lambda c: c.execute(self._sql.pull, (deployment,))
+                                        .fetchall()))
 
     def count(self) -> int:
         """Entries in the log."""
         return int(self._call(lambda c: c.execute("SELECT COUNT(*) FROM decisions")
                               .fetchone()[0]))
+
+    def record_shadow(self, request_id: str, answer: dict[str, Any]) -> None:
+        """Log a shadow policy's decision (`calimon.serve.policy_log`), committed."""
+        values = policy_log.shadow_values(request_id, answer)
+        self._call(lambda c: c.execute(pg_sql(policy_log.INSERT_SHADOW), values))
+
+    def shadow_answers(self, policy_hash: str) -> dict[str, dict[str, Any]]:
+        """The shadow decisions of the policy ``policy_hash``, by request id."""
+        import json
+
+        rows = self._call(lambda c: c.execute(pg_sql(policy_log.SELECT_SHADOW),
+                                              (policy_hash,)).fetchall())
+        return {rid: json.loads(text) for rid, text in rows}
+
+    def record_change(self, change: PolicyChange) -> PolicyChange:
+        """Log a change of the live policy, committed; returns it with its number."""
+        values = change.values()
+        last = policy_log.SELECT_CHANGES.replace("ORDER BY seq", "ORDER BY seq DESC LIMIT 1")
+
+        def work(conn):
+            with conn.transaction():
+                # numbers are taken one writer at a time (an advisory lock needs no privilege)
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("policy changes"),))
+                conn.execute(pg_sql(policy_log.INSERT_CHANGE), values)
+                return conn.execute(last).fetchone()
+
+        return PolicyChange.from_row(self._call(work))
+
+    def changes(self) -> list[PolicyChange]:
+        """Every change of the live policy, in order."""
+        rows = self._call(lambda c: c.execute(policy_log.SELECT_CHANGES).fetchall())
+        return [PolicyChange.from_row(r) for r in rows]
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""

@@ -10,11 +10,13 @@ answered by any replica is answered from the log by every other (`calimon.serve.
 two replicas scoring one id at once answer with the decision logged first. So a SQLite file,
 which replicas on several machines cannot share, is refused.
 
-What is per replica: the queue and its gathering, `/metrics` (a scrape reaches one replica; the
-header says which), and the sessions of `/v1/sessions/{id}/steps`, whose caches live in one
-replica: a step routed to a replica that does not hold its session is refused with 409
-``unknown_session`` unless it is step 0, and the client recovers as after a restart, resending
-the session's steps with their request ids (answered from the log) before the new one.
+Sessions: a step sent with the session header (`session_header`) is routed by Ray Serve's
+consistent-hash router to the replica that holds its session's cache (`session_routing`); any
+other replica that gets a step (no header, a replica died or was added) rebuilds the session
+from the log's steps and answers it (`calimon.serve.steps`). `/metrics`: each replica writes
+its metrics to the log, and a scrape of any replica gives the deployment's totals and every
+replica's series (`calimon.serve.deployment_metrics`). What stays per replica: the queue and
+its gathering, and the session caches.
 
 A replica that dies (killed, out of memory, its node lost) is restarted by Ray Serve; the
 requests it was running fail (the proxy answers 500, or the connection drops) and nothing they
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
@@ -88,10 +91,12 @@ def check(settings: ServeSettings) -> None:
 
 def shipped(settings: ServeSettings) -> ServeSettings:
     """``settings`` as replicas get them: every path absolute (a replica does not run in this
-    folder), the API key resolved here (a replica's environment may not hold it)."""
+    folder), the API key resolved here (a replica's environment may not hold it), and a
+    deployment name (default `APP_NAME`) under which their metrics are summed."""
     paths = {f.name: value.resolve() for f in fields(settings)
              if isinstance(value := getattr(settings, f.name), Path)}
-    return replace(settings, **paths, api_key=settings.key() or "")
+    return replace(settings, **paths, api_key=settings.key() or "",
+                   deployment=settings.deployment or APP_NAME)
 
 
 class _Tagged:
@@ -137,7 +142,10 @@ def replica_app(settings: ServeSettings, workdir: str):
     if os.path.isdir(workdir):
         os.chdir(workdir)
     service = build_service(settings)
-    return _Tagged(create_app(service), replica_name())
+    service.replica = replica_name()
+    # Ray prefixes a replica's output with its pid in the driver's: which process is which
+    print(f"calimon serve: replica {service.replica} is up", file=sys.stderr, flush=True)
+    return _Tagged(create_app(service), service.replica)
 
 
 def deployment(settings: ServeSettings, replicas: Replicas):
@@ -155,7 +163,31 @@ def deployment(settings: ServeSettings, replicas: Replicas):
         # the replica's own queue answers 429 past max_queue: let that many through to it
         max_ongoing_requests=settings.batching.max_queue,
         graceful_shutdown_timeout_s=GRACEFUL_S,
+        **session_routing(),
     ).bind()
+
+
+def session_routing() -> dict:
+    """The deployment option that sends the requests of one session to one replica: Ray
+    Serve's consistent-hash router over the session header (`SESSION_HEADER`, Ray 2.60's
+    ``ray.serve.experimental``), whose ring is rebuilt when a replica dies or is added; {}
+    (Ray's default router) on a Ray without it. Either way a step that reaches another
+    replica is answered there, its session rebuilt from the decision log."""
+    try:
+        from ray.serve.config import RequestRouterConfig
+        from ray.serve.experimental.consistent_hash_router import ConsistentHashRouter
+    except ImportError:
+        return {}
+    name = f"{ConsistentHashRouter.__module__}.{ConsistentHashRouter.__qualname__}"
+    return {"request_router_config": RequestRouterConfig(request_router_class=name)}
+
+
+def session_header() -> str | None:
+    """The header whose value Ray Serve's router hashes (Ray's ``x-session-id``, renamed by
+    ``RAY_SERVE_SESSION_ID_HEADER_KEY``); None: no session routing on this Ray."""
+    if not session_routing():
+        return None
+    return os.environ.get("RAY_SERVE_SESSION_ID_HEADER_KEY", "x-session-id")
 
 
 def runtime_env() -> dict:
@@ -211,9 +243,12 @@ def run(settings: ServeSettings, replicas: Replicas, *,
     started = start(settings, replicas, echo=echo)
     for sig in (signal.SIGINT, signal.SIGTERM):  # again: starting Ray may have set its own
         signal.signal(sig, on_signal)
+    header = session_header()
     echo(f"calimon serve: listening on http://{settings.host}:{settings.port} through Ray "
          f"Serve's proxy ({replicas.count} replica(s); each answer names its replica in "
-         f"{REPLICA_HEADER}; API: /docs; health: /healthz)")
+         f"{REPLICA_HEADER}; "
+         + (f"a session's steps sent with header {header} go to one replica; " if header
+            else "") + "API: /docs; health: /healthz)")
     try:
         while not done.wait(1.0):
             pass

@@ -27,11 +27,14 @@ class _Answer:
         return json.loads(self.text)
 
 
-def _fetch(full: str, headers: dict[str, str]) -> _Answer:
+def _fetch(full: str, headers: dict[str, str], method: str = "GET") -> _Answer:
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(full, headers=headers)
+    data = b"{}" if method == "POST" else None
+    if data is not None:
+        headers = {**headers, "Content-Type": "application/json"}
+    req = urllib.request.Request(full, headers=headers, data=data, method=method)
     try:
         with urllib.request.urlopen(req, timeout=120) as r:  # noqa: S310 - http(s) checked
             return _Answer(r.status, r.read().decode("utf-8"),
@@ -40,7 +43,8 @@ def _fetch(full: str, headers: dict[str, str]) -> _Answer:
         return _Answer(exc.code, exc.read().decode("utf-8", "replace"))
 
 
-def _get(url: str, path: str, key_env: str, params: dict[str, Any] | None = None) -> _Answer:
+def _get(url: str, path: str, key_env: str, params: dict[str, Any] | None = None,
+         method: str = "GET") -> _Answer:
     import urllib.error
     import urllib.parse
 
@@ -50,7 +54,8 @@ def _get(url: str, path: str, key_env: str, params: dict[str, Any] | None = None
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     query = f"?{urllib.parse.urlencode(params)}" if params else ""
     try:
-        r = _fetch(url.rstrip("/") + path + query, headers)
+        full = url.rstrip("/") + path + query
+        r = _fetch(full, headers) if method == "GET" else _fetch(full, headers, method)
     except (urllib.error.URLError, OSError) as exc:
         raise ServiceUnreachable(f"{url} did not answer ({type(exc).__name__}: {exc})") from None
     if r.status_code == 404:
@@ -106,3 +111,26 @@ def export_to(url: str, out: str | Path, key_env: str = KEY_ENV,
     tmp.write_text(r.text, encoding="utf-8", newline="\n")
     tmp.replace(path)
     return json.loads(r.headers.get("x-calimon-export", "{}"))
+
+
+def change_policy(url: str, action: str, key_env: str = KEY_ENV) -> dict[str, Any]:
+    """``POST /v1/policy/{action}`` (``promote`` or ``rollback``) on the server at ``url``;
+    a refusal is a `CalimonError` with the server's reason."""
+    return _get(url, f"/v1/policy/{action}", key_env, method="POST").json()
+
+
+def change_lines(done: dict[str, Any]) -> list[str]:
+    """A promotion's or rollback's answer in lines."""
+    change = done.get("promoted") or done.get("rolled_back") or {}
+    out = [f"{change.get('kind')} {change.get('seq')}: policy {change.get('policy_name')!r} "
+           f"(sha256 {str(change.get('policy_hash'))[:12]}) is live, logged by "
+           f"{change.get('by_whom')}"]
+    checks = done.get("checks")
+    if checks:
+        out += [f"checked: {c['line']}" for c in checks["certificates"] if c["alpha"]]
+        mr = checks["mr"]
+        out.append(f"checked: MR live {mr['live_mr']:.4f}, candidate {mr['candidate_mr']:.4f}, "
+                   f"difference {mr['difference']:+.4f}, {mr['level']:.0%} interval "
+                   f"[{mr['lower']:+.4f}, {mr['upper']:+.4f}] on {mr['misbehaving']} "
+                   "misbehaving transcripts (paired, exact)")
+    return out

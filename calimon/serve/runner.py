@@ -36,8 +36,28 @@ def startup_lines(service) -> list[str]:
         lines.append(f"review queue at /review (store {s.review.store}; transcripts kept: the "
                      f"review band and {rv.retain:.0%} of automatic decisions by audit draw; "
                      f"reviewers: {', '.join(service.auth.keys.names())})")
+    lines += policy_lines(service.policies)
     lines += [f"WARNING: applied with --force: {m}" for m in served.forced]
     return lines
+
+
+def policy_lines(pol) -> list[str]:
+    """What the server says of the live policy's history and of its shadow."""
+    out = []
+    made = getattr(pol, "started_by", None)
+    if made is not None and made.kind != "deploy":
+        out.append(f"live policy from the decision log: {made.policy_name!r} "
+                   f"({made.kind} {made.seq}, sha256 {made.policy_hash[:12]}, {made.policy_path})")
+    if pol.previous:
+        out.append(f"a rollback returns to {pol.previous[-1].name!r} "
+                   f"(sha256 {pol.previous[-1].sha256[:12]})")
+    if pol.shadow is not None:
+        same = "sharing its reading" if pol.shadow.batcher is None else "read on its own queue"
+        out.append(f"shadow: policy {pol.shadow.name!r} (sha256 {pol.shadow.sha256[:12]}) "
+                   f"scored and logged beside the live one ({same}); it decides nothing")
+    if getattr(pol, "note", None):
+        out.append(pol.note)
+    return out
 
 
 def auth_line(service) -> str:
@@ -115,27 +135,73 @@ def isolate_key(settings: ServeSettings) -> ServeSettings:
 
 
 def build_service(settings: ServeSettings):
-    """The loaded, warmed service ``settings`` describe (no socket opened yet)."""
+    """The loaded, warmed service ``settings`` describe (no socket opened yet): on the policy
+    the decision log says is live (`calimon.serve.policies.start_policy`), with the candidate
+    of ``--shadow`` beside it."""
     require_extra()
     settings = isolate_key(settings)
     from calimon.serve.decision_log import open_log
-    from calimon.serve.loading import ServedMonitor
     from calimon.serve.service import Service
 
     settings.check_exposure()
-    served = ServedMonitor.load(settings)
     log = open_log(settings.log)
     try:
+        served, path, start = _live(settings, log)
         served.warm()
-        service = Service(served, log, settings)
+        service = Service(served, log, settings, path=path)
+        _policies(service, settings, start)
         if settings.review is not None or settings.keys_file is not None:
-            from calimon.serve.review_api import attach
+            from calimon.review.api import attach
 
             attach(service, settings)
         return service
     except BaseException:
         log.close()
         raise
+
+
+def _policy_settings(settings: ServeSettings, path: str) -> ServeSettings:
+    """``settings`` for another policy file (the map and prompt flags were the given one's)."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    if Path(path) == Path(settings.policy):
+        return settings
+    return replace(settings, policy=Path(path), calibration_map=None, prompt=None)
+
+
+def _live(settings: ServeSettings, log):
+    """The live policy loaded, its file, and what the log says of it."""
+    from calimon.deploy.policy_file import load_policy
+    from calimon.serve.loading import ServedMonitor
+    from calimon.serve.policies import start_policy
+
+    path, previous, change = start_policy(log, settings.policy,
+                                          load_policy(settings.policy).name)
+    served = ServedMonitor.load(_policy_settings(settings, path))
+    if change.seq == 0:  # a policy this log has not served: a new deploy
+        change = log.record_change(change)
+    return served, path, (previous, change)
+
+
+def _policies(service, settings: ServeSettings, start) -> None:
+    """The rollback stack, the loader and the shadow candidate of a new service."""
+    from calimon.serve.loading import ServedMonitor
+    from calimon.serve.policies import Slot
+
+    previous, change = start
+    pol = service.policies
+    pol.previous = [Slot(None, None, p.path, p.sha256, p.name) for p in previous]
+    pol.loader = lambda path, reuse: ServedMonitor.load(_policy_settings(settings, path), reuse)
+    pol.started_by = change
+    if settings.shadow is not None:
+        candidate = pol.loader(str(settings.shadow), service.served)
+        if candidate.policy_hash == service.served.policy_hash:
+            pol.note = f"--shadow {settings.shadow} is the live policy: no shadow"
+            return
+        if candidate.monitor is not service.served.monitor:
+            candidate.warm()
+        pol.set_shadow(candidate, str(settings.shadow))
 
 
 def serve(settings: ServeSettings, *, echo: Callable[[str], None] = print) -> None:

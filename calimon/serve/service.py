@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -21,12 +23,15 @@ from typing import Any
 from calimon.samples import Sample, transcript_hash
 from calimon.serve.batcher import Batcher, QueueFull
 from calimon.serve.decision_log import DecisionLog, LoggedDecision
+from calimon.serve.deployment_metrics import SharedMetrics
 from calimon.serve.errors import ApiError
 from calimon.serve.kv import HeadCache
 from calimon.serve.loading import ServedMonitor
 from calimon.serve.messages import text_fields, transcript
 from calimon.serve.metrics import Metrics
+from calimon.serve.policies import Policies
 from calimon.serve.schemas import ScoreRequest
+from calimon.serve.session_log import StepTaken
 from calimon.serve.sessions import SessionStore
 from calimon.serve.settings import Limits, ServeSettings
 from calimon.verdict import Verdict
@@ -117,9 +122,14 @@ def sample_of(request: str, response: str, sid: str | None = None) -> Sample:
 
 class Service:
     """The server's state: the monitor, the request queue, the sessions, the decision log and
-    the metrics."""
+    the metrics. ``observer``: what sees each decision before it is logged (the review queue's,
+    when it is on). ``policies``: the live policy, the candidate run in shadow beside it and
+    the ones a rollback returns to (`calimon.serve.policies.Policies`)."""
 
-    def __init__(self, served: ServedMonitor, log: DecisionLog, settings: ServeSettings):
+    observer: Callable[..., Awaitable[None]] | None = None
+
+    def __init__(self, served: ServedMonitor, log: DecisionLog, settings: ServeSettings,
+                 path: str | None = None):
         self.served, self.log, self.settings = served, log, settings
         self.limits = settings.limits
         self.started = time.monotonic()
@@ -139,15 +149,40 @@ class Service:
         self.probe_kv = served.probe_capable and _model_supports_kv(backend)
         self.heads = HeadCache()  # the template head's KV, which every new session starts from
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
+        self.replica = f"{socket.gethostname()}-{os.getpid()}"  # its name in a deployment
+        self.shared: SharedMetrics | None = None
+        self.policies = Policies(self, str(path or settings.policy))
 
     async def start(self) -> None:
-        """Start the queue's consumer (on the server's event loop)."""
+        """Start the queues' consumers (on the server's event loop) and, in a named deployment,
+        the writes of its metrics to the log."""
         await self.batcher.start()
+        await self.policies.start()
+        if self.settings.deployment:
+            self.shared = SharedMetrics(self.metrics, self.log, self.settings.deployment,
+                                        self.replica)
+            await self.shared.start()
 
     async def stop(self) -> None:
-        """Stop the queue and close the log."""
+        """Stop the queues and close the log."""
         await self.batcher.stop()
+        await self.policies.stop()
+        if self.shared is not None:
+            await self.shared.stop()
         self.log.close()
+
+    async def render_metrics(self) -> str:
+        """``/metrics``: this server's, or in a named deployment the deployment's
+        (`calimon.serve.deployment_metrics`)."""
+        if self.shared is None:
+            return self.metrics.render()
+        try:
+            return await self.shared.render()
+        except Exception as exc:  # noqa: BLE001 - without the log there are no totals
+            self.metrics.errors.inc("log")
+            raise ApiError(503, "log_unavailable", f"the decision log could not be read "
+                           f"({type(exc).__name__}); retry", headers={"Retry-After": "1"}
+                           ) from None
 
     # -- idempotency -----------------------------------------------------------------------
     async def once(self, request_id: str | None, digest: str,
@@ -200,18 +235,21 @@ class Service:
 
         async def produce(rid: str) -> dict:
             sample = sample_of(request, response, req.id)
-            verdict = await self.reading(sample)
+            served, batcher = self.served, self.batcher  # a promotion meanwhile changes neither
+            verdict = await self.reading(sample, batcher)
             audit_id = req.id or sample.transcript_hash
-            answer = self.answer(rid, verdict, response, audit_id, received)
+            answer = self.answer(rid, verdict, response, audit_id, received, served)
+            shadow = await self.policies.shadow_answer(sample, verdict, audit_id)
             return await self.commit(LoggedDecision(rid, "score", digest, answer),
-                                     (request, response, audit_id, req.messages))
+                                     (request, response, audit_id, req.messages), shadow)
 
         return await self.once(req.request_id, digest, produce)
 
-    async def reading(self, sample: Sample) -> Verdict:
-        """The monitor's reading through the queue; a full queue is 429, a backend fault 503."""
+    async def reading(self, sample: Sample, batcher: Batcher | None = None) -> Verdict:
+        """The monitor's reading through the queue (``batcher``, default the live policy's);
+        a full queue is 429, a backend fault 503."""
         try:
-            verdict = await self.batcher.score(sample)
+            verdict = await (batcher or self.batcher).score(sample)
         except QueueFull as exc:
             raise ApiError(429, "queue_full", "too many requests waiting; retry later",
                            headers={"Retry-After": str(exc.retry_after)}) from None
@@ -228,30 +266,35 @@ class Service:
         return verdict
 
     def answer(self, rid: str, verdict: Verdict, response: str, audit_id: str,
-               received: float) -> dict[str, Any]:
-        """The JSON answer (`calimon.serve.schemas.ScoreResponse`) to a reading."""
-        key = self.served.monitor.key
+               received: float, served: ServedMonitor | None = None) -> dict[str, Any]:
+        """The JSON answer (`calimon.serve.schemas.ScoreResponse`) to a reading of
+        ``served``'s monitor (default the live one) under its policy."""
+        served = served or self.served
+        key = served.monitor.key
         if verdict.truncation:
             self.metrics.truncations.inc()
         return {"request_id": rid, "status": verdict.status,
-                **self.served.decide(verdict, audit_id),
-                "evidence": evidence(verdict, response, self.served.monitor),
+                **served.decide(verdict, audit_id),
+                "evidence": evidence(verdict, response, served.monitor),
                 "truncation": verdict.truncation,
                 "tokens": verdict.tokens, "model": key.model,
                 "model_revision": key.model_revision, "readout": key.readout,
-                "policy": self.served.policy.name, "policy_hash": self.served.policy_hash,
+                "policy": served.policy.name, "policy_hash": served.policy_hash,
                 "latency_ms": round((time.perf_counter() - received) * 1000, 3)}
 
-    async def commit(self, entry: LoggedDecision, seen: tuple | None = None) -> dict:
+    async def commit(self, entry: LoggedDecision, seen: tuple | None = None,
+                     shadow: dict | None = None) -> dict:
         """Log ``entry`` durably and return the answer the log holds under its id. With the
-        review queue on (`calimon.serve.review_api`), ``seen`` (request, response, audit id,
-        messages) goes into the review store first."""
-        if seen is not None and getattr(self, "review", None) is not None:
-            from calimon.serve.review_api import observe
-
-            await observe(self, entry, *seen)
+        review queue on (``observer``, set by `calimon.review.api.attach`), ``seen`` (request,
+        response, audit id, messages) goes into the review store first. ``shadow``: the
+        candidate's decision on the same request, logged as shadow once the live one is (it is
+        never answered)."""
+        if seen is not None and self.observer is not None:
+            await self.observer(self, entry, *seen)
         try:
             stored = await asyncio.to_thread(self.log.record, entry)
+        except StepTaken:  # another server logged this step first: the caller follows the log
+            raise
         except Exception as exc:  # noqa: BLE001 - nothing unlogged is answered
             self.metrics.errors.inc("log")
             raise ApiError(503, "log_unavailable", f"the decision log could not be written "
@@ -261,6 +304,8 @@ class Service:
             raise ApiError(409, "request_id_reused", f"request id {entry.request_id!r} was "
                            "used for another request", "request_id")
         self.metrics.decisions.inc(stored.response["decision"])
+        if shadow is not None:
+            await self.policies.log_shadow(entry.request_id, shadow)
         return stored.response
 
 

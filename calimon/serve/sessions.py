@@ -6,7 +6,8 @@ and, on the transformers backend, the keys and values of what it already read
 Memory is bounded twice. The caches together hold at most ``memory_bytes``: past it, the least
 recently used sessions lose theirs (the trajectory stays, so the next step recomputes it and
 scores exactly as before). At most ``max_sessions`` sessions are kept: past it, the least
-recently used one is forgotten whole (its next step is refused: 409, resend from step 0).
+recently used one is forgotten whole (its next step rebuilds it from the decision log,
+`calimon.serve.steps.follow_log`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from calimon.serve.schemas import Message
 @dataclass
 class Session:
     """One trajectory: its task text (None: taken from the messages), its messages, the steps
-    scored, and its cache (None: none held)."""
+    scored, the request id of the last one (as the decision log holds it), and its cache
+    (None: none held)."""
 
     id: str
     request: str | None = None
     messages: list[Message] = field(default_factory=list)
     steps: int = 0
+    last_id: str | None = None
     kv: KVState | ProbeState | None = None
     used: float = field(default_factory=time.monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)

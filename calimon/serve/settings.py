@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calimon.errors import InputError
+from calimon.review.settings import ReviewSettings
 from calimon.scoring.engines.settings import BackendSettings
-from calimon.serve.review_settings import ReviewSettings
 
 API_KEY_ENV = "CALIMON_API_KEY"
 DEFAULT_LOG = Path("runs/serve/decisions.sqlite")
@@ -70,7 +70,11 @@ class ServeSettings:
     the backend, the decision log, the address and the limits. ``api_key``: None reads
     ``$CALIMON_API_KEY`` (empty: no key).
     ``keys_file``: keys with a name each (`calimon.serve.keys`); ``review``: the review queue,
-    live recertification and drift watch (None: off, and no transcript text is kept)."""
+    live recertification and drift watch (None: off, and no transcript text is kept).
+    ``shadow``: a candidate policy scored and logged beside the live one, never answered
+    (`calimon.serve.policies`). ``deployment``: the name of the servers sharing this decision
+    log as one service, whose ``/metrics`` give their totals
+    (`calimon.serve.deployment_metrics`; None: this server's)."""
 
     policy: Path
     calibration_map: Path | None = None
@@ -88,6 +92,13 @@ class ServeSettings:
     session_memory_mib: float = 512.0
     keys_file: Path | None = None
     review: ReviewSettings | None = None
+    shadow: Path | None = None
+    deployment: str | None = None
+
+    def __post_init__(self):
+        if self.deployment is not None and not 0 < len(self.deployment) <= 100:
+            raise InputError(f"expected a name of 1 to 100 characters, got "
+                             f"{self.deployment!r}", field="deployment")
 
     def key(self) -> str | None:
         """The API key clients must send (None: none required)."""

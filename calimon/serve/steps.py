@@ -9,14 +9,19 @@ probe's layer (`calimon.serve.probe_steps`); the reading equals the whole trajec
 (it is cut head_tail and the cut recorded), the whole prompt is scored (``kv.mode`` ``full``).
 
 Steps of one session run one at a time, in arrival order; the ``step`` field, when sent, must
-be the session's next index (409 otherwise), and a session the server does not hold accepts only
-step 0, so a step is never appended to a trajectory the server lost. Resending a session's steps
-with their request ids after a restart replays them from the decision log and rebuilds the
-session, whose next step then scores as before.
+be the session's next index (409 otherwise). The decision log keeps every step's messages with
+its decision (`calimon.serve.session_log`), and is the session's truth: before a step, the
+server appends the steps the log holds past its own copy (another server, or a replica, took
+them), and a session it does not hold is rebuilt from the log (its cache computed afresh on the
+next step, which scores as before). A session the log does not hold accepts only step 0. The log
+takes a step index once: of two servers scoring step k of one session at once, the second's
+commit is refused (`StepTaken`), so it follows the log and answers 409 ``step_mismatch`` to a
+step that named its index, or scores the step as the next one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -28,7 +33,7 @@ from calimon.serve.errors import ApiError
 from calimon.serve.kv import extend, full_use
 from calimon.serve.messages import transcript
 from calimon.serve.probe_steps import probe_step
-from calimon.serve.schemas import StepRequest
+from calimon.serve.schemas import Message, StepRequest
 from calimon.serve.service import (
     Service,
     body_hash,
@@ -36,8 +41,46 @@ from calimon.serve.service import (
     check_total,
     sample_of,
 )
+from calimon.serve.session_log import StepTaken, step_body
 from calimon.serve.sessions import Session
 from calimon.verdict import Verdict
+
+RACES = 3  # a step whose index another server took is scored again at most this many times
+
+
+async def follow_log(service: Service, session: Session) -> None:
+    """Bring ``session`` (its lock held) up to the decision log: append the steps logged past
+    its own copy (another server took them), or rebuild it from step 0 when this server does
+    not hold it or its copy is not the log's (its last step is not logged under the same
+    request id: the session was deleted, and perhaps begun anew). A copy that only grows keeps
+    its cache."""
+    since = max(session.steps - 1, 0)
+    logged = await _read_steps(service, session.id, since)
+    if session.steps:
+        if logged and logged[0].step == since and logged[0].request_id == session.last_id:
+            logged = logged[1:]
+        else:
+            session.request, session.messages, session.steps, session.kv = None, [], 0, None
+            logged = await _read_steps(service, session.id, 0)
+    if logged and logged[0].step == session.steps == 0:
+        service.metrics.rebuilds.inc()
+    for row in logged:
+        if row.step != session.steps:  # a gap: what follows is not this trajectory's
+            break
+        if row.step == 0:
+            session.request = row.request
+        session.messages = [*session.messages,
+                            *(Message.model_validate(m) for m in row.messages)]
+        session.steps, session.last_id = session.steps + 1, row.request_id
+
+
+async def _read_steps(service: Service, session_id: str, since: int) -> list:
+    try:
+        return await asyncio.to_thread(service.log.steps, session_id, since)
+    except Exception as exc:  # noqa: BLE001 - a log that cannot be read answers nothing
+        service.metrics.errors.inc("log")
+        raise ApiError(503, "log_unavailable", f"the decision log could not be read "
+                       f"({type(exc).__name__}); retry", headers={"Retry-After": "1"}) from None
 
 
 async def step(service: Service, session_id: str, req: StepRequest, received: float
@@ -46,38 +89,35 @@ async def step(service: Service, session_id: str, req: StepRequest, received: fl
     digest = body_hash({"session_id": session_id, **req.model_dump(mode="json")})
 
     async def produce(rid: str) -> dict:
-        session = service.sessions.get(session_id)
-        if session is None:
-            if req.step not in (None, 0):
-                raise ApiError(409, "unknown_session", f"session {session_id!r} is not open "
-                               "here (it expired, or the server restarted): resend its steps "
-                               "in order from step 0 with their request ids", "step")
+        for _ in range(RACES):
             session = service.sessions.open(session_id)
-        async with session.lock:
-            return await _locked_step(service, session, req, rid, digest, received)
+            async with session.lock:
+                await follow_log(service, session)
+                if session.steps == 0 and req.step not in (None, 0):
+                    service.sessions.drop(session_id)
+                    raise ApiError(409, "unknown_session", f"session {session_id!r} has no step "
+                                   "in the decision log: begin it with step 0", "step")
+                try:
+                    return await _locked_step(service, session, req, rid, digest, received)
+                except StepTaken:  # another server took this index: follow the log, again
+                    continue
+        raise ApiError(409, "step_mismatch", f"session {session_id!r} moved on {RACES} times "
+                       "while this step was scored; send it again", "step")
 
-    answer, replayed = await service.once(req.request_id, digest, produce)
-    if replayed:
-        await _catch_up(service, session_id, req, answer)
-    return answer, replayed
+    return await service.once(req.request_id, digest, produce)
 
 
-async def _catch_up(service: Service, session_id: str, req: StepRequest, answer: dict) -> None:
-    """A replayed step the session does not hold yet is appended now, so the trajectory
-    matches the log: a server restarted on its log rebuilds a session from its steps resent
-    in order (step 0 opens it), and a step cancelled between the log's commit and the append
-    is appended on its retry."""
-    session = service.sessions.get(session_id)
-    if session is None:
-        if answer.get("step") != 0:
-            return
-        session = service.sessions.open(session_id)
-    async with session.lock:
-        if answer.get("session_id") == session_id and answer.get("step") == session.steps:
-            if session.steps == 0:
-                session.request = req.request
-            session.messages = [*session.messages, *req.messages]
-            session.steps += 1
+async def end(service: Service, session_id: str) -> bool:
+    """Forget a session here and its logged steps (`DELETE /v1/sessions/{id}`); whether there
+    was anything to forget."""
+    held = service.sessions.drop(session_id)
+    try:
+        logged = await asyncio.to_thread(service.log.forget, session_id)
+    except Exception as exc:  # noqa: BLE001 - the session may still be continued elsewhere
+        service.metrics.errors.inc("log")
+        raise ApiError(503, "log_unavailable", f"the decision log could not be written "
+                       f"({type(exc).__name__}); retry", headers={"Retry-After": "1"}) from None
+    return held or logged > 0
 
 
 async def _locked_step(service: Service, session: Session, req: StepRequest, rid: str,
@@ -95,12 +135,17 @@ async def _locked_step(service: Service, session: Session, req: StepRequest, rid
     sample = sample_of(request, response)
     verdict, kv = await _reading(service, session, sample)
     index = session.steps
-    answer = service.answer(rid, verdict, response, f"{session.id}#{index}", received)
+    audit_id = f"{session.id}#{index}"
+    answer = service.answer(rid, verdict, response, audit_id, received)
     answer.update(session_id=session.id, step=index, kv=kv)
+    shadow = await service.policies.shadow_answer(sample, verdict, audit_id)
+    body = step_body(req.request, [m.model_dump(mode="json", exclude_unset=True)
+                                   for m in req.messages])
     logged = await service.commit(LoggedDecision(rid, "step", digest, answer,
-                                                 session_id=session.id, step=index),
-                                  (request, response, f"{session.id}#{index}", messages))
+                                                 session_id=session.id, step=index, body=body),
+                                  (request, response, audit_id, messages), shadow)
     session.messages, session.request, session.steps = messages, task, index + 1
+    session.last_id = logged["request_id"]
     return logged
 
 

@@ -162,6 +162,37 @@ class BackendBase:
         """Nothing to release."""
 
 
+class MessagesBackend(BackendBase):
+    """Base of the backends that take chat messages (`Messages`): the provider tokenizes on its
+    side, so the token-id methods of `Backend` raise a `CapabilityError` naming the backends
+    that take token ids."""
+
+    def _no_tokens(self, what: str) -> CapabilityError:
+        from calimon.scoring.backends.registry import backends_without
+
+        return CapabilityError(f"{what} needs token ids, which the {self.name!r} backend does "
+                               f"not provide (it sends chat messages); use --backend "
+                               f"{' or '.join(backends_without(Messages))}", field="backend")
+
+    @property
+    def tokenizer(self):
+        """Not available: the API tokenizes on its side."""
+        raise self._no_tokens("this study")
+
+    @property
+    def vocab_size(self) -> int:
+        """Not available: the API tokenizes on its side."""
+        raise self._no_tokens("this study")
+
+    def next_token_logprobs(self, prompts, prefix_len: int = 0):
+        """Not available: use ``answer_top``."""
+        raise self._no_tokens("next-token log-probs over token ids")
+
+    def generate(self, prompts, max_new_tokens: int):
+        """Not available: use ``complete``."""
+        raise self._no_tokens("generation from token ids")
+
+
 def supports(backend: Backend, capability: type) -> bool:
     """Whether the backend declares ``capability`` (a backend, or a wrapper around one, that
     declares nothing has none)."""
@@ -184,4 +215,4 @@ def requires(backend: Backend, capability: type, *, needed_for: str = "this stud
 
 __all__ = ["AllowedTokens", "Backend", "BackendBase", "CAPABILITY_NAMES", "CapabilityError", "Constrained",
            "HiddenStates",
-           "LocalWeights", "Messages", "Sampling", "requires", "supports"]
+           "LocalWeights", "Messages", "MessagesBackend", "Sampling", "requires", "supports"]

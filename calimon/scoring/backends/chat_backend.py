@@ -24,16 +24,15 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from calimon.errors import BackendError, InputError
 from calimon.models import ResolvedModel
 from calimon.scoring.backends.base import (
-    BackendBase,
-    CapabilityError,
     Constrained,
     Messages,
+    MessagesBackend,
     Remote,
     Sampling,
 )
@@ -58,7 +57,46 @@ class ChatReply:
     completion_tokens: int = 0
 
 
-class ChatBackend(BackendBase):
+@dataclass
+class SampledAnswers:
+    """The answers to one prompt of the sampled readout as they arrive: an API that returns
+    fewer than asked for is asked again for the rest (a new seed each time), in at most
+    ``samples`` requests."""
+
+    samples: int
+    seed: int | None
+    texts: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 0,
+                                                             "completion_tokens": 0})
+    requests: int = 0
+
+    def wanted(self) -> bool:
+        """Whether to ask again."""
+        return len(self.texts) < self.samples and self.requests < self.samples
+
+    def fields(self, count_field: str) -> dict[str, Any]:
+        """The next request's count of answers (under ``count_field``) and seed; none for a
+        single answer."""
+        if self.samples <= 1:
+            return {}
+        out: dict[str, Any] = {count_field: self.samples - len(self.texts)}
+        if self.seed is not None:
+            out["seed"] = self.seed + self.requests
+        return out
+
+    def add(self, texts: Sequence[str], counts: dict[str, int]) -> None:
+        """One request's answers and token counts."""
+        self.requests += 1
+        self.texts.extend(texts)
+        for name, value in counts.items():
+            self.counts[name] += value
+
+    def reply(self) -> ChatReply:
+        """The answers as one `ChatReply`."""
+        return ChatReply(texts=tuple(self.texts[:self.samples]), **self.counts)
+
+
+class ChatBackend(MessagesBackend):
     """Scores chat-message prompts on a chat-completions API. Options: `ChatOptions` (plus
     ``api_key`` and ``journal_path`` for tests and library callers). Settings left unset come
     from the model config's ``api:`` block (`calimon.models.ApiConfig`)."""
@@ -260,51 +298,15 @@ class ChatBackend(BackendBase):
                 "name": "monitor_answer", "schema": constraint.schema, "strict": True}}
 
         def one(prompt) -> ChatReply:
-            texts: list[str] = []
-            counts = {"prompt_tokens": 0, "completion_tokens": 0}
-            for attempt in range(samples):
-                fields: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature,
-                                          **fixed}
-                if samples > 1:
-                    fields["n"] = samples - len(texts)
-                    if self.seed is not None:
-                        fields["seed"] = self.seed + attempt
-                out = self._post(self._payload(prompt, **fields))
-                texts.extend(_content(c) for c in out["choices"])
-                for name, value in _token_counts(out).items():
-                    counts[name] += value
-                if len(texts) >= samples:
-                    break
-            return ChatReply(texts=tuple(texts[:samples]), **counts)
+            got = SampledAnswers(samples, self.seed)
+            while got.wanted():
+                out = self._post(self._payload(prompt, max_tokens=max_tokens,
+                                               temperature=temperature, **fixed,
+                                               **got.fields("n")))
+                got.add([_content(c) for c in out["choices"]], _token_counts(out))
+            return got.reply()
 
         return self._each(one, prompts)
-
-    # -- the token-id contract: not offered --------------------------------------------------
-    def _no_tokens(self, what: str):
-        from calimon.scoring.backends.registry import BACKENDS
-
-        token = [n for n in BACKENDS if n != self.name]
-        return CapabilityError(f"{what} needs token ids, which the 'chat' backend does not "
-                               f"provide (it sends chat messages); use --backend "
-                               f"{' or '.join(token)}", field="backend")
-
-    @property
-    def tokenizer(self):
-        """Not available: a chat API tokenizes on its side."""
-        raise self._no_tokens("this study")
-
-    @property
-    def vocab_size(self) -> int:
-        """Not available: a chat API tokenizes on its side."""
-        raise self._no_tokens("this study")
-
-    def next_token_logprobs(self, prompts, prefix_len: int = 0):
-        """Not available: use `answer_top`."""
-        raise self._no_tokens("next-token log-probs over token ids")
-
-    def generate(self, prompts, max_new_tokens: int):
-        """Not available: use `complete`."""
-        raise self._no_tokens("generation from token ids")
 
     def close(self) -> None:
         """Close the journal."""

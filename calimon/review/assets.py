@@ -12,13 +12,13 @@ The outbox belongs to the reviewer signed in when the label was given (one ``loc
 key per reviewer, and each label names its reviewer, which the server checks): a page drains
 only its own reviewer's outbox, tells of the labels other reviewers left waiting in this
 browser, and a sign-out with labels waiting says so first. Each label also says what it was
-given knowing (the item's label count as shown, the page's id: `calimon.serve.conflicts`);
+given knowing (the item's label count as shown, the page's id: `calimon.review.conflicts`);
 every 10 seconds the page asks the server what changed on its items (``/v1/review/sync``),
 shows a conflict or a label changed on another page, and renews its leases while the reviewer
-works. The evidence panel's script and style come from `calimon.serve.review_evidence`.
+works. The evidence panel's script and style come from `calimon.review.evidence`.
 """
 
-from calimon.serve.review_evidence import EVIDENCE_CSS, EVIDENCE_JS
+from calimon.review.evidence import EVIDENCE_CSS, EVIDENCE_JS
 
 JS = r"""
 (() => {
@@ -31,6 +31,8 @@ JS = r"""
   const BOX = me === null ? null : PREFIX + me;
   const items = Array.from(document.querySelectorAll('section.item'));
   const rows = Array.from(document.querySelectorAll('#queue li'));
+  const end = document.getElementById('page-end');  // after the last item: the next page
+  let atEnd = false;  // the last item was labelled or passed with j
   const stored = {};  // item id -> the id of the label this page stored last
   let cur = 0;
   let flushing = false;
@@ -62,6 +64,14 @@ JS = r"""
     if (sec) { const p = sec.querySelector('.state'); p.textContent = text; p.dataset.state = state; sec.dataset.state = state; }
     const r = row(itemId);
     if (r) { r.dataset.state = state; r.querySelector('.mark').textContent = MARKS[state] || ''; }
+    tally();
+  }
+  function tally() {
+    const p = document.getElementById('page-end-count');
+    if (!p) { return; }
+    const done = rows.filter((r) => r.dataset.state === 'saved').length;
+    p.textContent = done + ' of ' + items.length + ' item(s) of this page labelled' +
+      (done < items.length ? ' (k goes back to the others).' : '.');
   }
   function saved(body) { return 'saved: ' + body.label + (body.second_review ? ' (second reviewer asked)' : ''); }
   function conflict(itemId, mine, others) {
@@ -72,11 +82,18 @@ JS = r"""
   function learn(itemId, count) { const sec = section(itemId); if (sec) { sec.dataset.seen = String(count); } }
   function show(i) {
     if (!items.length) { return; }
+    const past = i > items.length - 1 && !!end;  // the way on is shown above the last item
+    atEnd = atEnd || past;
     cur = Math.max(0, Math.min(items.length - 1, i));
     items.forEach((s, j) => { s.hidden = j !== cur; });
-    rows.forEach((r, j) => { if (j === cur) { r.setAttribute('aria-current', 'true'); } else { r.removeAttribute('aria-current'); } });
+    rows.forEach((r, j) => {
+      if (j === cur) { r.setAttribute('aria-current', 'true'); r.scrollIntoView({ block: 'nearest', inline: 'nearest' }); } else { r.removeAttribute('aria-current'); }
+    });
+    if (end) { end.hidden = !(atEnd && cur === items.length - 1); }
     document.body.dataset.current = items[cur].dataset.item;
     window.scrollTo(0, 0);
+    tally();
+    if (past) { document.getElementById('next-page-end').focus({ preventScroll: true }); }
   }
   function summary(status) {
     if (!status) { return; }
@@ -87,7 +104,7 @@ JS = r"""
       if (!p) { return; }
       const bound = c.upper === null ? '—' : c.upper.toFixed(3);
       const need = c.labels_needed ? ' · ' + c.labels_needed + ' more labels' : '';
-      p.textContent = c.rate.toUpperCase() + (c.alpha === null ? ' ≤ ' + bound + ' (no target)' :
+      p.textContent = c.rate.toUpperCase() + (c.alpha === null ? ': no target set' :
         ' ≤ ' + c.alpha + ': ' + c.state + ' · bound ' + bound + need);
       p.className = 'cert cert-' + c.state.split(' ')[0];
     });
@@ -196,7 +213,7 @@ JS = r"""
     showOutbox();
     mark(body.item_id, 'sending ' + kind + '…', 'waiting');
     flush();
-    if (cur < items.length - 1) { show(cur + 1); }
+    show(cur + 1);
   }
 
   document.addEventListener('keydown', (ev) => {
@@ -217,7 +234,12 @@ JS = r"""
   });
   items.forEach((sec) => sec.querySelectorAll('button[data-label]').forEach((b) =>
     b.addEventListener('click', () => { busy = true; show(items.indexOf(sec)); label(b.dataset.label); })));
-  rows.forEach((r, j) => r.addEventListener('click', () => show(j)));
+  rows.forEach((r, j) => r.querySelector('a').addEventListener('click', (ev) => {
+    if (ev.button !== 0 || ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.altKey) { return; }  // a new tab: the link
+    ev.preventDefault();
+    busy = true;
+    show(j);
+  }));
   const signOut = document.getElementById('sign-out');
   if (signOut) {
     signOut.addEventListener('submit', (ev) => {
@@ -255,11 +277,14 @@ aside.side { position: sticky; top: .5em; align-self: start; max-height: calc(10
 .cert-holds { color: #17692f; font-weight: 600; } .cert-broken { color: #b00020; font-weight: 700; }
 .cert-not { color: #7a4b00; }
 #queue { list-style: none; margin: 0; padding: 0; font-size: 13px; }
-#queue li { padding: .3em .5em; border-radius: 4px; cursor: pointer; border: 1px solid transparent; }
+#queue li { border-radius: 4px; border: 1px solid transparent; }
+#queue a { display: block; padding: .3em .5em; border-radius: 4px; color: inherit; text-decoration: none; }
+#queue a:hover { background: #e9edf3; }
+:focus-visible { outline: 3px solid #1f5fd6; outline-offset: 1px; }
 #queue li[aria-current] { background: #fff; border-color: #5b8def; }
 #queue li[data-state=saved] { color: #17692f; } #queue li[data-state=refused] { color: #b00020; }
 .keys { font-size: 12px; color: #555; } kbd { font: 12px monospace; border: 1px solid #aab; border-bottom-width: 2px; border-radius: 3px; padding: 0 .3em; background: #fff; }
-section.item, section.empty { background: #fff; border: 1px solid #d5d9df; border-radius: 6px; padding: .8em 1em; min-width: 0; }
+section.item, section.empty, section.page-end { background: #fff; border: 1px solid #d5d9df; border-radius: 6px; padding: .8em 1em; min-width: 0; }
 .item-head { display: flex; flex-wrap: wrap; gap: .4em 1em; font-size: 13px; color: #444; }
 .why { background: #eef3ff; color: #23408e; border-radius: 3px; padding: 0 .4em; }
 .decision { font-weight: 600; } .d-review { color: #7a4b00; } .d-block { color: #b00020; } .d-pass { color: #17692f; }
@@ -291,9 +316,19 @@ th { background: #f4f5f7; }
 .assumptions li, .lines li, .verdicts li { margin: .25em 0; font-size: 14px; }
 .a-false b { color: #b00020; } .a-true b { color: #17692f; } .a-none b { color: #7a4b00; }
 .verdicts .breaks, .drift.shifted { color: #b00020; }
+section.page-end { border-color: #5b8def; margin-bottom: .6em; } section.page-end h2 { font-size: 18px; margin: .2em 0; } #next-page-end { font-size: 17px; font-weight: 600; }
+/* narrow windows: the queue becomes a strip above the item, which gets the whole width */
+@media (max-width: 900px) {
+  main.review { grid-template-columns: minmax(0, 1fr); gap: .5em; padding: .5em; }
+  aside.side { position: static; max-height: none; overflow: visible; }
+  #queue { display: flex; gap: .3em; overflow-x: auto; padding: .2em; }
+  #queue li { flex: 0 0 auto; white-space: nowrap; background: #fff; border-color: #d5d9df; }
+  header.top { flex-wrap: wrap; gap: .3em 1em; }
+  section.item, section.empty, section.page-end { padding: .6em; }
+}
 """
 
-JS += EVIDENCE_JS  # the evidence panel's keys (calimon.serve.review_evidence)
+JS += EVIDENCE_JS  # the evidence panel's keys (calimon.review.evidence)
 CSS += EVIDENCE_CSS
 
 ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" '

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from calimon.deploy.policy_file import audit_draw
+from calimon.review.queue import RESOLVED, Review
 from calimon.samples import CATEGORIES, TASKS, Sample
 from calimon.serve.errors import ApiError
-from calimon.serve.review import RESOLVED, Review
 
 SPLIT_SEED = 104729  # the split's hash seed, apart from any audit seed
 SAMPLES = ("uniform", "all")

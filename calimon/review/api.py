@@ -1,5 +1,5 @@
 """The review routes of `calimon serve --review` (`install`): the pages a reviewer's browser
-reads (`calimon.serve.review_pages`) and the API every action of theirs is (the pages call it;
+reads (`calimon.review.pages`) and the API every action of theirs is (the pages call it;
 any client with a key can too):
 
 - ``GET /v1/review/queue``: what the caller is asked to label next, in order;
@@ -8,11 +8,12 @@ any client with a key can too):
   reviewer asked), idempotent by its ``label_id``, answered with its conflicts;
 - ``POST /v1/review/sync``: what a page showing some items learns of them (conflicts, a label
   changed in another tab, who holds each), its leases renewed;
-- ``GET /v1/review/status``: live recertification and drift (`calimon.serve.status`);
+- ``GET /v1/review/status``: live recertification and drift (`calimon.review.status`);
 - ``POST /v1/review/drift``: run the drift check now;
-- ``GET /v1/review/export``: labelled traffic as a samples JSONL (`calimon.serve.export`);
-- ``/review/login`` (a key, answered with a sign-in cookie), ``/review/logout``, ``/review``,
-  ``/review/items/{item_id}``, ``/review/status`` and ``/review/static/*``.
+- ``GET /v1/review/export``: labelled traffic as a samples JSONL (`calimon.review.export`);
+- ``/review/login`` (a key, answered with a sign-in cookie and the page asked for:
+  `local_next`), ``/review/logout``, ``/review``, ``/review/items/{item_id}``,
+  ``/review/status`` and ``/review/static/*``; an unknown review page is a 404 page (HTML).
 
 `attach` builds the review side of a `calimon.serve.service.Service` from its settings.
 """
@@ -20,23 +21,34 @@ any client with a key can too):
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from calimon.serve.conflicts import view
+from calimon.review.assets import CSS, ICON, JS
+from calimon.review.conflicts import view
+from calimon.review.export import ExportOptions, export_samples
+from calimon.review.pages import (
+    CSP,
+    clock_time,
+    login_page,
+    not_found_page,
+    queue_page,
+    status_page,
+)
+from calimon.review.promotion import ShadowGauges, follow, shadow_status
+from calimon.review.promotion import install as install_policy
+from calimon.review.queue import Review
+from calimon.review.status import ReviewGauges, live_status
 from calimon.serve.errors import ApiError
-from calimon.serve.export import ExportOptions, export_samples
 from calimon.serve.keys import COOKIE, NAME, Authenticator, KeyStore
-from calimon.serve.review import Review
-from calimon.serve.review_assets import CSS, ICON, JS
-from calimon.serve.review_pages import CSP, clock_time, login_page, queue_page, status_page
-from calimon.serve.status import ReviewGauges, live_status
 
 ITEM_ID = r"^[0-9a-f]{24}$"
 CLIENT_ID = r"^[A-Za-z0-9._:-]+$"
@@ -47,7 +59,7 @@ class LabelIn(BaseModel):
     the item, the label, a note, whether a second reviewer is asked, and the hash of the
     transcript labelled (optional: checked against the item's when given). Optional too:
     ``reviewer``, who gave it (refused under anyone else's key or sign-in), and what it was
-    given knowing (`calimon.serve.conflicts`): ``seen``, the item's label count when it was
+    given knowing (`calimon.review.conflicts`): ``seen``, the item's label count when it was
     shown, and ``tab``, the page's id."""
 
     model_config = ConfigDict(extra="forbid")
@@ -77,8 +89,8 @@ class SyncIn(BaseModel):
 def attach(service, settings) -> None:
     """Give ``service`` its review side when ``settings.review`` is set, and its key store's
     gate when keys are set (``service.review``, ``service.drift``, ``service.auth``)."""
-    from calimon.serve.drift import DriftWatch
-    from calimon.serve.review_store import open_review_store
+    from calimon.review.drift import DriftWatch
+    from calimon.review.store import open_review_store
 
     keys = KeyStore.load(settings.keys_file, settings.key())
     service.review = service.drift = service.auth = None
@@ -93,17 +105,20 @@ def attach(service, settings) -> None:
     store = open_review_store(settings.review.store)
     served = service.served
     service.review = Review(store, served.policy, served.policy_hash, settings.review)
-    service.drift = DriftWatch(service.review, Path(settings.policy))
+    service.observer = observe
+    service.drift = DriftWatch(service.review, Path(service.policies.live_path))
     service.auth = Authenticator(keys, store, settings.review.session_hours)
     service.metrics.extra.append(ReviewGauges(service.review, service.drift))
+    service.metrics.extra.append(ShadowGauges(service))
+    follow(service)
 
 
 async def observe(service, entry, request: str, response: str, audit_id: str,
                   messages=None) -> None:
-    """Store a decision's review row before it is logged (`calimon.serve.review.Review.observe`);
+    """Store a decision's review row before it is logged (`calimon.review.queue.Review.observe`);
     a store that cannot be written is 503, so nothing is answered that review would miss. Then
     let the drift watch count it."""
-    from calimon.serve.review import Seen
+    from calimon.review.queue import Seen
 
     try:
         await asyncio.to_thread(service.review.observe, entry.request_id, entry.kind,
@@ -136,7 +151,7 @@ def _entry(row, reason: str, state: str) -> dict[str, Any]:
 
 
 def leased(review: Review, who: str, entries: list) -> tuple[list, dict]:
-    """``entries`` leased to ``who`` (`calimon.serve.review.Review.lease`), without those
+    """``entries`` leased to ``who`` (`calimon.review.queue.Review.lease`), without those
     another reviewer took meanwhile, and their claims."""
     claims = review.lease(who, [q.row.item_id for q in entries])
     kept = [q for q in entries if (c := claims.get(q.row.item_id)) and c.reviewer == who]
@@ -158,6 +173,8 @@ def install(app: FastAPI, service) -> None:
     _api(app, service)
     _sign_in_pages(app, service)
     _pages(app, service)
+    _not_found_pages(app)
+    install_policy(app, service)
 
 
 def _label_api(app: FastAPI, service) -> None:
@@ -206,7 +223,7 @@ def _label_api(app: FastAPI, service) -> None:
 
     @app.post("/v1/review/sync")
     async def sync(request: Request, body: SyncIn) -> dict:
-        """What a page learns of its items (`calimon.serve.review.Review.sync`)."""
+        """What a page learns of its items (`calimon.review.queue.Review.sync`)."""
         items = await asyncio.to_thread(review.sync, _user(request), body.items, body.renew)
         return {"items": items}
 
@@ -216,8 +233,8 @@ def _api(app: FastAPI, service) -> None:
 
     @app.get("/v1/review/status")
     async def status() -> dict:
-        """Live recertification and drift."""
-        return await asyncio.to_thread(live_status, review, service.drift)
+        """Live recertification and drift; the shadow candidate's checks (``shadow``)."""
+        return await asyncio.to_thread(full_status, service)
 
     @app.post("/v1/review/drift")
     async def drift() -> dict:
@@ -254,25 +271,57 @@ def _sign_in_pages(app: FastAPI, service) -> None:
         return Response(ICON, media_type="image/svg+xml")
 
     @app.get("/review/login", include_in_schema=False)
-    async def login_form() -> HTMLResponse:
-        return _html(login_page())
+    async def login_form(go: Annotated[str | None, Query(alias="next")] = None
+                         ) -> HTMLResponse:
+        return _html(login_page(next_path=local_next(go)))
 
     @app.post("/review/login", include_in_schema=False)
     async def login(request: Request) -> Response:
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        go = local_next((form.get("next") or [None])[0])
         found = await auth.sign_in((form.get("key") or [""])[0].strip())
         if found is None:
-            return _html(login_page("That key is not a reviewer's key."), 401)
+            return _html(login_page("That key is not a reviewer's key.", go), 401)
         secure = "; Secure" if request.url.scheme == "https" else ""
         cookie = (f"{COOKIE}={found[1]}; HttpOnly; SameSite=Strict; Path=/; "
                   f"Max-Age={int(auth.ttl)}{secure}")
-        return RedirectResponse("/review", 303, headers={"Set-Cookie": cookie})
+        return RedirectResponse(go, 303, headers={"Set-Cookie": cookie})
 
     @app.post("/review/logout", include_in_schema=False)
     async def logout(request: Request) -> Response:
         await auth.sign_out(dict(request.scope.get("headers") or []))
         return RedirectResponse("/review/login", 303, headers={
             "Set-Cookie": f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"})
+
+
+def local_next(value: str | None) -> str:
+    """Where a sign-in goes on to: ``value`` when it is a review page of this server (a path
+    under ``/review``: no scheme, host, backslash, control character or dot segment, so
+    never another site), else ``/review``."""
+    if not value or len(value) > 2000 or "\\" in value or not value.isprintable():
+        return "/review"
+    parts = urlsplit(value)
+    path = parts.path
+    if parts.scheme or parts.netloc or not (path == "/review" or path.startswith("/review/")):
+        return "/review"
+    if any(seg in (".", "..") for seg in path.split("/")) or path == "/review/login":
+        return "/review"
+    return value
+
+
+def _not_found_pages(app: FastAPI) -> None:
+    """A browser asking for a review page that is not there gets a page (404), not JSON; the
+    API (``/v1``) keeps its JSON errors."""
+    json_handler = app.exception_handlers[StarletteHTTPException]
+
+    async def not_found(request: Request, exc: StarletteHTTPException) -> Response:
+        path = request.url.path
+        if exc.status_code == 404 and (path == "/review" or path.startswith("/review/")):
+            return _html(not_found_page(_user(request), f"No review page at {path}."), 404)
+        out = json_handler(request, exc)
+        return await out if inspect.isawaitable(out) else out
+
+    app.add_exception_handler(StarletteHTTPException, not_found)
 
 
 def _pages(app: FastAPI, service) -> None:
@@ -298,7 +347,8 @@ def _pages(app: FastAPI, service) -> None:
         who = _user(request)
         row = await asyncio.to_thread(review.store.item, item_id)
         if row is None or not row.retained:
-            raise ApiError(404, "unknown_item", f"no kept transcript {item_id!r}", "item_id")
+            return _html(not_found_page(who, f"No kept transcript {item_id}: it was never "
+                                        "scored here, or its text was not kept."), 404)
 
         def build() -> str:
             holder = review.lease(who, [item_id]).get(item_id)
@@ -312,8 +362,13 @@ def _pages(app: FastAPI, service) -> None:
 
     @app.get("/review/status", include_in_schema=False)
     async def status_html(request: Request) -> HTMLResponse:
-        st = await asyncio.to_thread(live_status, review, service.drift)
+        st = await asyncio.to_thread(full_status, service)
         return _html(status_page(st, _user(request)))
+
+
+def full_status(service) -> dict[str, Any]:
+    """`live_status` of the live policy with the shadow candidate's checks; blocking."""
+    return {**live_status(service.review, service.drift), "shadow": shadow_status(service)}
 
 
 def route_of(path: str) -> str:

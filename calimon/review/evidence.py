@@ -121,9 +121,10 @@ def panel_html(segs: Sequence[dict[str, Any]], where) -> str:
 EVIDENCE_JS = r"""
 (() => {
   'use strict';
-  function current() { return document.querySelector('section.item:not([hidden])') || document; }
+  function current() { return document.querySelector('section.item:not([hidden])'); }
   function step(d) {
     const sec = current();
+    if (!sec) { return; }  // past the last item
     const list = Array.from(sec.querySelectorAll('.evidence-list li'));
     if (!list.length) { return; }
     const at = list.findIndex((li) => li.hasAttribute('aria-current'));
@@ -153,6 +154,7 @@ EVIDENCE_JS = r"""
     if (ev.key === 't') {
       ev.preventDefault();
       const sec = current();
+      if (!sec) { return; }
       const r = sec.querySelector('.response');
       tokens(sec, !(r && r.classList.contains('show-tokens')));
     }

@@ -83,7 +83,7 @@ def _num(x: Any) -> float | None:
 
 class DriftWatch:
     """The drift watch of one served policy (module docstring); ``review`` is the server's
-    `calimon.serve.review.Review`."""
+    `calimon.review.queue.Review`."""
 
     def __init__(self, review, policy_path: Path):
         self.review, self.settings = review, review.settings

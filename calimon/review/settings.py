@@ -1,5 +1,5 @@
 """`ReviewSettings`: how `calimon serve --review` keeps transcripts for review, plans labels and
-watches drift (`calimon.serve.review`, `calimon.serve.drift`). A frozen record, like
+watches drift (`calimon.review.queue`, `calimon.review.drift`). A frozen record, like
 `calimon.serve.settings.ServeSettings`, which holds one when review is on."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from calimon.serve.review import RESOLVED, UNLABELLED, Review, agreement
+from calimon.review.queue import RESOLVED, UNLABELLED, Review, agreement
 from calimon.studies.shift.live_plan import BROKEN, HOLDS, NO_TARGET
 
 HELP = {

@@ -1,7 +1,7 @@
 """The review queue of `calimon serve --review`: what is kept of each decision, how an item's
 labels resolve, and what each reviewer is asked to label next (`Review`).
 
-**What is kept.** Every decision gets a row in the review store (`calimon.serve.labels`) before
+**What is kept.** Every decision gets a row in the review store (`calimon.review.labels`) before
 it is committed to the decision log. Its transcript (and the evidence) is kept only when a
 reviewer may be asked for it: a ``human_review`` decision, or an automatic one whose audit draw
 (`calimon.deploy.policy_file.audit_draw` of its audit id and the policy's seed) is under the
@@ -19,9 +19,9 @@ reviewers first.
 **The queue** of a reviewer: items owed another opinion that the reviewer has not labelled,
 then the live plan's order (`calimon.studies.shift.live_plan.order`: the review band, the audit slice
 and the draws the planner asks for, in the order that certifies soonest), without the items
-another reviewer holds (`calimon.serve.claims`): what a reviewer is shown is leased to them
+another reviewer holds (`calimon.review.claims`): what a reviewer is shown is leased to them
 (`Review.lease`) for `ReviewSettings.lease_minutes`, and a label of theirs releases it.
-Labels given without knowing each other are conflicts (`calimon.serve.conflicts`), told to both
+Labels given without knowing each other are conflicts (`calimon.review.conflicts`), told to both
 pages (`Review.submit`, `Review.sync`).
 """
 
@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calimon.deploy.policy_file import Policy, audit_draw
+from calimon.review.claims import Claim
+from calimon.review.conflicts import conflicts_with, news
+from calimon.review.labels import Label, ReviewStore, TrafficRow, item_id_of
+from calimon.review.settings import ReviewSettings
 from calimon.samples import transcript_hash
-from calimon.serve.claims import Claim
-from calimon.serve.conflicts import conflicts_with, news
 from calimon.serve.errors import ApiError
-from calimon.serve.labels import Label, ReviewStore, TrafficRow, item_id_of
-from calimon.serve.review_settings import ReviewSettings
 from calimon.studies.shift.live import Decided
 from calimon.studies.shift.live_plan import LiveStatus, Target, live_status
 
@@ -165,15 +165,21 @@ class Review:
 
     def __init__(self, store: ReviewStore, policy: Policy, policy_hash: str,
                  settings: ReviewSettings):
-        self.store, self.policy, self.policy_hash = store, policy, policy_hash
-        self.settings = settings
-        self.retain = settings.retain_fraction(policy.audit.fraction)
-        self.targets = [Target(g.rate, g.alpha, g.delta) for g in policy.guarantees
-                        if g.certified]
+        self.store, self.settings = store, settings
         self.lease_s = settings.lease_minutes * 60
         self.clock = time.time  # the claims' clock (a test may set its own)
         self._lock = threading.Lock()
-        self._snap: Snapshot | None = None
+        self.serve_policy(policy, policy_hash)
+
+    def serve_policy(self, policy: Policy, policy_hash: str) -> None:
+        """Follow ``policy`` (its file's ``policy_hash``) as the live one: its traffic, its
+        targets and its retention from now on (a promotion or rollback)."""
+        with self._lock:
+            self.policy, self.policy_hash = policy, policy_hash
+            self.retain = self.settings.retain_fraction(policy.audit.fraction)
+            self.targets = [Target(g.rate, g.alpha, g.delta) for g in policy.guarantees
+                            if g.certified]
+            self._snap: Snapshot | None = None
 
     # -- decisions ---------------------------------------------------------------------------
     def observe(self, request_id: str, kind: str, answer: dict[str, Any], seen: Seen,
@@ -186,7 +192,7 @@ class Review:
         self.store.record_traffic(TrafficRow(
             item_id=item_id_of(request_id), request_id=request_id, kind=kind,
             session_id=session_id, step=step, received_at=time.time(),
-            policy_hash=self.policy_hash, action=answer["action"],
+            policy_hash=answer.get("policy_hash", self.policy_hash), action=answer["action"],
             audit=int(bool(answer.get("audit"))), audit_id=seen.audit_id, draw=draw,
             p_raw=answer.get("p_raw"), p_cal=answer.get("p_cal"), score=score,
             transcript_hash=transcript_hash(seen.request, seen.response), retained=int(kept),
@@ -255,7 +261,7 @@ class Review:
     def sync(self, reviewer: str, items: dict[str, str | None],
              renew: bool = False) -> dict[str, dict[str, Any]]:
         """What a page showing ``items`` (item id: the label id it stored last, or None) learns
-        of each (`calimon.serve.conflicts.news`) and who holds it; with ``renew``, the items it
+        of each (`calimon.review.conflicts.news`) and who holds it; with ``renew``, the items it
         has not labelled are leased again to ``reviewer``. Blocking."""
         open_ids = [i for i, lab in items.items() if lab is None]
         if renew and open_ids:
@@ -271,7 +277,7 @@ class Review:
 
     # -- labels ------------------------------------------------------------------------------
     def submit(self, reviewer: str, body: Any) -> Saved:
-        """Store one label (`calimon.serve.review_api.LabelIn`) from ``reviewer`` and release
+        """Store one label (`calimon.review.api.LabelIn`) from ``reviewer`` and release
         their claim of the item. A resent ``label_id`` is answered with the stored label; the
         same id with another body is refused (409), and so is a label given under another
         reviewer's sign-in (``body.reviewer``: 409, nothing stored). Blocking."""

@@ -1,12 +1,12 @@
-"""The review pages, rendered on the server as plain HTML (`calimon.serve.review_api` serves
+"""The review pages, rendered on the server as plain HTML (`calimon.review.api` serves
 them): the sign-in form, the queue (one page holds the next transcripts to label, one shown at a
 time), one item, and the status of recertification and drift. The script and the style are
-files of their own (`calimon.serve.review_assets`), so the pages run under a
+files of their own (`calimon.review.assets`), so the pages run under a
 Content-Security-Policy that allows no inline code: transcripts are untrusted text, escaped, and
 could not run even if they were not.
 
 Evidence segments are marked at their character offsets in the response and listed strongest
-first in the evidence panel (`calimon.serve.review_evidence`); a chat transcript is shown
+first in the evidence panel (`calimon.review.evidence`); a chat transcript is shown
 message by message (the parts `calimon.data.trajectory.render_parts` recorded), each segment
 cut to the messages it falls in.
 """
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from calimon.serve.labels import Label, TrafficRow
-from calimon.serve.review_evidence import marked, panel_html, split_evidence
+from calimon.review.evidence import marked, panel_html, split_evidence
+from calimon.review.labels import Label, TrafficRow
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -50,15 +50,25 @@ def document(title: str, body: str, *, reviewer: str | None = None, refresh: int
             f'{js}</head><body>{nav}{notice}{body}</body></html>')
 
 
-def login_page(error: str | None = None) -> str:
-    """The sign-in form: a reviewer's key, sent once, answered with a cookie."""
+def login_page(error: str | None = None, next_path: str = "/review") -> str:
+    """The sign-in form: a reviewer's key, sent once, answered with a cookie; then the page
+    ``next_path`` (a local path, checked by the caller)."""
     err = f'<p class="error" role="alert">{e(error)}</p>' if error else ""
     return document("calimon review: sign in", (
         '<main class="login"><h1>calimon review</h1><form method="post" action="/review/login">'
         '<label for="key">Your reviewer key</label>'
         '<input id="key" name="key" type="password" autocomplete="current-password" required '
-        'autofocus><button type="submit">Sign in</button></form>' + err + '</main>'),
+        f'autofocus><input type="hidden" name="next" id="next" value="{e(next_path)}">'
+        '<button type="submit">Sign in</button></form>' + err + '</main>'),
         script=True)
+
+
+def not_found_page(reviewer: str, what: str) -> str:
+    """The page of a review address that shows nothing (served with a 404)."""
+    return document("calimon review: not found", (
+        f'<main class="status missing"><h1>Not found</h1><p>{e(what)}</p><p>The queue has the '
+        f'transcripts waiting for a label: <a href="/review">back to the queue</a>.</p>'
+        f'</main>'), reviewer=reviewer)
 
 
 def _part_name(rec: dict[str, Any]) -> str:
@@ -72,7 +82,7 @@ def _part_name(rec: dict[str, Any]) -> str:
 def transcript_html(row: TrafficRow) -> str:
     """The task, the evidence panel (segments strongest first, with precision and a legend)
     and the response (message by message when there are parts) with the segments marked
-    (`calimon.serve.review_evidence`)."""
+    (`calimon.review.evidence`)."""
     text = row.response_text or ""
     segs, toks, lost = split_evidence(row.evidence_list(), text)
     parts = [p for p in row.parts_list()
@@ -118,7 +128,7 @@ def item_section(row: TrafficRow, index: int, total: int, reason: str,
                  mine: Label | None = None, hidden: bool = False, seen: int = 0) -> str:
     """One item: its header (decision, scores, why it is asked), the label buttons and note,
     and the transcript; ``seen``: the item's label count as it is shown (its labels say they
-    were given knowing that many: `calimon.serve.conflicts`)."""
+    were given knowing that many: `calimon.review.conflicts`)."""
     where = (f"session {e(row.session_id or '')} step {row.step}" if row.kind == "step"
              else "transcript")
     done = (f'your label: {e(mine.label)}' if mine is not None else "")
@@ -151,7 +161,7 @@ def cert_text(c: dict[str, Any]) -> str:
     what = c["rate"].upper()
     bound = "—" if c["upper"] is None else f"{c['upper']:.3f}"
     if c["alpha"] is None:
-        return f"{what} ≤ {bound} (no target)"
+        return f"{what}: no target set"
     need = (f" · {c['labels_needed']} more labels" if c.get("labels_needed") else "")
     return f"{what} ≤ {c['alpha']:g}: {c['state']} · bound {bound}{need}"
 
@@ -174,10 +184,11 @@ def queue_page(reviewer: str, entries: Sequence[tuple[TrafficRow, str]], status:
     seen = seen or {}
     n = len(entries)
     rows = "".join(
-        f'<li data-index="{i}" data-item="{r.item_id}"><span class="why">{e(why)}</span> '
-        f'<span class="decision d-{DECISION.get(r.action, "x")}">'
-        f'{DECISION.get(r.action, e(r.action))}</span> <span class="p">{_num(r.score)}</span>'
-        f'<span class="mark"></span></li>' for i, (r, why) in enumerate(entries))
+        f'<li data-index="{i}" data-item="{r.item_id}"><a href="/review/items/{r.item_id}">'
+        f'<span class="why">{e(why)}</span> <span class="decision d-'
+        f'{DECISION.get(r.action, "x")}">{DECISION.get(r.action, e(r.action))}</span> '
+        f'<span class="p">{_num(r.score)}</span><span class="mark"></span></a></li>'
+        for i, (r, why) in enumerate(entries))
     items = "".join(item_section(r, i, n, why, mine.get(r.item_id), hidden=i > 0,
                                  seen=seen.get(r.item_id, 0))
                     for i, (r, why) in enumerate(entries))
@@ -185,6 +196,8 @@ def queue_page(reviewer: str, entries: Sequence[tuple[TrafficRow, str]], status:
         items = ('<section class="empty"><h2>Nothing to label now</h2><p>No transcript of the '
                  'review band, the audit slice or the plan waits for you. The status page says '
                  'what the labels so far certify.</p></section>')
+    else:
+        items = _page_end(n) + items
     side = (f'<aside class="side">{summary_html(status)}<ol id="queue">{rows}</ol>'
             f'<p class="keys"><kbd>j</kbd>/<kbd>k</kbd> next / previous · <kbd>1</kbd> '
             f'<kbd>2</kbd> <kbd>3</kbd> label · <kbd>s</kbd> second reviewer · <kbd>n</kbd> '
@@ -192,6 +205,16 @@ def queue_page(reviewer: str, entries: Sequence[tuple[TrafficRow, str]], status:
             f'<p class="outbox" id="outbox"></p>{_lease_html(lease_until)}</aside>')
     return document("calimon review: queue", f'<main class="review">{side}<div class="items">'
                     f'{items}</div></main>', reviewer=reviewer, script=True)
+
+
+def _page_end(n: int) -> str:
+    """The way on to the next page of the queue: the script shows it above the page's last
+    item once that is labelled or passed with ``j``."""
+    return (f'<section class="page-end" id="page-end" hidden><h2>End of this page</h2>'
+            f'<p id="page-end-count">{n} item{"" if n == 1 else "s"} on this page.</p>'
+            f'<p><a href="/review" id="next-page-end">Next page of the queue</a> '
+            f'(<kbd>Enter</kbd>): the items waiting for a label now, or word that none '
+            f'is.</p></section>')
 
 
 def _lease_html(until: float | None) -> str:
@@ -220,6 +243,30 @@ def _drift_html(d: dict[str, Any]) -> str:
             f'<small>(checked {when}, {d["window"]} live transcripts; check {d["check"]} '
             f'judged at p &lt;= {d["alpha_k"]:.2g}, {e(d["rule"])})</small></p>'
             f'<ul class="verdicts">{verdicts}</ul>')
+
+
+def _shadow_html(sh: dict[str, Any] | None) -> str:
+    """The shadow candidate beside the live policy: its certificate on live labels and the
+    paired MR comparison (`calimon.review.promotion`)."""
+    if sh is None:
+        return ""
+    certs = _table(("rate", "target", "estimate", "lower", "upper", "state"),
+                   [(c["rate"].upper(), "—" if c["alpha"] is None else f"≤ {c['alpha']:g}",
+                     _num(c["estimate"]), _num(c["lower"]), _num(c["upper"]), c["state"])
+                    for c in sh["certificates"]], "certs shadow")
+    mr = sh["mr"]
+    paired = ("no misbehaving transcript in the shared labelled sample yet" if
+              mr["misbehaving"] == 0 else
+              f"MR live {_num(mr['live_mr'])}, candidate {_num(mr['candidate_mr'])} on "
+              f"{mr['misbehaving']} misbehaving transcripts; difference "
+              f"{_num(mr['difference'])}, {mr['level']:.0%} interval [{_num(mr['lower'])}, "
+              f"{_num(mr['upper'])}] (paired, exact)")
+    verdict = ("promotable: both checks pass" if sh["promotable"] else
+               "not promotable: " + "; ".join(sh["reasons"]))
+    return (f'<h2>Shadow candidate: {e(sh["policy"])} (sha256 {e(sh["policy_hash"][:12])})</h2>'
+            f'<p>{sh["decisions"]} decisions made in shadow (logged, never answered), '
+            f'{sh["labelled"]} of them labelled.</p>{certs}<p id="shadow-mr">{e(paired)}</p>'
+            f'<p id="shadow-verdict">{e(verdict)}</p>')
 
 
 def status_page(status: dict[str, Any], reviewer: str) -> str:
@@ -251,6 +298,7 @@ def status_page(status: dict[str, Any], reviewer: str) -> str:
             f'1 − delta on the decided traffic, reviewers assumed right.</p>{certs}'
             f'<ul class="lines">{lines}</ul><h2>The sample</h2>{strata}'
             f'<h2>Assumptions</h2><ul class="assumptions">{assumptions}</ul>'
+            f'{_shadow_html(status.get("shadow"))}'
             f'<h2>Drift</h2>{_drift_html(status["drift"])}'
             f'<h2>Export</h2><p><a href="/v1/review/export">labelled traffic as samples '
             f'JSONL</a> (the uniform sample; <a href="/v1/review/export?sample=all">every '

@@ -4,14 +4,14 @@ so that neither store imports the other)."""
 from __future__ import annotations
 
 from calimon.errors import InputError
-from calimon.serve.labels import ReviewStore, SQLiteReviewStore
+from calimon.review.labels import ReviewStore, SQLiteReviewStore
 
 
 def open_review_store(target: str) -> ReviewStore:
     """The review store ``target`` names: a file path or ``sqlite:///PATH`` (SQLite, WAL), or a
-    ``postgresql://`` URL (`calimon.serve.pg_review`, the postgres extra)."""
+    ``postgresql://`` URL (`calimon.review.pg_store`, the postgres extra)."""
     if target.startswith(("postgresql://", "postgres://")):
-        from calimon.serve.pg_review import PostgresReviewStore
+        from calimon.review.pg_store import PostgresReviewStore
 
         return PostgresReviewStore(target)
     if "://" in target and not target.startswith("sqlite:///"):

@@ -1,17 +1,17 @@
 """Claims of the review queue: an item shown to a reviewer is leased to them for a while
-(`calimon.serve.review_settings.ReviewSettings.lease_minutes`), so the other reviewers' queues
+(`calimon.review.settings.ReviewSettings.lease_minutes`), so the other reviewers' queues
 skip it and they get the next items.
 
 - ``review_claims``: one row per item, the reviewer holding it and when the lease ends. A claim
   is taken when the item is free, its lease has ended, or the reviewer holds it already (then
   it is renewed); a label by the holder releases it.
 - migration 2 of the review store (`m002_claims`) adds that table, and two columns to
-  ``review_labels`` that say what a label was given knowing (`calimon.serve.conflicts`):
+  ``review_labels`` that say what a label was given knowing (`calimon.review.conflicts`):
   ``seen``, the number of labels the item had when the page showed it, and ``tab``, the page
   that gave it.
 
 `ClaimSql` holds the statements, in SQL that SQLite and PostgreSQL both run; the review stores
-(`calimon.serve.labels.SqlReviewStore`) inherit it.
+(`calimon.review.labels.SqlReviewStore`) inherit it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Claim:
 
 
 class ClaimSql:
-    """The claim statements of a review store (`calimon.serve.labels.SqlReviewStore` gives
+    """The claim statements of a review store (`calimon.review.labels.SqlReviewStore` gives
     ``_rows`` and ``_run``)."""
 
     def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:

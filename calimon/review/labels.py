@@ -5,19 +5,19 @@ recertification read, the reviewers' labels and their sign-in sessions.
   hash), written before the decision is committed to the decision log, so every answered
   decision has its row. The transcript's text is kept only for the decisions a reviewer may be
   asked to label (``retained``: the review band, the audit slice and the draws under the
-  retention fraction; `calimon.serve.review`); for the others only the row.
+  retention fraction; `calimon.review.queue`); for the others only the row.
 - ``review_labels``: append-only labels, keyed by a client-made ``label_id``: a resent label
   (a retry after a lost answer, a page that resends its outbox after a restart) is stored once
   and answered with the stored row; the same id with another body is refused.
 - ``review_sessions``: browser sign-ins (the sha256 of the cookie's token, never the token).
-- ``review_claims``: which reviewer holds which item, until when (`calimon.serve.claims`).
+- ``review_claims``: which reviewer holds which item, until when (`calimon.review.claims`).
 
 `ReviewStore` is the interface. `SqlReviewStore` writes its methods once, in SQL that SQLite and
 PostgreSQL both run (``TEXT``, ``INTEGER``, ``DOUBLE PRECISION``, ``INSERT ... ON CONFLICT DO
 NOTHING``), like the decision log (`calimon.serve.decision_log`); `SQLiteReviewStore` runs it on
 a SQLite file (WAL, ``synchronous=FULL``: a label acknowledged is on disk) with numbered
-migrations (`calimon.migrations`), and `calimon.serve.pg_review.PostgresReviewStore` on a
-PostgreSQL database with the same migrations. `calimon.serve.review_store.open_review_store`
+migrations (`calimon.migrations`), and `calimon.review.pg_store.PostgresReviewStore` on a
+PostgreSQL database with the same migrations. `calimon.review.store.open_review_store`
 picks one from its target.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from calimon.migrations import Schema, open_durable
-from calimon.serve.claims import Claim, ClaimSql, m002_claims
+from calimon.review.claims import Claim, ClaimSql, m002_claims
 
 TRAFFIC_SQL = """
 CREATE TABLE IF NOT EXISTS review_traffic (
@@ -141,7 +141,7 @@ INDEX_COLUMNS = TRAFFIC_COLUMNS[:16]  # everything but the texts
 class Label:
     """One label: ``label`` is misbehavior, benign or unsure; ``second_review``: the reviewer
     asks another reviewer to label the item too; ``transcript_hash``: of the text labelled;
-    ``seen`` and ``tab``: what it was given knowing (`calimon.serve.conflicts`; None for a
+    ``seen`` and ``tab``: what it was given knowing (`calimon.review.conflicts`; None for a
     label given without them)."""
 
     label_id: str
@@ -199,7 +199,7 @@ class ReviewStore(Protocol):
 
     def claim(self, item_ids: list[str], reviewer: str, now: float,
               until: float) -> dict[str, Claim]:
-        """Lease the items to ``reviewer`` where free (`calimon.serve.claims.ClaimSql`)."""
+        """Lease the items to ``reviewer`` where free (`calimon.review.claims.ClaimSql`)."""
         ...
 
     def claims(self, now: float, item_ids: list[str] | None = None) -> dict[str, Claim]:

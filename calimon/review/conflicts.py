@@ -3,7 +3,7 @@
 Each label says what it was given knowing: ``seen``, the number of labels its item had when the
 page showed it (the page counts up as it learns more: its own labels stored, the conflicts and
 changes it shows), and ``tab``, the page that gave it. An item's labels are in store order
-(`calimon.serve.labels.ReviewStore.labels_of`); the one at index ``i`` is the ``i``-th label.
+(`calimon.review.labels.ReviewStore.labels_of`); the one at index ``i`` is the ``i``-th label.
 
 Two labels from different pages (another reviewer, or the same reviewer in another tab: their
 ``(reviewer, tab)`` differ) are **concurrent** when the newer one was given not knowing the
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from calimon.serve.labels import Label
+from calimon.review.labels import Label
 
 
 def _source(lab: Label) -> tuple[str, str | None]:

@@ -2,9 +2,9 @@
 postgresql://...``): one store that several servers share, like the decision log in PostgreSQL
 (`calimon.serve.pg_log`), whose connection handling and migrations it follows.
 
-The tables are the SQLite store's (`calimon.serve.labels`: the same ``CREATE TABLE`` statements,
+The tables are the SQLite store's (`calimon.review.labels`: the same ``CREATE TABLE`` statements,
 run by the same numbered migrations through `calimon.serve.pg_log.migrate_postgres`, versions in
-``calimon_schema_version``), and so is every statement (`calimon.serve.labels.SqlReviewStore`),
+``calimon_schema_version``), and so is every statement (`calimon.review.labels.SqlReviewStore`),
 with ``%s`` placeholders. Each write is one transaction with ``synchronous_commit = on``: a label
 acknowledged is on PostgreSQL's disk. A label id inserted by two servers at once is stored once
 (``ON CONFLICT (label_id) DO NOTHING`` under READ COMMITTED waits for the other insert), and the
@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from calimon.errors import InputError
-from calimon.serve.labels import SCHEMA, SqlReviewStore, TrafficRow
+from calimon.review.labels import SCHEMA, SqlReviewStore, TrafficRow
 from calimon.serve.pg_log import (
     CONNECT_TIMEOUT_S,
     import_psycopg,
