@@ -89,5 +89,10 @@ def to_markdown(doc: dict) -> str:
                 f"{_ci(r['mr_diff_ci']).strip() or 'n/a'} |")
     lines += ["", "Held-out parts: " + "; ".join(
         f"{f['fold']} {f['n_held_out']} transcripts ({f['n_held_out_pos']} misbehaving), "
-        f"traffic {f['n_traffic']}, base rows {f['n_base']}" for f in doc["folds"]) + ".", ""]
+        f"traffic {f['n_traffic']}, base rows {f['n_base']}, truncated "
+        f"{f.get('held_out_truncated', 'n/a')}, pairs whose two transcripts read the same "
+        f"after truncation {f.get('held_out_pairs_read_alike', 'n/a')}"
+        for f in doc["folds"]) + ". A source whose pairs read the same cannot be told apart "
+        f"by any monitor at {doc['max_input_tokens']} input tokens: its rows measure nothing.",
+        ""]
     return "\n".join(lines)

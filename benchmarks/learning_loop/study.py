@@ -163,7 +163,20 @@ def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0) -> dict:
     return {"fold": fd.name, "thresholds": {"block": th[0], "pass": th[1]},
             "monitor_C": monitor.C, "n_base": len(fd.base.samples),
             "n_traffic": len(ids), "n_held_out": int(y_h.size),
-            "n_held_out_pos": int(y_h.sum()), "rows": rows}
+            "n_held_out_pos": int(y_h.sum()), "held_out_truncated": int(
+                np.asarray(fd.held_out.truncated, bool).sum()),
+            "held_out_pairs_read_alike": _alike(fd.held_out), "rows": rows}
+
+
+def _alike(fs: FeatureSet) -> int:
+    """Held-out pairs whose two transcripts give the same features (truncation cut what
+    differs): no monitor on these features can tell them apart."""
+    X, g = fs.X(LAYER, POOLING), fs.groups
+    out = 0
+    for p in set(g.tolist()):
+        i = np.flatnonzero(g == p)
+        out += int(i.size == 2 and np.allclose(X[i[0]], X[i[1]]))
+    return out
 
 
 def _step(fd, monitor, order_name, taken, p_traffic, p_held, y_h, g_h, n_boot, seed) -> dict:
