@@ -271,13 +271,13 @@ def test_the_defense_flag_reaches_the_monitor_and_keys_readings_apart(smol, tmp_
 
 def test_robustness_records_the_defense_in_provenance_and_command(smol, tmp_path, monkeypatch):
     fake_factory(monkeypatch)
-    bench = write_samples(toy_samples(6), tmp_path / "toy.jsonl")
+    bench = write_samples(toy_samples(20), tmp_path / "toy.jsonl")  # 20: the map rule
     args = ["robustness", "--model", str(smol.path), "--benchmark", str(bench), "--split",
             "all", "--fit-split", "all", "--store", str(tmp_path / "s.sqlite"), "--out",
             str(tmp_path / "out"), "--attack", "role_markers", "--defense", "strip",
             "--defense", "spotlight", "--sides", "benign", "--json", "--quiet"]
     res = CliRunner().invoke(_app(), args)
-    # the defended fake judge ranks these six the wrong way: a fitted map is inverted
+    # the defended fake judge ranks these the wrong way: a fitted map is inverted
     assert res.exit_code == 1 and "--allow-inverted" in res.output
     res = CliRunner().invoke(_app(), [*args, "--calibration", "none"])
     assert res.exit_code == 0, res.output
@@ -288,7 +288,7 @@ def test_robustness_records_the_defense_in_provenance_and_command(smol, tmp_path
         "verdict")
     assert "--defense spotlight,strip" in prov["command"] and "--sides benign" in prov["command"]
     r = doc["results"][0]
-    assert r["n_attacked"] == 0 and r["benign"]["n_attacked"] == 6
+    assert r["n_attacked"] == 0 and r["benign"]["n_attacked"] == 20
 
 
 @pytest.mark.parametrize("cmd", ["score", "robustness"])

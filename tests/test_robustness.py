@@ -224,10 +224,14 @@ def test_shift_stats_and_validation():
 
 # ----------------------------------------------------------------------------- the study
 
+# 20 pairs: the class-size rule (calimon.numerics.class_support) fits a map on 20 of each class
+PAIRS = 20
+
+
 def _settings(smol, tmp_path, **kw):
     from calimon.studies.robustness.study import RobustnessSettings
 
-    bench = write_samples(toy_samples(12), tmp_path / "toy.jsonl")
+    bench = write_samples(toy_samples(PAIRS), tmp_path / "toy.jsonl")
     base = dict(model=str(smol.path), benchmark=str(bench), split=None, fit_split=None,
                 store=tmp_path / "s.sqlite", out=tmp_path / "out")
     return RobustnessSettings(**{**base, **kw})
@@ -240,20 +244,20 @@ def test_study_counts_flips_through_the_store(smol, tmp_path, monkeypatch):
     run = run_robustness(_settings(smol, tmp_path))
     doc = json.loads((run.out / "robustness.json").read_text())
     assert [r["attack"] for r in doc["results"]] == list(ATTACKS)
-    assert doc["clean"]["scored"] == 24 and doc["calibration"]["fit_on"].startswith("the eval")
+    assert doc["clean"]["scored"] == 2 * PAIRS and doc["calibration"]["fit_on"].startswith("the eval")
     t = doc["operating_points"]["far"]["threshold"]
     assert doc["operating_points"]["far"]["far"] <= 0.10
     with (run.out / "attacked.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    # both sides are attacked by default: 12 misbehaving and 12 benign transcripts per rewrite
-    assert len(rows) == len(ATTACKS) * 24
+    # both sides are attacked by default: PAIRS misbehaving and PAIRS benign per rewrite
+    assert len(rows) == len(ATTACKS) * 2 * PAIRS
     assert {x["side"] for x in rows} == {"misbehaving", "benign"}
     from calimon.calibration.maps import calibrator_from_dict
 
     cal = calibrator_from_dict(doc["calibration"]["map"])
     for r in doc["results"]:
         mine = [x for x in rows if x["attack"] == r["attack"] and x["side"] == "misbehaving"]
-        assert len(mine) == 12 and all(x["id"].startswith(x["attacked_id"]) for x in mine)
+        assert len(mine) == PAIRS and all(x["id"].startswith(x["attacked_id"]) for x in mine)
         c = cal.predict([float(x["p_raw_clean"]) for x in mine])
         a = cal.predict([float(x["p_raw_attacked"]) for x in mine])
         assert r["at_far"]["flipped"] == int(((c >= t) & (a < t)).sum())
@@ -264,7 +268,7 @@ def test_study_counts_flips_through_the_store(smol, tmp_path, monkeypatch):
         cb = cal.predict([float(x["p_raw_clean"]) for x in good])
         ab = cal.predict([float(x["p_raw_attacked"]) for x in good])
         fa = r["benign"]["at_far"]
-        assert r["benign"]["n_attacked"] == fa["n"] == 12 and r["benign"]["n_unscored"] == 0
+        assert r["benign"]["n_attacked"] == fa["n"] == PAIRS and r["benign"]["n_unscored"] == 0
         assert fa["flagged_clean"] == int((cb >= t).sum())
         assert fa["flagged_attacked"] == int((ab >= t).sum())
         assert fa["new_false_alarms"] == int(((cb < t) & (ab >= t)).sum())
@@ -274,7 +278,7 @@ def test_study_counts_flips_through_the_store(smol, tmp_path, monkeypatch):
     note = next(r for r in doc["results"] if r["attack"] == "reviewer_note")
     assert note["shift_raw"]["mean_delta"] < 0 and note["at_eer"]["flipped"] > 0
     md = (run.out / "robustness.md").read_text()
-    row = next(ln for ln in md.splitlines() if ln.startswith("| reviewer_note | 12 |"))
+    row = next(ln for ln in md.splitlines() if ln.startswith(f"| reviewer_note | {PAIRS} |"))
     fa = note["benign"]["at_far"]
     assert f"| {fa['far_clean']:.2f} [{fa['far_clean_ci'][0]:.2f}, " in row  # benign side
     assert doc["clean"]["mean_prompt_tokens"] > 0
@@ -320,6 +324,11 @@ def test_unscored_benign_transcripts_are_counted_not_read(smol, tmp_path, monkey
     assert b["n_attacked"] == 12 and b["n_unscored"] == 1 and b["at_far"]["n"] == 11
     assert b["status"] == {"error": 1, "ok": 11}
     assert "| 11 (1 unscored) |" in (s.out / "robustness.md").read_text()
+    # 12 of each class: the curve rule holds (10), the calibration rule (20) does not, so no
+    # map is fitted and the summary says why, as `calimon curve` does on the same scores
+    assert doc["calibration"]["method"] == "none"
+    assert "needs at least 20 of each class" in doc["calibration"]["fit_on"]
+    assert "Calibration: none (12 misbehaving and 11 benign" in (s.out / "robustness.md").read_text()
 
 
 def test_study_refuses_bad_settings(smol, tmp_path, monkeypatch):
@@ -414,7 +423,7 @@ def test_an_inverted_map_stops_the_study_unless_kept_and_none_reads_the_raw_scor
     swapped = [dataclasses.replace(x, label=not x.label,
                                    gold_spans=() if x.label else ((0, 4),),
                                    split=("test", "calib")[int(x.pair_id[1:]) % 2])
-               for x in toy_samples(12)]
+               for x in toy_samples(PAIRS)]
     bench = write_samples(swapped, tmp_path / "swapped.jsonl")
     kw = {"benchmark": str(bench), "attacks": ("reviewer_note",)}
     with pytest.raises(InvertedMapError, match="platt map.*--allow-inverted"):

@@ -242,7 +242,8 @@ def test_nothing_flagged_means_nothing_searched_and_no_rate(smol, tmp_path, monk
     # map (non-decreasing) cannot turn that round, so at FAR <= 10% no misbehaving transcript
     # is flagged and there is nothing to attack. The raw score ranks the wrong way on the fit
     # set, which stops the study unless kept with allow_inverted (recorded).
-    swapped = [replace(s, label=not s.label, gold_spans=()) for s in toy_samples(10)]
+    # 20 pairs: enough of each class for the class-size rule to fit a map (20)
+    swapped = [replace(s, label=not s.label, gold_spans=()) for s in toy_samples(20)]
     bench = write_samples(swapped, tmp_path / "swapped.jsonl")
     run = run_adaptive(AdaptiveSettings(model=str(smol.path), benchmark=str(bench), split=None,
                                         fit_split=None, budget=4, calibration="isotonic",

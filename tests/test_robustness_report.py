@@ -24,7 +24,7 @@ def _report_module():
     return mod
 
 
-def _runs(smol, tmp_path, monkeypatch, n_pairs=8):
+def _runs(smol, tmp_path, monkeypatch, n_pairs=10):  # 10: the curve rule of each class
     from calimon.studies.robustness.study import RobustnessSettings, run_robustness
 
     fake_factory(monkeypatch)

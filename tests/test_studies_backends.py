@@ -208,7 +208,8 @@ def test_head_training_through_a_factory_backend(fakes, smol, tmp_path, monkeypa
     assert card.base_model.name == "fake" and card.base_model.num_layers == 2
     assert card.layer in (1, 2)  # the layers that carry the hack feature
     assert card.metrics["cv_auroc"] == pytest.approx(1.0)
-    assert card.metrics["test_auroc"] == pytest.approx(1.0) and card.metrics["test_n"] == 4
+    # 2 test pairs: below the curve rule (10 of each class), so no AUROC, as `calimon curve`
+    assert card.metrics["test_auroc"] is None and card.metrics["test_n"] == 4
 
 
 def test_heads_need_hidden_states_and_say_so(fakes, smol, tmp_path):
@@ -267,17 +268,18 @@ def test_every_study_on_the_transformers_backend(smol, tmp_path, monkeypatch):
 
     monkeypatch.setenv("CALIMON_FEATURES_DIR", str(tmp_path / "features"))
     cpu = dict(device="cpu", threads=1)
-    bench = split_bench(tmp_path, 6, {f"t{i}": "train" for i in range(5)})
+    # ten train pairs: the curve rule (10 of each class) the robustness study reads under
+    bench = split_bench(tmp_path, 11, {f"t{i}": "train" for i in range(10)})
     spans = run_span_study(SpanSettings(benchmark=bench, quotes=False, max_segments=3,
                                         store=tmp_path / "s.sqlite", **cpu))
     assert spans.summary["settings"]["share_prefix"] is True  # local weights: shared prefixes
     assert spans.summary["counts"]["variant_status"] == {"ok": 3}
     rob = run_robustness(RobustnessSettings(
         model="smollm2-135m", benchmark=bench, split="train", fit_split=None,
-        calibration="none",  # ten toy samples: a fitted map comes out inverted, which stops it
+        calibration="none",  # toy samples: a fitted map comes out inverted, which stops it
         attacks=("reviewer_note",), store=tmp_path / "s.sqlite", out=tmp_path / "rob", **cpu))
-    assert rob.summary["clean"]["scored"] == 10 and rob.results[0].n_attacked == 5
+    assert rob.summary["clean"]["scored"] == 20 and rob.results[0].n_attacked == 10
     head = train_head(HeadTrainSettings(name="toy", benchmark=bench, layer=20, evaluate=False,
                                         out=tmp_path / "heads", **cpu))
     assert head.card.base_model.num_layers == 30 and head.card.layer == 20
-    assert head.card.training.n_samples == 10
+    assert head.card.training.n_samples == 20

@@ -31,17 +31,17 @@ def run(args):
 
 @pytest.fixture
 def bench(tmp_path):
-    samples = [replace(s, split="test") for s in toy_samples(3)]
+    samples = [replace(s, split="test") for s in toy_samples(10)]  # 10: the curve rule
     return str(write_samples(samples, tmp_path / "toy.jsonl"))
 
 
 def test_robustness_on_ray_matches_a_local_run(bench, tmp_path):
     base = ["robustness", *CPU, "--benchmark", bench, "--fit-split", "all",
-            "--attack", "reviewer_note", "--calibration", "none"]  # 3 toy pairs: a map inverts
+            "--attack", "reviewer_note", "--calibration", "none"]  # toy pairs: a map inverts
     local = run([*base, "--store", str(tmp_path / "l.sqlite"), "--out", str(tmp_path / "l")])
     ray = run([*base, "--engine", "ray", "--store",
                str(tmp_path / "r.sqlite"), "--out", str(tmp_path / "r")])
-    assert ray["clean"]["scored"] == local["clean"]["scored"] == 6
+    assert ray["clean"]["scored"] == local["clean"]["scored"] == 20
     assert ray["clean"]["auroc_raw"] == pytest.approx(local["clean"]["auroc_raw"], abs=1e-6)
     (a,), (b,) = local["results"], ray["results"]
     assert b["shift_raw"]["mean_delta"] == pytest.approx(a["shift_raw"]["mean_delta"], abs=1e-5)

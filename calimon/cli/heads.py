@@ -49,18 +49,24 @@ def heads_train(
     augment: Annotated[list[str] | None, typer.Option(help="Add rewritten copies of the train transcripts (both classes) with text of this kind added (end, start, paragraph or top-level code comment): neutral, note, verdict, instruction, role or all; repeatable. Recorded on the card.")] = None,
     augment_copies: Annotated[int, typer.Option(help="Rewritten copies per train transcript with --augment.")] = 1,
     out: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
+    from_review: Annotated[str | None, typer.Option(help="Reviewed labels to train on with the train split: a review export file (calimon review-export) or a running server's URL (its export is saved as heads/<model>/<name>.reviews.jsonl; key in $CALIMON_API_KEY). Split by pair and time: the latest --review-eval-share of the pairs are held out and scored on the card; every label that trained the head is recorded on it.")] = None,
+    review_weight: Annotated[float, typer.Option(help="With --from-review: the reviewed training labels of each class together weigh this many times the original train rows of that class.")] = 1.0,
+    review_eval_share: Annotated[float, typer.Option(help="With --from-review: share of the reviewed pairs (the latest by time) held out for evaluation.")] = 0.3,
+    review_sample: Annotated[str, typer.Option(help="With --from-review URL: the export's sample, all (every label, for training) or uniform.")] = "all",
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ):
-    """Train a probe head on a benchmark's train split and save it with its card."""
+    """Train a probe head on a benchmark's train split (and reviewed labels, --from-review) and save it with its card."""
     from calimon.errors import InputError
     from calimon.studies.heads.workflow import HeadTrainSettings, train_head
 
     if sweep and layer is not None:
         raise InputError("give --layer or --sweep, not both", field="layer")
+    review_file, review_url = _reviews(from_review, model, name, out, review_sample)
     settings = settings_from(HeadTrainSettings, ctx.params,
                              categories=tuple(category) if category else None,
-                             augment=tuple(augment or ()), evaluate=not no_eval)
+                             augment=tuple(augment or ()), evaluate=not no_eval,
+                             from_review=review_file, review_source=review_url)
     done = train_head(settings, progress=progress_factory(quiet or as_json))
     if as_json:
         typer.echo(done.card.model_dump_json(indent=1))
@@ -70,6 +76,22 @@ def heads_train(
                f"{c.pooling or c.aggregate})")
     for k, v in c.metrics.items():
         typer.echo(f"  {k:<22} {'n/a' if v is None else f'{v:.4g}'}")
+
+
+def _reviews(source: str | None, model: str, name: str, root: Path | None, sample: str
+             ) -> tuple[Path | None, str | None]:
+    """(export file, server URL or None) of ``--from-review``: a URL's export is fetched into
+    heads/<model>/<name>.reviews.jsonl first."""
+    if source is None:
+        return None, None
+    if not source.startswith(("http://", "https://")):
+        return Path(source), None
+    from calimon.scoring.probes.artifacts import head_paths
+    from calimon.serve.remote import export_to
+
+    path = head_paths(Path(model).name, name, root)[1].with_name(f"{name}.reviews.jsonl")
+    export_to(source, path, sample=sample)
+    return path, source
 
 
 @heads_app.command("list")

@@ -68,6 +68,25 @@ class AugmentationRef(BaseModel):
     held_out: str
 
 
+class ReviewsRef(BaseModel):
+    """Reviewed labels a head was trained on with its original data
+    (`calimon.studies.heads.reviews`): the export file and its sha256, where it came from, the
+    weighting, the split and every label (id, reviewers, time, label, split)."""
+
+    model_config = ConfigDict(extra="forbid")
+    file: str
+    sha256: str
+    source: str | None = None  # the server's URL when the labels were fetched
+    weight: float
+    eval_share: float
+    split_rule: str
+    n_train: int
+    n_eval: int
+    n_eval_dropped: int = 0
+    n_train_dropped: int = 0
+    labels: list[dict[str, Any]] = []
+
+
 class TrainingRef(BaseModel):
     """The card's training data (benchmark, dataset hash, split, counts, categories), parameters
     and cost."""
@@ -84,6 +103,7 @@ class TrainingRef(BaseModel):
     seconds: float | None = None
     peak_memory_mb: float | None = None  # tracemalloc peak: torch allocations not counted
     augmentation: AugmentationRef | None = None
+    reviews: ReviewsRef | None = None
 
 
 class HeadCard(BaseModel):

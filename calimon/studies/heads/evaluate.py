@@ -3,7 +3,12 @@
 Protocol (the same for every readout): a calibration map is fitted on the ``calib`` split and
 applied to ``test``; AUROC of the raw test score (so an inverted score shows), ECE before and
 after the map, and the miss rate at the lowest threshold whose false-alarm rate on the test
-split is <= ``far`` (read off the calibrated test curve, as ``calimon curve`` does).
+split is <= ``far`` (read off the calibrated test curve). The curve, the map and both figures
+come from `calimon.studies.curve.compute.compute_curve`, as ``calimon curve --split test``
+computes them (`calimon.studies.curve.scores.curve_of_scores`), under its class-size rule:
+below 10 scored samples of a class in the test split AUROC and MR are undefined (NaN, None
+on a card); below 20 of a class in ``calib`` no map is fitted (``method`` "none", no ECE
+after it).
 """
 
 from __future__ import annotations
@@ -14,10 +19,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from calimon.calibration.crossfit import fit_on_split
 from calimon.errors import InputError
-from calimon.numerics.curves import Curve
-from calimon.numerics.metrics import auroc, ece
+from calimon.numerics.metrics import ece
+from calimon.studies.curve.scores import curve_of_scores
 
 
 @dataclass(frozen=True)
@@ -61,19 +65,22 @@ def evaluate_readout(name: str, p_calib, y_calib, p_test, y_test, *, far: float 
     if not (yt.any() and (~yt).any()):
         raise InputError("the test split needs scored misbehaving and benign samples",
                          field="y_test")
-    _, cal = fit_on_split(method, pc, yc, pt)
-    cal = np.clip(cal, 0.0, 1.0)
-    point = Curve.from_scores(cal, yt, n_boot=0).at_far(far)
-    return ReadoutScores(name, int(yt.size), int(yt.sum()), missing, auroc(pt, yt),
-                         auroc(cal, yt), ece(pt, yt), ece(cal, yt), point.mr, far, method)
+    c = curve_of_scores(pt, yt, fit=(pc, yc), method=method, fars=(far,))
+    by_id = c.result.scores.p_cal
+    cal = np.array([by_id[f"e{i}"] for i in range(yt.size)]) if by_id else None
+    return ReadoutScores(name, int(yt.size), int(yt.sum()), missing, c.auroc_raw,
+                         c.auroc, ece(pt, yt), ece(cal, yt) if cal is not None else math.nan,
+                         c.mr_at_far(far), far, c.method)
 
 
 def curve_figures(p, y, far: float = 0.05) -> tuple[float, float]:
-    """(AUROC, MR at FAR <= far) of raw scores on one set; NaN without both classes."""
+    """(AUROC, MR at FAR <= far) of raw scores on one set, by `compute_curve`; NaN below the
+    class-size rule (module docstring)."""
     p, y, _ = _finite(p, y)
-    if not (y.any() and (~y).any()):
+    if not y.size:
         return float("nan"), float("nan")
-    return auroc(p, y), Curve.from_scores(p, y, n_boot=0).at_far(far).mr
+    c = curve_of_scores(p, y, method="none", fars=(far,))
+    return c.auroc, c.mr_at_far(far)
 
 
 @dataclass(frozen=True)

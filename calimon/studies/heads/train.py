@@ -36,24 +36,30 @@ ATTENTION_WDS = (10.0, 100.0, 1000.0)  # L2 weight x n: C = 0.1, 0.01, 0.001 of 
 ATTENTION_EPOCHS = 15
 
 
-def _fit(X, y, estimator: str, C: float, seed: int) -> dict[str, np.ndarray]:
+def _fit(X, y, estimator: str, C: float, seed: int,
+         sample_weight: np.ndarray | None = None) -> dict[str, np.ndarray]:
     if estimator == "logistic":
-        return fit_logistic(X, y, C=C)
+        return fit_logistic(X, y, C=C, sample_weight=sample_weight)
+    if sample_weight is not None:
+        raise InputError(f"sample weights need the logistic estimator, got {estimator!r}",
+                         field="estimator")
     if estimator == "mlp":
         return fit_mlp(X, y, weight_decay=1.0 / C / max(len(y), 1), seed=seed)
     raise InputError(f"expected 'logistic' or 'mlp', got {estimator!r}", field="estimator")
 
 
 def oof_scores(X: np.ndarray, y: np.ndarray, groups: Sequence, *, C: float = SWEEP_C,
-               estimator: str = "logistic", n_splits: int = 5, seed: int = 0) -> np.ndarray:
+               estimator: str = "logistic", n_splits: int = 5, seed: int = 0,
+               sample_weight: np.ndarray | None = None) -> np.ndarray:
     """Out-of-fold P(misbehavior) of a sequence head: each sample scored by a head fitted
-    without its pair."""
+    without its pair (weighted by ``sample_weight`` when given; default class-balanced)."""
     y = np.asarray(y, dtype=bool)
     folds, k, _ = make_folds(y, list(groups), n_splits, seed)
     out = np.empty(y.shape[0])
     for f in range(k):
         tr, te = folds != f, folds == f
-        params = _fit(X[tr], y[tr], estimator, C, seed)
+        w = None if sample_weight is None else sample_weight[tr]
+        params = _fit(X[tr], y[tr], estimator, C, seed, w)
         out[te] = ProbeHead("sequence", estimator, 0, params, pooling="mean").predict_proba(X[te])
     return out
 
@@ -115,14 +121,17 @@ class SequenceFit:
 
 def fit_sequence_head(fs: FeatureSet, layer: int, pooling: str = "mean", *,
                       estimator: str = "logistic", Cs: Sequence[float] = DEFAULT_CS,
-                      n_splits: int = 5, seed: int = 0) -> SequenceFit:
-    """Pick C by pair-grouped CV AUROC on ``fs``, then fit on all of ``fs``."""
+                      n_splits: int = 5, seed: int = 0,
+                      sample_weight: np.ndarray | None = None) -> SequenceFit:
+    """Pick C by pair-grouped CV AUROC on ``fs``, then fit on all of ``fs`` (rows weighted by
+    ``sample_weight`` when given)."""
     X, y, g = fs.X(layer, pooling), fs.y, fs.groups
     scores = {float(C): auroc(oof_scores(X, y, g, C=C, estimator=estimator, n_splits=n_splits,
-                                         seed=seed), y) for C in Cs}
+                                         seed=seed, sample_weight=sample_weight), y)
+              for C in Cs}
     best = max(scores, key=lambda c: (np.nan_to_num(scores[c], nan=-1.0), -c))
-    head = ProbeHead("sequence", estimator, int(layer), _fit(X, y, estimator, best, seed),
-                     pooling=pooling)
+    head = ProbeHead("sequence", estimator, int(layer),
+                     _fit(X, y, estimator, best, seed, sample_weight), pooling=pooling)
     return SequenceFit(head, best, scores)
 
 

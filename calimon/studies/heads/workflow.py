@@ -71,6 +71,10 @@ class HeadTrainSettings(RunSettings):
     augment: tuple[str, ...] = ()  # augmentation kinds (calimon.studies.heads.augment); () = none
     augment_copies: int = 1
     out: Path | None = None  # heads root (default: heads/)
+    from_review: Path | None = None  # a review export to train on too (studies.heads.reviews)
+    review_source: str | None = None  # the server it was fetched from, recorded
+    review_weight: float = 1.0
+    review_eval_share: float = 0.3
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,11 @@ def _check(s: HeadTrainSettings) -> None:
         if isinstance(s.augment_copies, bool) or s.augment_copies < 1:
             raise InputError(f"expected an integer >= 1, got {s.augment_copies!r}",
                              field="augment_copies")
+    if s.from_review is not None and (s.kind, s.estimator, s.augment) != ("sequence",
+                                                                          "logistic", ()):
+        raise InputError("training on reviewed labels weights a logistic sequence head; got "
+                         f"kind {s.kind!r}, estimator {s.estimator!r}, augment "
+                         f"{list(s.augment)}", field="from_review")
     if s.engine != "local":
         raise InputError(f"head training reads hidden states in this process; engine "
                          f"{s.engine!r} cannot run it (use --engine local)", field="engine")
@@ -150,12 +159,20 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
                                 token_layers=token_layers, progress=tick)
 
     added = _augmented(train, s)
-    fs = features(train + added, "train")
+    reviews = _review_set(s, train)
+    extra = reviews.train_samples() if reviews else []
+    fs = features(train + added + extra, "train")
     log(f"train split: {len(train)} samples, {sum(bool(x.label) for x in train)} misbehaving"
-        + (f"; {len(added)} augmented copies" if added else ""))
+        + (f"; {len(added)} augmented copies" if added else "")
+        + (f"; {len(extra)} reviewed labels, weight {s.review_weight:g}" if reviews else ""))
+    weights = None
+    if reviews:
+        from calimon.studies.heads.reviews import review_weights
+
+        weights = review_weights(fs.y[:len(train)], fs.y[len(train):], s.review_weight)
     start = time.perf_counter()
     tracemalloc.start()
-    head, sweep, metrics, params = _fit(fs, s, token_layers)
+    head, sweep, metrics, params = _fit(fs, s, token_layers, weights)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     seconds = time.perf_counter() - start
@@ -167,13 +184,36 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
                                  ft.y)
             metrics.update({"test_auroc": r.auroc_raw, "test_ece_cal": r.ece_cal,
                             "test_mr_at_far_5pct": r.mr_at_far, "test_n": r.n_test})
+    if reviews and reviews.held_out:
+        metrics.update(_review_metrics(head, features(reviews.held_out_samples(), "reviews")))
     card = _card(s, head, backend, prompt, train, fs, params, metrics, seconds, peak,
-                 _augmentation_ref(s, added) if s.augment else None)
+                 _augmentation_ref(s, added) if s.augment else None,
+                 reviews.ref(weight=s.review_weight, eval_share=s.review_eval_share,
+                             source=s.review_source) if reviews else None)
     path = save_head(head, card, s.out)
     from calimon.scoring.probes.artifacts import load_head
 
     _, saved = load_head(path)
     return TrainedHead(path, saved, sweep)
+
+
+def _review_set(s: HeadTrainSettings, train: list[Sample]):
+    """The reviewed labels of ``s.from_review`` split for training (None without)."""
+    if s.from_review is None:
+        return None
+    from calimon.studies.heads.reviews import review_set
+
+    return review_set(s.from_review, s.review_eval_share, train)
+
+
+def _review_metrics(head, fs: FeatureSet) -> dict:
+    """AUROC and MR at FAR <= 5% of the raw head score on the held-out reviewed labels, by
+    `compute_curve` (undefined below its class-size rule)."""
+    from calimon.studies.heads.evaluate import curve_figures
+
+    a, mr = curve_figures(head_scores(head, fs), fs.y, 0.05)
+    return {"review_eval_auroc": a, "review_eval_mr_at_far_5pct": mr,
+            "review_eval_n": len(fs.samples)}
 
 
 def _augmented(train: list[Sample], s: HeadTrainSettings) -> list[Sample]:
@@ -199,7 +239,7 @@ def _augmentation_ref(s: HeadTrainSettings, added: list[Sample]) -> Augmentation
 
 def _card(s: HeadTrainSettings, head, backend, prompt, train: list[Sample], fs: FeatureSet,
           params: dict, metrics: dict, seconds: float, peak_bytes: int,
-          augmentation: AugmentationRef | None = None) -> HeadCard:
+          augmentation: AugmentationRef | None = None, reviews=None) -> HeadCard:
     """The card of a head fitted on ``train`` (``fs``: its features, augmented copies
     included) in ``seconds`` with ``peak_bytes`` of traced memory; its weights fields are
     filled when it is saved. Non-finite metrics become None."""
@@ -217,16 +257,18 @@ def _card(s: HeadTrainSettings, head, backend, prompt, train: list[Sample], fs: 
                              categories=sorted({x.category for x in train}), seed=s.seed,
                              params=params, seconds=round(seconds, 3),
                              peak_memory_mb=round(peak_bytes / 2**20, 1),
-                             augmentation=augmentation),
+                             augmentation=augmentation, reviews=reviews),
         metrics={k: (None if v is None or not np.isfinite(v) else float(v))
                  for k, v in metrics.items()},
         weights_file="", weights_sha256="", calimon_version=__version__, created=now())
 
 
-def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...]):
+def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...],
+         weights: np.ndarray | None = None):
     """(head, layer sweep or None, cross-validated metrics, fit parameters) on the train
-    features: a sequence head at ``s.layer`` (or the sweep's best layer), or a token or
-    attention head at the candidate layer with the best CV AUROC."""
+    features: a sequence head at ``s.layer`` (or the sweep's best layer, unweighted), or a
+    token or attention head at the candidate layer with the best CV AUROC. ``weights``: the
+    sequence head's sample weights (reviewed labels)."""
     sweep, metrics, params = None, {}, {}
     if s.estimator == "attention":
         return _fit_attention(fs, s, token_layers)
@@ -236,7 +278,7 @@ def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...]):
             sweep = layer_sweep(fs, poolings=(s.pooling,), seed=s.seed)
             layer = sweep.best(s.pooling).layer
         fit = fit_sequence_head(fs, layer, s.pooling, estimator=s.estimator, Cs=DEFAULT_CS,
-                                seed=s.seed)
+                                seed=s.seed, sample_weight=weights)
         metrics["cv_auroc"] = fit.cv_auroc[fit.C]
         params = {"C": fit.C, "Cs": list(DEFAULT_CS), "cv_folds": 5}
         return fit.head, sweep, metrics, params

@@ -190,7 +190,6 @@ def run_robustness(s: RobustnessSettings, progress: Progress | None = None, *,
 
 
 def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
-    from calimon.numerics.curves import Curve
     from calimon.studies.robustness.clean_fit import fit_clean
 
     fitted = fit_clean(s, evaluate, fit, clean)
@@ -217,7 +216,7 @@ def _analyse(s: RobustnessSettings, evaluate, fit, clean, attacked, att):
                   "status": dict(sorted(Counter(
                       clean[x.transcript_hash].status if x.transcript_hash in clean
                       else "missing" for x in evaluate).items())),
-                  "auroc_raw": Curve.from_scores(p_eval[ok], y_eval[ok], n_boot=0).auroc,
+                  "auroc_raw": fitted.auroc_raw,
                   "auroc_cal": curve.auroc,
                   "mean_prompt_tokens": float(np.mean(tokens)) if tokens else None},
         "operating_points": {"far": op_far.to_dict(), "eer": op_eer.to_dict()},

@@ -1,0 +1,49 @@
+"""The learning-loop study's one capture pass: hidden-state features of every selected sample
+(`selection.select`), cached by `calimon.scoring.probes.features` (a second run reads the cache
+and captures only what is missing). Base rows first, then fold by fold in `selection.ORDER`, so
+that a capture stopped early leaves whole folds.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+MODEL, PROMPT, MAX_INPUT_TOKENS = "smollm2-135m", "direct", 384  # as the shift study
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def backend_and_prompt():
+    """The embedded model's backend on CPU and the prompt whose verdict pass is read."""
+    from calimon.prompts import load_prompt
+    from calimon.scoring.backends import build_backend
+    from calimon.scoring.engines import MonitorSpec
+
+    return (build_backend(MonitorSpec(model=MODEL, options={"device": "cpu"})),
+            load_prompt(PROMPT))
+
+
+def capture(sel, *, deadline: float | None = None) -> list[str]:
+    """Capture what the cache lacks, base rows first, then each fold; stop starting new folds
+    after ``deadline`` (a time.time() value). Returns the folds whose features are all cached."""
+    from calimon.scoring.probes.features import FeatureCache, extract_features
+
+    backend, prompt = backend_and_prompt()
+    cache = FeatureCache(backend.model_ref, prompt, MAX_INPUT_TOKENS)
+    groups = [("base", [s for rows in sel.base.values() for s in rows])]
+    groups += [(f.name, list(f.traffic + f.held_out)) for f in sel.folds]
+    done = []
+    for name, rows in groups:
+        todo = cache.missing(rows)
+        if todo and deadline is not None and time.time() > deadline:
+            log(f"{name}: {len(todo)} samples not captured (deadline passed)")
+            continue
+        if todo:
+            log(f"{name}: capturing {len(todo)} of {len(rows)} samples")
+            extract_features(backend, prompt, todo, max_input_tokens=MAX_INPUT_TOKENS)
+        done.append(name)
+        log(f"{name}: cached")
+    return done

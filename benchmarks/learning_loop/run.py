@@ -1,0 +1,96 @@
+"""The learning-loop study (benchmarks/results/learning-loop.md): leave one source out on
+amb-open v2 and humaneval-pairs; the monitor trained without the source, then retrained on
+25, 50, 100 and 200 reviewed labels of the source's traffic (in the review planner's order and
+uniformly), against recalibration only, on a held-out part of the source.
+
+    nice -n 10 python benchmarks/learning_loop/run.py [--capture-minutes M] [--n-boot 200]
+
+One command: the capture pass first (`capture.py`, cached: a second run captures only what is
+missing; with ``--capture-minutes`` it starts no new fold after M minutes), then every fold
+whose features are all cached (`study.py`), then the JSON (benchmarks/learning_loop/out/) and
+the results page. Folds not captured are listed on the page as missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from capture import MAX_INPUT_TOKENS, MODEL, PROMPT, capture, log  # noqa: E402
+from report import to_markdown  # noqa: E402
+from selection import select  # noqa: E402
+from study import FoldData, run_fold  # noqa: E402
+
+
+def fold_features(sel, fold):
+    """`FoldData` of ``fold`` from the cache (base rows of the sources it may see)."""
+    from calimon.models import resolve_model
+    from calimon.prompts import load_prompt
+    from calimon.scoring.probes.features import FeatureCache
+
+    cache = FeatureCache(resolve_model(MODEL), load_prompt(PROMPT), MAX_INPUT_TOKENS)
+    base = [s for src, rows in sel.base.items() if src not in fold.excluded_sources
+            for s in rows]
+    return FoldData(fold.name, cache.load(base), cache.load(list(fold.traffic)),
+                    cache.load(list(fold.held_out)))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--capture-minutes", type=float, default=None,
+                    help="start no new fold's capture after this many minutes")
+    ap.add_argument("--no-capture", action="store_true", help="use the cache as it is")
+    ap.add_argument("--n-boot", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=HERE / "out" / "learning-loop.json")
+    ap.add_argument("--results", type=Path,
+                    default=HERE.parents[1] / "benchmarks" / "results" / "learning-loop.md")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    sel = select(args.seed)
+    if args.no_capture:
+        from calimon.models import resolve_model
+        from calimon.prompts import load_prompt
+        from calimon.scoring.probes.features import FeatureCache
+
+        cache = FeatureCache(resolve_model(MODEL), load_prompt(PROMPT), MAX_INPUT_TOKENS)
+        base = [s for rows in sel.base.values() for s in rows]
+        ready = [f.name for f in sel.folds if not cache.missing(
+            base + list(f.traffic + f.held_out))]
+    else:
+        deadline = None if args.capture_minutes is None else t0 + 60 * args.capture_minutes
+        ready = capture(sel, deadline=deadline)
+    doc = {"model": MODEL, "prompt": PROMPT, "max_input_tokens": MAX_INPUT_TOKENS,
+           "seed": args.seed, "n_boot": args.n_boot, "command": command(argv),
+           "folds": [], "missing": [f.name for f in sel.folds if f.name not in ready],
+           "selection": {f.name: {"traffic": len(f.traffic), "held_out": len(f.held_out)}
+                         for f in sel.folds}}
+    for fold in sel.folds:
+        if fold.name not in ready:
+            continue
+        log(f"{fold.name}: study")
+        doc["folds"].append(run_fold(fold_features(sel, fold), n_boot=args.n_boot,
+                                     seed=args.seed))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    doc["seconds"] = round(time.time() - t0, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    args.results.write_text(to_markdown(doc), encoding="utf-8")
+    log(f"wrote {args.out} and {args.results}")
+    return 0
+
+
+def command(argv) -> str:
+    return "nice -n 10 python benchmarks/learning_loop/run.py " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
