@@ -82,3 +82,17 @@ def test_the_report_gives_each_method_its_floor_and_a_paired_interval(tmp_path):
     lo, hi = o["hit1_minus_floor"]["ci"]
     assert lo < 8 / 12 - 0.25 < hi
     assert figs["copy quotes (ranked by drop)"]["category"]["safety"]["n"] == 6
+
+
+def test_the_report_reads_the_two_run_folders_as_well_as_the_collected_json(tmp_path):
+    mod = load("make_segment_results")
+    quotes = [{"source": "copy_quote", "start": 25, "end": 28, "score": 0.3}]
+    occ = [{"source": "occlusion", "start": 0, "end": 5, "score": 0.2}]
+    v = write_run(tmp_path / "v", [record(0, quotes, [])],
+                  {"copy quotes": 1.0, "copy quotes (by drop)": 1.0})
+    h = write_run(tmp_path / "h", [record(0, occ, [(0, 20), (21, 43)])], {"occlusion": 0.0})
+    runs = mod.read_runs([str(v), str(h)])
+    assert runs["verdict"]["rows"][0]["copy_hit1"] == 1.0
+    assert runs["head"]["rows"][0]["occ_hit1_floor"] == pytest.approx(0.5)
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    assert mod.read_runs([str(tmp_path / "runs.json")]) == runs

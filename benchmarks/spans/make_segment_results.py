@@ -5,7 +5,7 @@ the output of benchmarks/spans/segments.py and, optionally, of benchmarks/spans/
 bootstrap intervals, per category, task and cell). benchmarks/spans/study.sh runs all of it.
 
     python benchmarks/spans/make_segment_results.py benchmarks/spans/out/spans-segments.json \
-        [benchmarks/spans/out/spans-runs.json]
+        [benchmarks/spans/out/spans-runs.json | RUN_FOLDER_COPY_QUOTES RUN_FOLDER_OCCLUSION]
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE.parent / "results"
 OUT, PNG = RESULTS / "spans.md", RESULTS / "spans-reliability.png"
 END = "<!-- end of the segment study -->"
 TARGETS = {"hit": 0.25, "precision": 0.6, "ece": 0.05}
@@ -137,8 +138,9 @@ def others(runs: dict, seg: dict) -> list[str]:
     occ_s = (h["cost"]["seconds_variants"] / h["misbehaving"]
              if h["cost"].get("variants_scored") == h["cost"].get("variants") and h["misbehaving"]
              else None)
-    lines = [f"### Copy quotes and occlusion on the sequence head (test limit {v['limit']} and "
-             f"{h['limit']})", "",
+    limits = (f"limit {v['limit']}" if v["limit"] == h["limit"]
+              else f"limits {v['limit']} and {h['limit']}")
+    lines = [f"### Copy quotes and occlusion on the sequence head (test, {limits})", "",
              "The runs of the command above (`calimon spans`; the copy-quote run's occlusion on "
              "the verdict, not reported here, is one unit: `--max-segments 1`):", "", "```",
              *_commands(runs), "```", "",
@@ -266,11 +268,27 @@ def section(res: dict, runs: dict | None = None) -> str:
     return "\n".join(head) + "\n" + END + "\n"
 
 
+def read_runs(args: list[str]) -> dict | None:
+    """The collected runs: collect_runs.py's JSON, or the two run folders (copy quotes, then
+    occlusion on the sequence head) collected here."""
+    if not args:
+        return None
+    if len(args) == 1:
+        return json.loads(Path(args[0]).read_text())
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("collect_runs", HERE / "collect_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return {"verdict": mod.collect(Path(args[0]), "verdict"),
+            "head": mod.collect(Path(args[1]), "head")}
+
+
 def main(argv: list[str]) -> int:
     res = json.loads(Path(argv[0]).read_text())
     old = OUT.read_text() if OUT.exists() else ""
     rest = old.split(END + "\n", 1)[1] if END in old else old
-    runs = json.loads(Path(argv[1]).read_text()) if len(argv) > 1 else None
+    runs = read_runs(argv[1:])
     OUT.write_text(section(res, runs) + rest)
     draw(res)
     print(f"wrote {OUT} and {PNG}")
