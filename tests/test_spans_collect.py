@@ -96,3 +96,16 @@ def test_the_report_reads_the_two_run_folders_as_well_as_the_collected_json(tmp_
     assert runs["head"]["rows"][0]["occ_hit1_floor"] == pytest.approx(0.5)
     (tmp_path / "runs.json").write_text(json.dumps(runs))
     assert mod.read_runs([str(tmp_path / "runs.json")]) == runs
+
+
+def test_the_tables_alone_for_one_run(tmp_path, capsys):
+    mod = load("make_segment_results")
+    occ = [{"source": "occlusion", "start": 21, "end": 43, "score": 0.2}]
+    h = write_run(tmp_path / "h", [record(0, occ, [(0, 20), (21, 43)])],
+                  {"occlusion": 1.0, "random (as occlusion)": 0.0})
+    collect = load("collect_runs")
+    assert collect.main(["--occlusion", str(h), "--out", str(tmp_path / "runs.json")]) == 0
+    assert mod.main(["--runs-only", str(tmp_path / "runs.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| occlusion on the sequence head | 1 | 1.000 [1.000, 1.000] | 0.500 |" in out
+    assert "| copy quotes (order written) |" not in out

@@ -3,8 +3,8 @@
 make_segment_results.py reads: no transcript text, only sample ids, their groups, whether each
 method's first span overlaps gold and its random floor.
 
-    python benchmarks/spans/collect_runs.py runs/spans-v2-verdict runs/spans-v2-head \
-        --out benchmarks/spans/out/spans-runs.json
+    python benchmarks/spans/collect_runs.py --copy runs/spans-v2-verdict \
+        --occlusion runs/spans-v2-head --out benchmarks/spans/out/spans-runs.json
 
 Floors are expectations rather than the runs' single draws: the floor's first span is one
 segment drawn uniformly (the `auto` segments for copy quotes, the occlusion units for
@@ -89,15 +89,17 @@ def collect(folder: Path, run: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("verdict", type=Path, help="the copy-quote run's folder")
-    ap.add_argument("head", type=Path, help="the sequence-head occlusion run's folder")
+    ap.add_argument("--copy", type=Path, help="the copy-quote run's folder")
+    ap.add_argument("--occlusion", type=Path, help="the sequence-head occlusion run's folder")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/spans/out/spans-runs.json"))
     a = ap.parse_args(argv)
-    result = {"verdict": collect(a.verdict, "verdict"), "head": collect(a.head, "head")}
+    if not (a.copy or a.occlusion):
+        ap.error("give --copy, --occlusion or both")
+    result = {k: collect(d, k) for k, d in (("verdict", a.copy), ("head", a.occlusion)) if d}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {a.out}: {len(result['verdict']['rows'])} copy-quote rows, "
-          f"{len(result['head']['rows'])} occlusion rows")
+    print(f"wrote {a.out}: " + ", ".join(f"{len(r['rows'])} rows of the {k} run"
+                                         for k, r in result.items()))
     return 0
 
 

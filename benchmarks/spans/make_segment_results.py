@@ -6,6 +6,9 @@ bootstrap intervals, per category, task and cell). benchmarks/spans/study.sh run
 
     python benchmarks/spans/make_segment_results.py benchmarks/spans/out/spans-segments.json \
         [benchmarks/spans/out/spans-runs.json | RUN_FOLDER_COPY_QUOTES RUN_FOLDER_OCCLUSION]
+
+``--runs-only RUNS_JSON`` prints the copy-quote and occlusion tables alone (either run may be
+missing from the JSON) and writes nothing.
 """
 
 from __future__ import annotations
@@ -106,13 +109,13 @@ GROUPS = ("category", "task", "cell")
 
 
 def run_figures(runs: dict) -> dict:
-    """(label -> overall and per-group figures) of the copy-quote and occlusion runs: hit@1,
-    its expected floor and their difference, with paired bootstrap intervals."""
+    """(label -> overall and per-group figures) of the copy-quote and occlusion runs present:
+    hit@1, its expected floor and their difference, with paired bootstrap intervals."""
     from calimon.studies.spans.segment_study import summarize
 
     out = {}
     for label, run, key in OTHERS:
-        rows = runs[run]["rows"]
+        rows = (runs.get(run) or {}).get("rows") or []
         if not rows or f"{key}_hit1" not in rows[0]:
             continue
 
@@ -126,51 +129,56 @@ def run_figures(runs: dict) -> dict:
     return out
 
 
-def _commands(runs: dict) -> list[str]:
-    return [runs[k]["command"] for k in ("verdict", "head") if runs[k].get("command")]
+RUN_NAMES = {"verdict": "copy-quote run", "head": "occlusion run"}
+DRAWN = {"copy quotes (order written)": ("copy quotes", "random (as copy quotes)"),
+         "copy quotes (ranked by drop)": ("copy quotes (by drop)", "random (as copy quotes)"),
+         "occlusion on the sequence head": ("occlusion", "random (as occlusion)")}
 
 
-def others(runs: dict, seg: dict) -> list[str]:
-    """The copy-quote and occlusion section, and every method side by side per category."""
+def _run_line(kind: str, r: dict) -> str:
+    auroc = (f", raw AUROC of the sequence head on them {r['auroc_raw']:.3f}"
+             if kind == "head" and r.get("auroc_raw") is not None else "")
+    return (f"{RUN_NAMES[kind].capitalize()}: limit {r['limit']}, {r['samples']} samples, "
+            f"{r['misbehaving']} misbehaving (dataset hash `{r['dataset_hash']}`){auroc}.")
+
+
+def _seconds(kind: str, r: dict) -> str:
+    if kind == "verdict":
+        copy = (r.get("quotes") or {}).get("copy") or {}
+        return f"{copy['seconds']:.1f} (quotes)" if copy.get("seconds") else "-"
+    c = r["cost"]
+    if c.get("variants_scored") == c.get("variants") and c.get("variants") and r["misbehaving"]:
+        return f"{c['seconds_variants'] / r['misbehaving']:.1f} (variants)"
+    return "-"
+
+
+def others(runs: dict, seg: dict | None) -> list[str]:
+    """The copy-quote and occlusion section (the runs present), and every method side by side
+    per category (the segment study's too, given ``seg``)."""
     figs = run_figures(runs)
-    v, h = runs["verdict"], runs["head"]
-    copy_cost = (v.get("quotes") or {}).get("copy") or {}
-    occ_s = (h["cost"]["seconds_variants"] / h["misbehaving"]
-             if h["cost"].get("variants_scored") == h["cost"].get("variants") and h["misbehaving"]
-             else None)
-    limits = (f"limit {v['limit']}" if v["limit"] == h["limit"]
-              else f"limits {v['limit']} and {h['limit']}")
-    lines = [f"### Copy quotes and occlusion on the sequence head (test, {limits})", "",
-             "The runs of the command above (`calimon spans`; the copy-quote run's occlusion on "
-             "the verdict, not reported here, is one unit: `--max-segments 1`):", "", "```",
-             *_commands(runs), "```", "",
-             f"Copy-quote run: {v['samples']} samples, {v['misbehaving']} misbehaving (dataset "
-             f"hash `{v['dataset_hash']}`); occlusion run: {h['samples']} samples, "
-             f"{h['misbehaving']} misbehaving (`{h['dataset_hash']}`), raw AUROC of the "
-             f"sequence head on them {h['auroc_raw']:.3f}. Scored: the misbehaving samples with "
-             "gold spans. hit@1: the method's first span (copy quotes: the first written, or "
-             "the one whose masking lowers the verdict most; occlusion: the unit whose masking "
-             "lowers the head's score most) overlaps gold. Floor: the expected hit@1 of one "
-             "segment drawn uniformly in its place (the `auto` segments for copy quotes, the "
-             "occlusion units for occlusion; 0 where the method gave no span). F1: the runs' "
-             "character F1 of all the method's spans, floor F1 of the runs' drawn floor. "
-             "Intervals: 95% bootstrap over samples (2000 resamples), the difference paired.", "",
+    present = [k for k in ("verdict", "head") if runs.get(k)]
+    lines = ["### Copy quotes and occlusion on the sequence head (test)", "",
+             "The runs (`calimon spans`; the copy-quote run's occlusion on the verdict, not "
+             "reported here, is one unit: `--max-segments 1`):", "", "```",
+             *_commands(runs), "```", "", " ".join(_run_line(k, runs[k]) for k in present),
+             "Scored: the misbehaving samples with gold spans. hit@1: the method's first span "
+             "(copy quotes: the first written, or the one whose masking lowers the verdict most; "
+             "occlusion: the unit whose masking lowers the head's score most) overlaps gold. "
+             "Floor: the expected hit@1 of one segment drawn uniformly in its place (the `auto` "
+             "segments for copy quotes, the occlusion units for occlusion; 0 where the method "
+             "gave no span). F1: the runs' character F1 of all the method's spans, floor F1 of "
+             "the runs' drawn floor. Seconds: this machine's, per misbehaving sample. Intervals: "
+             "95% bootstrap over samples (2000 resamples), the difference paired.", "",
              "| method | n | hit@1 | floor hit@1 | hit@1 - floor | F1 | floor F1 | "
              "seconds / sample |", "|---|---|---|---|---|---|---|---|"]
-    names = {"copy quotes (order written)": ("copy quotes", "random (as copy quotes)"),
-             "copy quotes (ranked by drop)": ("copy quotes (by drop)",
-                                              "random (as copy quotes)"),
-             "occlusion on the sequence head": ("occlusion", "random (as occlusion)")}
     for label, run, _ in OTHERS:
         if label not in figs:
             continue
         o, drawn = figs[label]["overall"], runs[run]["drawn"]
-        rep, fl = names[label]
-        sec = (f"{copy_cost['seconds']:.1f} (quotes)" if run == "verdict" and copy_cost
-               else f"{occ_s:.1f} (variants)" if run == "head" and occ_s else "-")
+        rep, fl = DRAWN[label]
         lines.append(f"| {label} | {o['n']} | {ci(o['hit1'])} | {o['hit1_floor']['mean']:.3f} | "
                      f"{ci(o['hit1_minus_floor'])} | {drawn[rep]['f1']:.3f} | "
-                     f"{drawn[fl]['f1']:.3f} | {sec} |")
+                     f"{drawn[fl]['f1']:.3f} | {_seconds(run, runs[run])} |")
     lines += ["", *side_by_side(figs, seg, "category"), ""]
     for by in ("task", "cell"):
         lines += [f"hit@1 by {by}, copy quotes and occlusion (floor in brackets):", "",
@@ -184,6 +192,11 @@ def others(runs: dict, seg: dict) -> list[str]:
     return lines
 
 
+def _commands(runs: dict) -> list[str]:
+    return [runs[k]["command"] for k in ("verdict", "head")
+            if runs.get(k) and runs[k].get("command")]
+
+
 def _cell(o: dict | None, key: str) -> str:
     if not o or not o.get("n"):
         return "-"
@@ -192,10 +205,10 @@ def _cell(o: dict | None, key: str) -> str:
 
 def side_by_side(figs: dict, seg: dict, by: str) -> list[str]:
     """hit@1 per ``by`` of every method, its floor and the difference's interval."""
-    heads = ["segments (token head)", "token head", *figs]
+    heads = (["segments (token head)", "token head"] if seg else []) + list(figs)
     lines = [f"hit@1 by {by}, every method: hit@1 (floor), n, and hit@1 - floor [95% interval]:",
              "", f"| {by} | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
-    keys = sorted(set(seg[f"by_{by}"]) | {g for f in figs.values() for g in f[by]})
+    keys = sorted(set(seg[f"by_{by}"] if seg else ()) | {g for f in figs.values() for g in f[by]})
 
     def cell(o, key):
         if not o or not o.get("n"):
@@ -205,8 +218,10 @@ def side_by_side(figs: dict, seg: dict, by: str) -> list[str]:
                 f"{d['mean']:+.2f} [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]")
 
     for g in ["all", *keys]:
-        s = seg["overall"] if g == "all" else seg[f"by_{by}"].get(g)
-        cells = [cell(s, "seg_hit1"), cell(s, "tok_hit1")]
+        cells = []
+        if seg:
+            s = seg["overall"] if g == "all" else seg[f"by_{by}"].get(g)
+            cells = [cell(s, "seg_hit1"), cell(s, "tok_hit1")]
         cells += [cell(f["overall"] if g == "all" else f[by].get(g), "hit1")
                   for f in figs.values()]
         lines.append(f"| {g} | " + " | ".join(cells) + " |")
@@ -216,7 +231,7 @@ def side_by_side(figs: dict, seg: dict, by: str) -> list[str]:
 def study_command(res: dict, runs: dict | None) -> str:
     """The benchmarks/spans/study.sh line that makes these figures (the segment study's own
     command when it ran alone)."""
-    if not runs:
+    if not (runs and runs.get("verdict") and runs.get("head")):
         return res["command"]
     return (f"bash benchmarks/spans/study.sh {res['test']['limit']} "
             f"{runs['verdict']['limit']} {runs['head']['limit']}")
@@ -285,6 +300,9 @@ def read_runs(args: list[str]) -> dict | None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--runs-only"]:  # the copy-quote and occlusion tables alone, printed
+        print("\n".join(others(read_runs(argv[1:]), None)))
+        return 0
     res = json.loads(Path(argv[0]).read_text())
     old = OUT.read_text() if OUT.exists() else ""
     rest = old.split(END + "\n", 1)[1] if END in old else old

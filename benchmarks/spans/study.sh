@@ -23,6 +23,6 @@ calimon spans "${COMMON[@]}" --limit "$COPY_LIMIT" --copy-quotes --max-segments 
     --out runs/spans-v2-verdict > /dev/null
 calimon spans "${COMMON[@]}" --limit "$OCC_LIMIT" --readout probe:amb-open-seq \
     --out runs/spans-v2-head > /dev/null
-python benchmarks/spans/collect_runs.py runs/spans-v2-verdict runs/spans-v2-head \
-    --out "$OUT/spans-runs.json"
+python benchmarks/spans/collect_runs.py --copy runs/spans-v2-verdict \
+    --occlusion runs/spans-v2-head --out "$OUT/spans-runs.json"
 python benchmarks/spans/make_segment_results.py "$OUT/spans-segments.json" "$OUT/spans-runs.json"
