@@ -11,15 +11,12 @@ say what the work costs) and the largest difference between the two paths' head 
 
 from __future__ import annotations
 
-import argparse
 import time
 
-from calimon.data.registry import load_benchmark
+from time_prefix_sharing import arguments, samples_and_backend
+
 from calimon.prompts import load_prompt
-from calimon.scoring.backends import build_backend
-from calimon.scoring.engines import MonitorSpec
 from calimon.scoring.probes.monitor import ProbeMonitor
-from calimon.selection import select_pairs
 from calimon.studies.spans.occlusion import masked_sample, occlusion_units
 from calimon.studies.spans.probe_sharing import SharedPrefixProbe
 
@@ -32,22 +29,10 @@ def timed(fn):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m")
+    ap = arguments(__doc__, 2)
     ap.add_argument("--head", default="amb-open-seq")
-    ap.add_argument("--benchmark", default="amb-open")
-    ap.add_argument("--split", default="test")
-    ap.add_argument("--limit", type=int, default=48, help="study selection (whole pairs)")
-    ap.add_argument("--n", type=int, default=2, help="misbehaving samples timed")
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-
-    samples = [s for s in load_benchmark(a.benchmark) if s.label is not None
-               and s.split == a.split]
-    bad = [s for s in select_pairs(samples, a.limit, a.seed) if s.label][:a.n]
-    opts = {"device": "cpu", **({"threads": a.threads} if a.threads else {})}
-    backend = build_backend(MonitorSpec(model=a.model, options=opts))
+    bad, backend = samples_and_backend(a)
     probe = ProbeMonitor(backend, load_prompt("direct"), a.head)
     variants = [masked_sample(s, u) for s in bad
                 for u in occlusion_units(s.response, task=s.task)]
