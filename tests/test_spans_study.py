@@ -305,17 +305,26 @@ def test_study_with_the_real_model(tmp_path, smol_backend):
 @pytest.mark.model
 @pytest.mark.usefixtures("one_thread")
 def test_occlusion_on_a_probe_head_and_a_token_heads_spans(tmp_path, smol_backend):
-    """The study perturbs a sequence head's score (its own pass, no prefix sharing) and reads a
-    token head's spans beside it."""
+    """The study perturbs a sequence head's score, its masked variants run with prefix sharing
+    up to the head's layer (the same drops as plain passes, fewer tokens), and reads a token
+    head's spans beside it."""
     s = replace(toy_samples(1)[0], split="test", request="Write add(a, b).",
-                response="def add(a, b):\n    return 3\n", gold_spans=((19, 27),))
+                response="def add(a, b):\n    x = a\n    return 3\n", gold_spans=((29, 37),))
     bench = str(write_samples([s], tmp_path / "toy.jsonl"))
-    res = run_span_study(SpanSettings(benchmark=bench, store=tmp_path / "s.sqlite",
-                                      quotes=False, readout="probe:humaneval-pairs-seq",
-                                      token_head="humaneval-pairs-token"),
-                         backend=smol_backend)
+    settings = SpanSettings(benchmark=bench, store=tmp_path / "s.sqlite", quotes=False,
+                            readout="probe:humaneval-pairs-seq",
+                            token_head="humaneval-pairs-token")
+    res = run_span_study(settings, backend=smol_backend)
+    plain = run_span_study(replace(settings, store=tmp_path / "plain.sqlite",
+                                   share_prefix=False), backend=smol_backend)
     [row] = res.rows
-    assert res.summary["settings"]["share_prefix"] is False
+    assert res.summary["settings"]["share_prefix"] is True
+    assert plain.summary["settings"]["share_prefix"] is False
+    drops = [x.drop for x in row.occlusion.segments]
+    assert len(drops) == 3
+    assert drops == pytest.approx([x.drop for x in plain.rows[0].occlusion.segments], abs=1e-4)
+    cost = res.summary["cost"]
+    assert 0 < cost["tokens_computed_this_run"] < cost["tokens_variants_plain"]
     assert row.occlusion.status == "ok" and all(x.drop is not None for x in row.occlusion.segments)
     assert row.occlusion.p_raw is not None and 0.0 <= row.occlusion.p_raw <= 1.0
     assert row.token_spans is not None and "token head" in res.reports

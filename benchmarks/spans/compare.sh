@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The span-method comparison of benchmarks/results/spans.md: one run with the verdict as the
-# occluded confidence (plus free quotes, copy-constrained quotes and the token head), one with
-# the amb-open sequence head as the occluded confidence, the prefix-sharing timing, and the
-# report. Readings go through one run store, so a rerun recomputes nothing.
+# The span-method comparison of benchmarks/results/spans-v1.md (amb-open version 1): one run
+# with the verdict as the occluded confidence (plus free quotes, copy-constrained quotes and
+# the token head), one with the amb-open sequence head as the occluded confidence, the
+# prefix-sharing timing, and the report. Readings go through one run store, so a rerun
+# recomputes nothing.
 #   bash benchmarks/spans/compare.sh [LIMIT]        (default 48: 24 whole pairs)
-# AMB: the amb-open version read; spans.md was made on version 1 (calimon data build amb-open
+# AMB: the amb-open version read; spans-v1.md was made on version 1 (calimon data build amb-open
 # --version 1 --sources ../shared/sources builds it as amb-open@1).
 set -euo pipefail
 LIMIT="${1:-48}"

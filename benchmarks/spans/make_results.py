@@ -1,5 +1,5 @@
-"""Write benchmarks/results/spans.md from the two `calimon spans` runs of compare.sh (the verdict
-run, with free quotes, copy-constrained quotes and the token head; the sequence-head run) and
+"""Write benchmarks/results/spans-v1.md (amb-open version 1) from the two `calimon spans` runs
+of compare.sh (the verdict run, with free quotes, copy-constrained quotes and the token head; the sequence-head run) and
 the output of time_prefix_sharing.py.
 
     python benchmarks/spans/make_results.py runs/spans-compare-verdict runs/spans-compare-head \
@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "results" / "spans.md"
+OUT = Path(__file__).resolve().parents[1] / "results" / "spans-v1.md"
 TARGET = 0.15  # the best generation-based method's hit@1 above its floor
 
 # (label, run, report, floor report, kind)
@@ -35,7 +35,11 @@ METHODS = [
 ]
 
 HEAD = """\
-# Span localization on amb-open (SmolLM2-135M)
+# Span localization on amb-open version 1 (SmolLM2-135M): the method comparison (22 misbehaving samples)
+
+> Made on **amb-open version 1**, before version 2 added the shortcut-closing pairs (benchmarks/amb-open/README.md). To reproduce it, build that version with `calimon data build amb-open --version 1 --sources ../shared/sources` and read it as `amb-open@1` (`--benchmark amb-open@1`; the scripts named below default to it).
+
+The study on version 2 (token head, segments, copy quotes and occlusion on the sequence head) is `spans.md`, made by `benchmarks/spans/study.sh`.
 
 Five ways to point at the evidence, each against its random floor, on the misbehaving samples of
 the amb-open test split: a token probe head, occlusion of the verdict's confidence, occlusion of

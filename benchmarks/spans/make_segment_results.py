@@ -1,24 +1,26 @@
-"""Write the segment part of benchmarks/results/spans.md (everything above its first
+"""Write benchmarks/results/spans.md (everything above its first
 ``<!-- end of the segment study -->`` line) and benchmarks/results/spans-reliability.png from
-the output of benchmarks/spans/segments.py; the rest of spans.md is left as it is.
+the output of benchmarks/spans/segments.py and, optionally, of benchmarks/spans/collect_runs.py
+(copy-constrained quotes and occlusion on the sequence head: hit@1 against their floors, with
+bootstrap intervals, per category, task and cell). benchmarks/spans/study.sh runs all of it.
 
-    python benchmarks/spans/make_segment_results.py runs/spans-segments.json \
-        [runs/spans-v2-verdict runs/spans-v2-head]
+    python benchmarks/spans/make_segment_results.py benchmarks/spans/out/spans-segments.json \
+        [benchmarks/spans/out/spans-runs.json | RUN_FOLDER_COPY_QUOTES RUN_FOLDER_OCCLUSION]
 
-With the two `calimon spans` run folders (copy-constrained quotes; occlusion on the sequence
-head) it adds their hit@1 against their floors, with Wilson intervals.
+``--runs-only RUNS_JSON`` prints the copy-quote and occlusion tables alone (either run may be
+missing from the JSON) and writes nothing.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE.parent / "results"
 OUT, PNG = RESULTS / "spans.md", RESULTS / "spans-reliability.png"
 END = "<!-- end of the segment study -->"
 TARGETS = {"hit": 0.25, "precision": 0.6, "ece": 0.05}
@@ -99,58 +101,143 @@ def draw(res: dict) -> None:
     plt.close(fig)
 
 
-OTHERS = [("copy quotes (order written)", 0, "copy quotes", "random (as copy quotes)"),
-          ("copy quotes (ranked by drop)", 0, "copy quotes (by drop)",
-           "random (as copy quotes)"),
-          ("occlusion on the sequence head", 1, "occlusion", "random (as occlusion)")]
+# label, run, key in the collected rows (benchmarks/spans/collect_runs.py)
+OTHERS = [("copy quotes (order written)", "verdict", "copy"),
+          ("copy quotes (ranked by drop)", "verdict", "copy_drop"),
+          ("occlusion on the sequence head", "head", "occ")]
+GROUPS = ("category", "task", "cell")
 
 
-def wilson(p: float, n: int) -> str:
-    from scipy.stats import binomtest
+def run_figures(runs: dict) -> dict:
+    """(label -> overall and per-group figures) of the copy-quote and occlusion runs present:
+    hit@1, its expected floor and their difference, with paired bootstrap intervals."""
+    from calimon.studies.spans.segment_study import summarize
 
-    ci = binomtest(round(p * n), n).proportion_ci(method="wilson")
-    lo, hi = ci.low, ci.high
-    return f"{p:.3f} [{lo:.3f}, {hi:.3f}]"
-
-
-def others(dirs: list[str]) -> list[str]:
-    runs = [json.loads((Path(d) / "summary.json").read_text()) for d in dirs]
-    prov = runs[0]["provenance"]
-    lines = [f"### Copy quotes and occlusion on amb-open version 2 (limit {prov['limit']})", "",
-             "Not at size: these cost 16-45 s a misbehaving sample on this machine. Commands "
-             "(the full size: `--limit 2600`, every test pair; `--max-segments 1` makes the "
-             "copy-quote run's occlusion on the verdict, not reported here, one unit):", "",
-             "```"]
-    lines += [m.group(1) for d in dirs if (m := re.search(r"```\n(calimon spans[^\n]*)\n```",
-                                                        (Path(d) / "spans.md").read_text()))]
-    lines += ["```", ""]
-    lines += ["| method | n | hit@1 | floor hit@1 | hit@1 - floor | F1 | floor F1 |",
-              "|---|---|---|---|---|---|---|"]
-    for label, k, name, floor in OTHERS:
-        rep, fl = runs[k]["reports"].get(name), runs[k]["reports"].get(floor)
-        if rep is None or fl is None:
+    out = {}
+    for label, run, key in OTHERS:
+        rows = (runs.get(run) or {}).get("rows") or []
+        if not rows or f"{key}_hit1" not in rows[0]:
             continue
-        o, f = rep["overall"], fl["overall"]
-        lines.append(f"| {label} | {o['n_scored']} | {wilson(o['hit_at_1'], o['n_scored'])} | "
-                     f"{wilson(f['hit_at_1'], f['n_scored'])} | "
-                     f"{o['hit_at_1'] - f['hit_at_1']:.3f} | {o['f1']:.3f} | {f['f1']:.3f} |")
-    lines += ["", "hit@1 by category (floor in brackets):", "",
-              "| category | " + " | ".join(x[0] for x in OTHERS) + " |",
-              "|---|" + "---|" * len(OTHERS)]
-    cats = sorted(runs[0]["reports"]["copy quotes"]["by_category"]) \
-        if "copy quotes" in runs[0]["reports"] else []
-    for c in cats:
+
+        def table(rs, key=key):
+            return [{"hit1": r[f"{key}_hit1"], "hit1_floor": r[f"{key}_hit1_floor"]}
+                    for r in rs]
+        out[label] = {"overall": summarize(table(rows))}
+        for by in GROUPS:
+            out[label][by] = {g: summarize(table([r for r in rows if r[by] == g]))
+                              for g in sorted({r[by] for r in rows})}
+    return out
+
+
+RUN_NAMES = {"verdict": "copy-quote run", "head": "occlusion run"}
+DRAWN = {"copy quotes (order written)": ("copy quotes", "random (as copy quotes)"),
+         "copy quotes (ranked by drop)": ("copy quotes (by drop)", "random (as copy quotes)"),
+         "occlusion on the sequence head": ("occlusion", "random (as occlusion)")}
+
+
+def _run_line(kind: str, r: dict) -> str:
+    auroc = (f", raw AUROC of the sequence head on them {r['auroc_raw']:.3f}"
+             if kind == "head" and r.get("auroc_raw") is not None else "")
+    return (f"{RUN_NAMES[kind].capitalize()}: limit {r['limit']}, {r['samples']} samples, "
+            f"{r['misbehaving']} misbehaving (dataset hash `{r['dataset_hash']}`){auroc}.")
+
+
+def _seconds(kind: str, r: dict) -> str:
+    if kind == "verdict":
+        copy = (r.get("quotes") or {}).get("copy") or {}
+        return f"{copy['seconds']:.1f} (quotes)" if copy.get("seconds") else "-"
+    c = r["cost"]
+    if c.get("variants_scored") == c.get("variants") and c.get("variants") and r["misbehaving"]:
+        return f"{c['seconds_variants'] / r['misbehaving']:.1f} (variants)"
+    return "-"
+
+
+def others(runs: dict, seg: dict | None) -> list[str]:
+    """The copy-quote and occlusion section (the runs present), and every method side by side
+    per category (the segment study's too, given ``seg``)."""
+    figs = run_figures(runs)
+    present = [k for k in ("verdict", "head") if runs.get(k)]
+    lines = ["### Copy quotes and occlusion on the sequence head (test)", "",
+             "The runs (`calimon spans`; the copy-quote run's occlusion on the verdict, not "
+             "reported here, is one unit: `--max-segments 1`):", "", "```",
+             *_commands(runs), "```", "", " ".join(_run_line(k, runs[k]) for k in present),
+             "Scored: the misbehaving samples with gold spans. hit@1: the method's first span "
+             "(copy quotes: the first written, or the one whose masking lowers the verdict most; "
+             "occlusion: the unit whose masking lowers the head's score most) overlaps gold. "
+             "Floor: the expected hit@1 of one segment drawn uniformly in its place (the `auto` "
+             "segments for copy quotes, the occlusion units for occlusion; 0 where the method "
+             "gave no span). F1: the runs' character F1 of all the method's spans, floor F1 of "
+             "the runs' drawn floor. Seconds: this machine's, per misbehaving sample. Intervals: "
+             "95% bootstrap over samples (2000 resamples), the difference paired.", "",
+             "| method | n | hit@1 | floor hit@1 | hit@1 - floor | F1 | floor F1 | "
+             "seconds / sample |", "|---|---|---|---|---|---|---|---|"]
+    for label, run, _ in OTHERS:
+        if label not in figs:
+            continue
+        o, drawn = figs[label]["overall"], runs[run]["drawn"]
+        rep, fl = DRAWN[label]
+        lines.append(f"| {label} | {o['n']} | {ci(o['hit1'])} | {o['hit1_floor']['mean']:.3f} | "
+                     f"{ci(o['hit1_minus_floor'])} | {drawn[rep]['f1']:.3f} | "
+                     f"{drawn[fl]['f1']:.3f} | {_seconds(run, runs[run])} |")
+    lines += ["", *side_by_side(figs, seg, "category"), ""]
+    for by in ("task", "cell"):
+        lines += [f"hit@1 by {by}, copy quotes and occlusion (floor in brackets):", "",
+                  f"| {by} | " + " | ".join(x[0] for x in OTHERS if x[0] in figs) + " |",
+                  "|---|" + "---|" * len(figs)]
+        keys = sorted({g for f in figs.values() for g in f[by]})
+        for g in keys:
+            cells = [_cell(figs[x[0]][by].get(g), "hit1") for x in OTHERS if x[0] in figs]
+            lines.append(f"| {g} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def _commands(runs: dict) -> list[str]:
+    return [runs[k]["command"] for k in ("verdict", "head")
+            if runs.get(k) and runs[k].get("command")]
+
+
+def _cell(o: dict | None, key: str) -> str:
+    if not o or not o.get("n"):
+        return "-"
+    return f"{o[key]['mean']:.2f} ({o[f'{key}_floor']['mean']:.2f}), n {o['n']}"
+
+
+def side_by_side(figs: dict, seg: dict, by: str) -> list[str]:
+    """hit@1 per ``by`` of every method, its floor and the difference's interval."""
+    heads = (["segments (token head)", "token head"] if seg else []) + list(figs)
+    lines = [f"hit@1 by {by}, every method: hit@1 (floor), n, and hit@1 - floor [95% interval]:",
+             "", f"| {by} | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+    keys = sorted(set(seg[f"by_{by}"] if seg else ()) | {g for f in figs.values() for g in f[by]})
+
+    def cell(o, key):
+        if not o or not o.get("n"):
+            return "-"
+        d = o[f"{key}_minus_floor"]
+        return (f"{o[key]['mean']:.2f} ({o[f'{key}_floor']['mean']:.2f}), n {o['n']}, "
+                f"{d['mean']:+.2f} [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]")
+
+    for g in ["all", *keys]:
         cells = []
-        for _, k, name, floor in OTHERS:
-            o = runs[k]["reports"][name]["by_category"].get(c)
-            f = runs[k]["reports"][floor]["by_category"].get(c)
-            cells.append(f"{o['hit_at_1']:.2f} ({f['hit_at_1']:.2f}), n {o['n_scored']}"
-                         if o and f else "-")
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
-    return lines + [""]
+        if seg:
+            s = seg["overall"] if g == "all" else seg[f"by_{by}"].get(g)
+            cells = [cell(s, "seg_hit1"), cell(s, "tok_hit1")]
+        cells += [cell(f["overall"] if g == "all" else f[by].get(g), "hit1")
+                  for f in figs.values()]
+        lines.append(f"| {g} | " + " | ".join(cells) + " |")
+    return lines
 
 
-def section(res: dict, dirs: list[str] | None = None) -> str:
+def study_command(res: dict, runs: dict | None) -> str:
+    """The benchmarks/spans/study.sh line that makes these figures (the segment study's own
+    command when it ran alone)."""
+    if not (runs and runs.get("verdict") and runs.get("head")):
+        return res["command"]
+    return (f"bash benchmarks/spans/study.sh {res['test']['limit']} "
+            f"{runs['verdict']['limit']} {runs['head']['limit']}")
+
+
+def section(res: dict, runs: dict | None = None) -> str:
     o, fit, test = res["overall"], res["fit"], res["test"]
     rel = res["reliability"]
     head = [
@@ -166,9 +253,7 @@ def section(res: dict, dirs: list[str] | None = None) -> str:
         "optimistic) and judged on `test`. Everything in this section is generated by the "
         "command below from its output.", "",
         "Command:", "", "```", "calimon data build amb-open --sources ../shared/sources",
-        res["command"], "python benchmarks/spans/make_segment_results.py "
-        + " ".join(res.get("inputs", ["runs/spans-segments.json"])),
-        "```", "",
+        study_command(res, runs), "```", "",
         f"Fit: {fit['rows']} misbehaving samples with gold spans of `{fit['split']}` (limit "
         f"{fit['limit']}: whole pairs over the cells), {fit['segments']} segments; the map is "
         f"`{Path(fit['map']).as_posix().split('/heads/')[-1] if '/heads/' in fit['map'] else fit['map']}`. "
@@ -193,17 +278,36 @@ def section(res: dict, dirs: list[str] | None = None) -> str:
         head += [*reliability_lines(res["reliability_top1"], "The top segment alone"), ""]
     for by in ("category", "task", "source", "cell"):
         head += [f"### By {by}", "", *group_table(res, by), ""]
-    if dirs:
-        head += others(dirs)
+    if runs:
+        head += others(runs, res)
     return "\n".join(head) + "\n" + END + "\n"
 
 
+def read_runs(args: list[str]) -> dict | None:
+    """The collected runs: collect_runs.py's JSON, or the two run folders (copy quotes, then
+    occlusion on the sequence head) collected here."""
+    if not args:
+        return None
+    if len(args) == 1:
+        return json.loads(Path(args[0]).read_text())
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("collect_runs", HERE / "collect_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return {"verdict": mod.collect(Path(args[0]), "verdict"),
+            "head": mod.collect(Path(args[1]), "head")}
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--runs-only"]:  # the copy-quote and occlusion tables alone, printed
+        print("\n".join(others(read_runs(argv[1:]), None)))
+        return 0
     res = json.loads(Path(argv[0]).read_text())
-    res["inputs"] = argv
     old = OUT.read_text() if OUT.exists() else ""
     rest = old.split(END + "\n", 1)[1] if END in old else old
-    OUT.write_text(section(res, argv[1:3] if len(argv) >= 3 else None) + rest)
+    runs = read_runs(argv[1:])
+    OUT.write_text(section(res, runs) + rest)
     draw(res)
     print(f"wrote {OUT} and {PNG}")
     return 0

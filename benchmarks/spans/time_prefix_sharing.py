@@ -22,22 +22,31 @@ from calimon.selection import select_pairs
 from calimon.studies.spans.occlusion import PrefixSharingBackend, masked_sample, occlusion_units
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str, n: int) -> argparse.ArgumentParser:
+    """The options of a timing script (``n``: the default number of samples timed)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--benchmark", default="amb-open")
     ap.add_argument("--split", default="test")
     ap.add_argument("--limit", type=int, default=48, help="study selection (whole pairs)")
-    ap.add_argument("--n", type=int, default=6, help="misbehaving samples timed")
+    ap.add_argument("--n", type=int, default=n, help="misbehaving samples timed")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
+    return ap
 
+
+def samples_and_backend(a):
+    """The first ``a.n`` misbehaving samples of the study selection, and the CPU backend."""
     samples = [s for s in load_benchmark(a.benchmark) if s.label is not None
                and s.split == a.split]
     bad = [s for s in select_pairs(samples, a.limit, a.seed) if s.label][:a.n]
     opts = {"device": "cpu", **({"threads": a.threads} if a.threads else {})}
-    backend = build_backend(MonitorSpec(model=a.model, options=opts))
+    return bad, build_backend(MonitorSpec(model=a.model, options=opts))
+
+
+def main() -> None:
+    a = arguments(__doc__, 6).parse_args()
+    bad, backend = samples_and_backend(a)
     enc = encoder_for(backend, load_prompt("direct"), "verdict",
                       backend.model_ref.config.max_input_tokens)
     prefix = enc.prefix_len

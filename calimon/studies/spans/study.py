@@ -46,6 +46,7 @@ from calimon.studies.spans.occlusion import (
     occlusion_units,
     score_quotes,
 )
+from calimon.studies.spans.probe_sharing import SharedPrefixProbe
 from calimon.studies.spans.quotes import evidence_list, judge_quotes
 from calimon.studies.spans.settings import DIRECTIONS, SpanSettings
 from calimon.studies.spans.study_markdown import study_markdown
@@ -171,8 +172,8 @@ def run_span_study(settings: SpanSettings, *, backend: Any = None,
                    progress: Progress | None = None) -> SpanStudy:
     """Run a span-localization study (see the module docstring) with ``settings``' monitor,
     backend and engine; ``backend`` is an already-built backend to use instead (tests pass a
-    fake one). Masked variants share each sample's prefix when the backend has local weights,
-    the engine is local and the readout is not a probe head (``share_prefix``)."""
+    fake one). Masked variants share each sample's prefix when the backend has local weights
+    and the engine is local (``share_prefix``; on a probe head, `SharedPrefixProbe`)."""
     st = settings
     st.check()
     benchmark, split, limit, seed, store = st.benchmark, st.split, st.limit, st.seed, st.store
@@ -186,7 +187,7 @@ def run_span_study(settings: SpanSettings, *, backend: Any = None,
     with RunStore(store) as db, Scorer(spec, db, engine=engine, progress=progress,
                                        backend=backend) as scorer:
         monitor = scorer.monitor()
-        share = (st.share_prefix and engine.name == "local" and not readout.startswith("probe:")
+        share = (st.share_prefix and engine.name == "local"
                  and supports(scorer.backend, LocalWeights))
         if share:
             scorer.backend.model  # noqa: B018 - loads the weights now, outside the timings
@@ -286,8 +287,11 @@ def _token_spans(scorer, head: str, bad) -> tuple[list[tuple[ScoredSpan, ...]], 
 def _occlude(scorer, monitor, bad, to_mask, mask, share):
     """Score every masked variant through the service (with per-sample prefix sharing when
     ``share``); returns (occlusions, the backend that ran them, (seconds, scored, variants))."""
-    scorer_backend = PrefixSharingBackend(scorer.backend) if share else scorer.backend
-    mmon = Monitor(scorer_backend, monitor.prompt, monitor.readout) if share else monitor
+    if share and monitor.readout.startswith("probe:"):
+        mmon = scorer_backend = SharedPrefixProbe(monitor)
+    else:
+        scorer_backend = PrefixSharingBackend(scorer.backend) if share else scorer.backend
+        mmon = Monitor(scorer_backend, monitor.prompt, monitor.readout) if share else monitor
     variants = [masked_sample(s, b, mask).transcript_hash
                 for s, m in zip(bad, to_mask, strict=True) for b in dict.fromkeys(m)]
     n_todo = len(scorer.store.missing(mmon.key, variants))
