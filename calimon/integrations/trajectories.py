@@ -58,15 +58,14 @@ async def assess_trajectory(monitor: LazyMonitor, sample: Sample, messages: Sequ
     return await monitor.assess_step(key, sample, list(messages))
 
 
-@hooks(name="calimon_sessions", description="Forgets calimon's monitor sessions of a sample "
-       "when the sample ends.")
+@hooks(name="calimon_sessions", description="ends the sample's monitor sessions")
 class ForgetSessions(Hooks):
     """Forgets the sessions of a sample's trajectories when Inspect ends the sample."""
 
     def enabled(self) -> bool:
-        """Called only while some trajectory holds a session."""
-        with _open_lock:
-            return bool(_open)
+        """Always on, so Inspect's start-up lines name it (it does nothing for a sample that
+        opened no session)."""
+        return True
 
     async def on_sample_end(self, data: SampleEnd) -> None:
         """Forget every session opened for the sample run ``data.sample_id`` (its uuid)."""
