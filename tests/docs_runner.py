@@ -27,7 +27,8 @@ the working folder and the checkout on ``PYTHONPATH``, ``bash``/``sh`` with ``ba
 block runs with ``$CALIMON_API_KEY`` set to a fixed test key). A
 ``text`` or untagged block that follows a run block with nothing between them is that block's
 expected output, compared with its stdout after this normalisation (both sides): trailing
-spaces and blank lines dropped, the working folder's path written ``.``, durations (``12.3 s``,
+spaces and blank lines dropped, Inspect's start-up lines (``inspect_ai vX`` and the hooks it
+enabled) dropped, the working folder's path written ``.``, durations (``12.3 s``,
 ``4 min``) written ``<time>``, Inspect's 22-character message ids written ``<id>``; then an
 expected line ``...`` matches any number of lines and ``...`` inside a line any text.
 """
@@ -166,9 +167,14 @@ _TIME = re.compile(r"\b\d+(?:\.\d+)? ?(?:ms|s|min|h)\b")
 _ID = re.compile(r"\b[0-9A-Za-z]{22}\b")
 
 
+# Inspect's start-up lines (its version and the hooks enabled, calimon's among them), printed
+# once per process before the first eval whatever the display: not the block's own output.
+_INSPECT_BANNER = re.compile(r"^inspect_ai v\S+\n(?:- .*\n(?:  .*\n)*)+\n+", re.M)
+
+
 def normalise(text: str, work: Path) -> list[str]:
     """The stated normalisation of an output, line by line (see the module docstring)."""
-    text = text.replace(str(work), ".")
+    text = _INSPECT_BANNER.sub("", text.replace(str(work), "."))
     lines = [_ID.sub("<id>", _TIME.sub("<time>", ln.rstrip())) for ln in text.splitlines()]
     while lines and not lines[-1]:
         lines.pop()

@@ -154,3 +154,11 @@ def test_ellipsis_and_normalisation():
     work = Path("/tmp/work-x")
     assert normalise("in /tmp/work-x/runs  \nid PB55PCucmaVbCENxKNuayW 3.2 s\n\n", work) == \
         ["in ./runs", "id <id> <time>"]
+
+
+def test_inspects_start_up_lines_are_not_the_blocks_output():
+    banner = ("inspect_ai v0.3.285\n- hooks enabled: 1\n  calimon/calimon_sessions: ends the "
+              "sample's monitor sessions\n\n")
+    work = Path("/tmp/work-x")
+    assert normalise(banner + "t0 0.483 review\n", work) == ["t0 0.483 review"]
+    assert normalise("- hooks enabled: 1\nt0\n", work) == ["- hooks enabled: 1", "t0"]
