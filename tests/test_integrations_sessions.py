@@ -12,7 +12,6 @@ import re
 
 import pytest
 
-pytest.importorskip("control_arena")
 pytestmark = [pytest.mark.integrations,
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

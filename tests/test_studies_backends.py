@@ -244,7 +244,8 @@ def test_heads_train_refuses_what_it_cannot_run_in_one_line(smol, tmp_path, extr
 
 @pytest.mark.parametrize("command", ["spans", "robustness"])
 def test_studies_take_backend_flags(fakes, smol, tmp_path, command):
-    bench = split_bench(tmp_path, 4, {"t3": "calib"})
+    # robustness's clean curve needs 10 of each class (calimon curve's class-size rule)
+    bench = split_bench(tmp_path, 10 if command == "robustness" else 4, {"t3": "calib"})
     args = [command, "--model", "smollm2-135m", "--benchmark", bench, "--store",
             str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "out"), "--json"]
     bad = CliRunner().invoke(_cli(), args + ["--backend", "http"])
