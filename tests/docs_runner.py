@@ -36,6 +36,7 @@ expected line ``...`` matches any number of lines and ``...`` inside a line any 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import os
 import re
@@ -203,7 +204,8 @@ def environment(work: Path) -> dict[str, str]:
     (what a block prints is its own output) and Inspect's logs inside the working folder."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", CALIMON_API_KEY=API_KEY,
                INSPECT_DISPLAY="none", SCOUT_DISPLAY="none", INSPECT_LOG_DIR=str(work / "logs"),
-               PYTHONPATH=os.pathsep.join([str(work), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               PYTHONPATH=os.pathsep.join([str(work), *_checkout_path(),
+                                           os.environ.get("PYTHONPATH", "")]),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     return env
 
@@ -220,6 +222,19 @@ def _source_key(line: str) -> str | None:
             return None
         parts.append(r.stdout)
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:20]
+
+
+@functools.lru_cache(maxsize=1)
+def _checkout_path() -> tuple[str, ...]:
+    """The checkout on the blocks' path only where the environment's calimon is another one:
+    with the checkout on PYTHONPATH, its ``calimon.egg-info`` hides the editable install's
+    record from Inspect, which then registers calimon's scorer and approver without their
+    ``calimon/`` prefix."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", "import calimon; print(calimon.__file__)"],
+                       cwd=Path(sys.executable).parent, env=env, capture_output=True, text=True)
+    here = r.returncode == 0 and Path(r.stdout.strip()).resolve().is_relative_to(ROOT.resolve())
+    return () if here else (str(ROOT),)
 
 
 def _demo_monitor(work: Path) -> None:
