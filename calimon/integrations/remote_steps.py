@@ -9,10 +9,11 @@ messages added since the last one, so the server reads only its new tokens.
   trajectory is scored whole by ``/v1/score`` as text, so the figures stay ``calimon score``'s.
 - A trajectory that does not extend the one sent under its key (an agent that rewrote a message,
   or another tool call of the same turn) starts a new session, the old one deleted.
-- Recovery: a step answered 409 ``unknown_session`` (the server restarted, or expired the
-  session, or another replica took the step) resends the session's steps from step 0 with their
-  request ids (answered from the server's decision log, which rebuilds the session) and then the
-  new step; a 409 ``step_mismatch`` (a step whose answer was lost in transit) starts a new session
+- Recovery: a server that restarted, or a replica that did not hold the session, rebuilds it
+  from its decision log by itself. A step answered 409 ``unknown_session`` (the session was
+  deleted, or began before the log kept steps) resends the session's steps from step 0 under a
+  new session name with new request ids (the old ids are logged answers of the deleted session)
+  and then the new step; a 409 ``step_mismatch`` (a step whose answer was lost in transit) starts a new session
   with the whole trajectory.
 - `SessionClient.forget` deletes a session at the end of its sample.
 
@@ -132,12 +133,15 @@ class SessionClient:
         (module docstring), then this one."""
         from calimon.scoring.backends.http_client import RequestFailed
 
-        path = f"sessions/{trail.session_id}/steps"
         try:
-            return self.client.request("POST", path, body)
+            return self.client.request("POST", f"sessions/{trail.session_id}/steps", body)
         except RequestFailed as exc:
             if exc.status != 409 or "unknown_session" not in str(exc):
                 raise
+        trail.session_id = session_name(trail.key)
+        trail.bodies = [{**old, "request_id": uuid.uuid4().hex} for old in trail.bodies]
+        body["request_id"] = uuid.uuid4().hex
+        path = f"sessions/{trail.session_id}/steps"
         for old in trail.bodies:
             self.client.request("POST", path, old)
         return self.client.request("POST", path, body)
