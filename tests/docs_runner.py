@@ -264,7 +264,10 @@ def _demo_monitor(work: Path) -> None:
         if (out.parent / "store.sqlite").is_file():  # the readings, for blocks that rescore
             shutil.copy2(out.parent / "store.sqlite", tmp / "store.sqlite")
         shutil.rmtree(cached, ignore_errors=True)
-        tmp.rename(cached)  # whole or absent: a run stopped half way leaves no fixture
+        try:
+            tmp.rename(cached)  # whole or absent: a run stopped half way leaves no fixture
+        except OSError:  # another worker put the same tree's fixture there first
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 FIXTURES = {"demo-monitor": _demo_monitor}
