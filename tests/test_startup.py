@@ -67,3 +67,15 @@ def test_python_dash_m_calimon_runs_the_cli_and_its_help_imports_no_heavy_packag
     done = subprocess.run([sys.executable, "-m", "calimon", "--version"], capture_output=True,
                           text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0 and done.stdout.startswith("calimon ")
+
+
+def test_what_inspect_loads_at_start_imports_no_model_or_statistics_package():
+    """Inspect imports calimon's entry point (the integrations' monitors, policy files and their
+    guarantees) at the start of every evaluation where calimon is installed: it must not pull
+    torch, transformers or scipy.stats (1.3 s) in before a monitor is used."""
+    code = ("import json, sys, calimon.integrations.local, calimon.deploy.policy_file; "
+            "print(json.dumps([m for m in ['torch', 'transformers', 'scipy.stats', 'sklearn'] "
+            "if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []

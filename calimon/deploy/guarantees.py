@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import binom
 
 from calimon.errors import InputError
 
@@ -149,6 +148,8 @@ def _scores(x: Any, name: str) -> np.ndarray:
 def _fixed_sequence(errors: np.ndarray, n: int, alpha: float, delta: float) -> int:
     """Index of the last hypothesis rejected when testing ``errors`` (error counts, ordered
     strictest first) in sequence and stopping at the first failure; -1 if the first fails."""
+    from scipy.stats import binom  # on demand: importing scipy.stats costs over a second
+
     p = binom.cdf(errors, n, alpha)
     fails = np.flatnonzero(p > delta)
     return (errors.size - 1) if fails.size == 0 else int(fails[0]) - 1
@@ -156,6 +157,8 @@ def _fixed_sequence(errors: np.ndarray, n: int, alpha: float, delta: float) -> i
 
 def _certificate(rate: str, thr: float, k: int, n: int, alpha: float, delta: float,
                  ok: bool) -> CertifiedThreshold:
+    from scipy.stats import binom
+
     return CertifiedThreshold(rate=rate, threshold=float(thr), certified=ok,
                               bound=cp_upper(k, n, delta), empirical=k / n, n=n, k=k,
                               alpha=alpha, delta=delta, p_value=float(binom.cdf(k, n, alpha)))
