@@ -361,7 +361,7 @@ def test_inspect_finds_the_approver_and_scorer_by_name(world, tmp_path):
     """The inspect_ai entry point (pyproject.toml) registers them for an installed calimon: in
     a fresh process outside the checkout, an approval policy file naming
     calimon/monitor_approver (with its arguments) builds it, and calimon/monitor_scorer and
-    calimon/monitor_scanner are found by name."""
+    (once Scout is imported, and not before) calimon/monitor_scanner are found by name."""
     import subprocess
     import sys
 
@@ -374,10 +374,13 @@ def test_inspect_finds_the_approver_and_scorer_by_name(world, tmp_path):
             f"first, second = read_approval_policies({str(config)!r})\n"
             "print(registry_info(first.approver).name, first.tools,"
             " registry_info(second.approver).name)\n"
+            "import sys\n"
+            "print('inspect_scout' in sys.modules)\n"  # Inspect's start does not pay for Scout
+            "import inspect_scout\n"  # as `scout scan` does before it looks a scanner up
             "print(registry_lookup('scorer', 'calimon/monitor_scorer') is not None,"
             " registry_lookup('scanner', 'calimon/monitor_scanner') is not None)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.splitlines()[-2:] == ["calimon/monitor_approver write_file inspect_ai/human",
-                                            "True True"]
+    assert out.stdout.splitlines()[-3:] == ["calimon/monitor_approver write_file inspect_ai/human",
+                                            "False", "True True"]
