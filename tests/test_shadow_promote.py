@@ -91,6 +91,38 @@ def test_a_shadow_is_scored_and_logged_and_never_answered(tmp_path):
     assert status["shadow"]["decisions"] == len(TRAFFIC) and not status["shadow"]["promotable"]
 
 
+def test_shadow_checks_are_reread_only_when_the_review_state_changes(tmp_path):
+    """The status page and each /metrics scrape reuse the checks while no label (or, after a
+    few seconds, no traffic) came in; a label makes them read the log again, and a promotion
+    always reads it."""
+    from calimon.review.promotion import shadow_status
+
+    cand = candidate(tmp_path, "b", t_low=0.2)
+    svc = service_with_shadow(tmp_path, cand)
+    reads = []
+    real = svc.log.shadow_answers
+    svc.log.shadow_answers = lambda h: reads.append(h) or real(h)
+
+    async def scenario(c):
+        await send(c)
+        for _ in range(3):
+            await c.get("/metrics", headers=auth("ada"))
+            await c.get("/v1/policy", headers=auth("ada"))
+        n_before_labels = len(reads)
+        label_all(svc)
+        labelled = shadow_status(svc)
+        n_after_labels = len(reads)
+        await c.get("/metrics", headers=auth("ada"))
+        promoted = await c.post("/v1/policy/promote", headers=auth("bob"))
+        return n_before_labels, n_after_labels, labelled, promoted
+
+    n_before, n_after, labelled, promoted = run(svc, scenario)
+    assert n_before == 1  # six reads of the checks, one read of the log
+    assert n_after == 2 and labelled["promotable"]  # the labels changed what they read
+    assert promoted.status_code == 200, promoted.text
+    assert len(reads) == 3  # the scrape reused them; the promotion read the log again
+
+
 def _shadow_rows(tmp_path: Path) -> dict:
     log = SQLiteDecisionLog(tmp_path / "log.sqlite")
     try:

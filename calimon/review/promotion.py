@@ -116,13 +116,22 @@ def reasons(targeted: list[dict], holds: bool, mr: dict[str, Any]) -> list[str]:
     return out
 
 
-def shadow_status(service) -> dict[str, Any] | None:
-    """The shadow candidate's evaluation (None without one); blocking."""
+def shadow_status(service, *, fresh: bool = False) -> dict[str, Any] | None:
+    """The shadow candidate's evaluation (None without one); blocking. Reused while the review
+    state it read is unchanged (`Review.snapshot`'s version: labels, and traffic at most every
+    few seconds), so the status page and each ``/metrics`` scrape do not reread every shadow
+    decision; ``fresh`` (a promotion) always reads the log."""
     slot = service.policies.shadow
-    if slot is None or getattr(service, "review", None) is None:
+    review = getattr(service, "review", None)
+    if slot is None or review is None:
         return None
+    key = (review.policy_hash, review.snapshot().version)
+    if not fresh and slot.checks is not None and slot.checks[0] == key:
+        return slot.checks[1]
     answers = service.log.shadow_answers(slot.sha256)
-    return evaluate(service.review, answers, slot.served.policy, slot.sha256)
+    checks = evaluate(review, answers, slot.served.policy, slot.sha256)
+    slot.checks = (key, checks)
+    return checks
 
 
 def _who(request: Request) -> str:
@@ -149,7 +158,7 @@ def install(app: FastAPI, service) -> None:
         if pol.shadow is None:
             raise ApiError(409, "no_candidate", "no policy runs in shadow: start the server "
                            "with --shadow CANDIDATE", "candidate")
-        checks = await asyncio.to_thread(shadow_status, service)
+        checks = await asyncio.to_thread(lambda: shadow_status(service, fresh=True))
         if not checks["promotable"]:
             await pol.record("refused", pol.shadow, _who(request), checks)
             raise ApiError(409, "promotion_refused", "the candidate was not promoted: "

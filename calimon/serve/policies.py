@@ -42,6 +42,7 @@ class Slot:
     path: str
     sha256: str
     name: str
+    checks: tuple | None = None  # the review loop's last checks of it, with what they read
 
     def named(self) -> dict[str, str]:
         """Its name, sha256 and file."""
