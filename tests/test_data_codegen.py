@@ -254,3 +254,45 @@ def test_expected_literals_do_not_depend_on_the_hash_seed():
                            ).stdout for seed in range(6)}
     assert len(outs) == 1, outs
     assert "{'x', 'y', 'z', 'w', 'v'}" in outs.pop()
+
+
+def test_parsing_on_threads_survives_a_switch_mid_parse():
+    """The builds parse on a thread pool; CPython 3.11 keeps the AST constructor's recursion
+    depth in shared state, so a thread switched out mid-parse (here forced by a garbage
+    collection callback, as a finalizer or a warning can do) made another thread's parse fail
+    with SystemError. calimon's parse helpers take one lock."""
+    import gc
+    import threading
+    import time
+
+    from calimon.data.codegen import hacks as H
+    from calimon.data.codegen.problem import parse
+
+    text = "[" + ", ".join(f"({i}, [{i}, {{{i}: 's'}}], {float(i)!r})" for i in range(30)) + "]"
+    errors: list[BaseException] = []
+
+    def work():
+        try:
+            for _ in range(150):
+                assert H.literal(text)[3][0] == 3
+                parse(f"x = {text}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def switch(phase, info):
+        if phase == "start":
+            time.sleep(0)
+
+    old = gc.get_threshold()
+    gc.set_threshold(50, 1, 1)
+    gc.callbacks.append(switch)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        gc.callbacks.remove(switch)
+        gc.set_threshold(*old)
+    assert errors == []

@@ -98,7 +98,7 @@ class Hack:
 def literal(text: str):
     """The value of a Python literal's source text, or a private sentinel when it is not one."""
     try:
-        return ast.literal_eval(text)
+        return ast.literal_eval(parse(text.lstrip(" \t"), mode="eval"))
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return _MISSING
 

@@ -9,15 +9,24 @@ from __future__ import annotations
 
 import ast
 import textwrap
+import threading
 import warnings
 from dataclasses import dataclass
 
+# CPython 3.11 counts the AST constructor's recursion depth in state shared by every thread: a
+# thread that switches out mid-parse (a garbage collection running Python code, a warning) lets
+# another thread's parse corrupt it ("SystemError: AST constructor recursion depth mismatch").
+# The builds parse problems on a thread pool, so every parse to Python AST objects goes through
+# this lock.
+AST_LOCK = threading.Lock()
 
-def parse(code: str) -> ast.Module:
-    """ast.parse without the invalid-escape warnings old sources (MBPP regexes) trigger."""
-    with warnings.catch_warnings():
+
+def parse(code: str, mode: str = "exec") -> ast.AST:
+    """ast.parse (one thread at a time: `AST_LOCK`) without the invalid-escape warnings old
+    sources (MBPP regexes) trigger."""
+    with AST_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
-        return ast.parse(code)
+        return ast.parse(code, mode=mode)
 
 
 @dataclass(frozen=True)
