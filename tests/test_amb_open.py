@@ -196,16 +196,19 @@ def test_build_ticks_progress_once_per_cell(tmp_path):
     assert a.read_bytes() == b.read_bytes()
 
 
+# The full v2 build's samples file. On a fresh machine (CI: an empty $CALIMON_HOME) the first
+# full build of a run executes every sandboxed code check; elsewhere builds read the results
+# stored by earlier ones (calimon.data.codegen.results). Either way the bytes must be these, so
+# this pins the build across machines and shows that stored results give what running the
+# checks gives (tests/test_amb_open_v2.py builds it again and checks the same hash).
+V2_SAMPLES_SHA256 = "736da232f3bb62e5777e4791d41e77f1afaf9768d964372fbedd02a73c916d39"
+
+
 @needs_sources
 @pytest.mark.slow
-def test_full_build_is_deterministic(tmp_path, monkeypatch):
-    # a runs every sandboxed check (and stores the results); b reads them back, so a == b also
-    # shows that the stored results give the benchmark that running them gives
-    monkeypatch.setenv("CALIMON_SANDBOX_CACHE", "refresh")
+def test_full_build_is_deterministic(tmp_path):
     a = amb_open.build(tmp_path / "a", sources=SOURCES, seed=0)
-    monkeypatch.setenv("CALIMON_SANDBOX_CACHE", "on")
-    b = amb_open.build(tmp_path / "b", sources=SOURCES, seed=0)
-    assert a.read_bytes() == b.read_bytes()
+    assert amb_open.sha256_file(a) == V2_SAMPLES_SHA256
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert manifest["complete"] is True and manifest["n_pairs"] >= 2400
     for cell, row in manifest["counts"].items():

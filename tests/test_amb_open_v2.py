@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from test_amb_open import SOURCES, _pair, needs_sources
+from test_amb_open import SOURCES, V2_SAMPLES_SHA256, _pair, needs_sources
 from typer.testing import CliRunner
 
 from calimon.data import amb_open, registry
@@ -210,6 +210,7 @@ def test_full_v1_is_byte_identical_and_v2_keeps_its_splits_and_meets_targets(tmp
     v1 = amb_open.build(tmp_path / "v1", sources=SOURCES, version=1)
     assert amb_open.sha256_file(v1) == V1_SAMPLES_SHA256
     v2 = amb_open.build(tmp_path / "v2", sources=SOURCES)
+    assert amb_open.sha256_file(v2) == V2_SAMPLES_SHA256
     old, new = load_samples(v1), load_samples(v2)
     assert new[:len(old)] == old
     rows = {r.cell: r for r in shortcut_audit(new)}
