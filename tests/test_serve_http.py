@@ -42,8 +42,8 @@ def code_answer(i: int) -> dict:
                         f"    return {i}  # {MARK}\n"}
 
 
-def trajectory(n: int, tag: str) -> list[list[dict]]:
-    return serve_server.trajectory(n, tag, mark=MARK)
+def trajectory(n: int, tag: str, task: str = "Make the test suite pass.") -> list[list[dict]]:
+    return serve_server.trajectory(n, tag, task, mark=MARK)
 
 
 def test_routes_and_the_key(server):
@@ -170,7 +170,8 @@ def test_a_step_after_its_cache_was_evicted_scores_as_before(server):
         before = _steps(c, "evict-a", a[:2], check=False)
         assert before[-1]["kv"]["reused_tokens"] > 0
         evictions = server.metric("calimon_session_evictions_total")
-        _steps(c, "evict-b", trajectory(2, "eb"), check=False)  # 24 MiB holds one of them
+        # 24 MiB holds one of them; another task, so evict-a cannot begin from its cache
+        _steps(c, "evict-b", trajectory(2, "eb", "Tidy the repository."), check=False)
         assert server.metric("calimon_session_evictions_total") > evictions
         r = c.post("/v1/sessions/evict-a/steps", json={"step": 2, "messages": a[2]})
         whole = c.post("/v1/score", json={"messages": sum(a, [])}).json()

@@ -107,14 +107,15 @@ def heads_root(smol_backend, tmp_path_factory):
     return root
 
 
-def make_service(tmp_path, monitor, *, memory_mib: float = 512.0) -> Service:
+def make_service(tmp_path, monitor, *, memory_mib: float = 512.0,
+                 pool_mib: float = 256.0) -> Service:
     policy = Policy(version=1, name="probe", readout=monitor.readout, model="smollm2-135m",
                     calibration="none", score="p_raw", t_low=0.4, t_high=0.8,
                     audit=Audit(fraction=0.0, seed=1))
     path = save_policy(policy, tmp_path / "policy.yaml")
     served = ServedMonitor(monitor, policy, "hash", None, None, [])
     settings = ServeSettings(policy=path, api_key="k", log=str(tmp_path / "log.sqlite"),
-                             session_memory_mib=memory_mib)
+                             session_memory_mib=memory_mib, prefix_pool_mib=pool_mib)
     return Service(served, SQLiteDecisionLog(tmp_path / "log.sqlite"), settings)
 
 
@@ -236,6 +237,43 @@ def test_a_held_state_the_prompt_does_not_extend_is_not_reused(smol_backend, tmp
     check_equal(step, whole)
     assert step["kv"]["mode"] == "full"
     assert step["kv"]["reused_tokens"] == encoded(monitor, messages).prefix_len
+
+
+@pytest.mark.parametrize("pool_mib", [256.0, 0.0])
+def test_a_new_session_begins_from_the_cache_of_one_sharing_its_task(smol_backend, tmp_path,
+                                                                      pool_mib):
+    """Two trajectories of one task (as ControlArena's honest and attack runs of a sample): the
+    second session's first step reads only past what the first session's cache shares with it,
+    while the first is open and after it ended (`DELETE`: its cache goes to the pool); with
+    ``--prefix-pool-mib 0`` every session reads all its own."""
+    monitor = ProbeMonitor(smol_backend, load_prompt("direct"), SHIPPED, max_input_tokens=LIMIT)
+    service = make_service(tmp_path, monitor, pool_mib=pool_mib)
+    task = "Make the test suite pass. " * 12  # a long task text, shared
+    a, b, c = (trajectory(2, t, task, mark=t * 3) for t in ("a", "b", "c"))
+
+    async def scenario(cl):
+        first = await send(cl, "a", a)
+        second = await send(cl, "b", b[:1])
+        assert (await cl.delete("/v1/sessions/a")).status_code == 200
+        assert (await cl.delete("/v1/sessions/b")).status_code == 200
+        third = await send(cl, "c", c[:1])
+        return first, second, third
+
+    first, second, third = run(service, scenario)
+    for got in (second, third):
+        [(step, whole, messages)] = got
+        check_equal(step, whole)
+        enc = encoded(monitor, messages)
+        if pool_mib == 0:
+            assert step["kv"]["mode"] == "full"
+            assert step["kv"]["reused_tokens"] == enc.prefix_len
+            continue
+        shared = common_prefix(encoded(monitor, first[0][2]).ids, enc.ids)
+        assert step["kv"]["mode"] == "incremental"
+        assert step["kv"]["reused_tokens"] == shared > enc.prefix_len + 50  # the task text
+        assert step["kv"]["computed_tokens"] == len(enc.ids) - shared
+    for step, whole, _ in first:
+        check_equal(step, whole)
 
 
 # the slow suite: a real server or several CLI runs (make test stays near its 8 minutes)

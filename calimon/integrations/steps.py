@@ -12,11 +12,9 @@ them a session loses its cache (the next step recomputes it) or is forgotten who
 step starts a new one: here the whole trajectory is at hand, so nothing is lost).
 
 A new session starts from a copy of the cache, among the open sessions' and those of sessions
-forgotten lately (kept at most ``pool_mib``, least recently kept dropped first), that shares the
-longest token prefix with its prompt; the step functions cut it back to that prefix as they cut
-a session's own cache (exact by the same construction). Trajectories of one task (the honest and
-attack runs of a ControlArena sample, the epochs of an Inspect sample) share their task text,
-which is then read once, and tasks written from one template share its opening.
+forgotten lately (kept at most ``pool_mib``), that shares the longest token prefix with its
+prompt (serve's `calimon.serve.prefixes.PrefixPool`, exact by the same construction as a
+session's own cache): trajectories of one task share their task text, which is then read once.
 """
 
 from __future__ import annotations
@@ -38,6 +36,7 @@ class LocalSteps:
         from calimon.serve.kv import HeadCache, supports_kv
         from calimon.serve.loading import ServedMonitor
         from calimon.serve.metrics import Metrics
+        from calimon.serve.prefixes import PrefixPool
         from calimon.serve.sessions import SessionStore
         from calimon.serve.settings import Limits, ServeSettings
 
@@ -56,9 +55,8 @@ class LocalSteps:
         self.heads = HeadCache()
         self.kv = self.served.kv_capable and supports_kv(self.served.backend.model)
         self.probe_kv = self.served.probe_capable and supports_kv(self.served.backend.model)
-        self.pool: OrderedDict[str, Any] = OrderedDict()  # forgotten sessions' caches
+        self.pool = PrefixPool(pool_mib)  # forgotten sessions' caches
         self.live: OrderedDict[str, Any] = OrderedDict()  # the open sessions, by key
-        self.pool_bytes = int(pool_mib * 2 ** 20)
 
     @property
     def mode(self) -> str:
@@ -79,7 +77,8 @@ class LocalSteps:
             session = self._open(key)
             try:
                 if session.kv is None:
-                    session.kv = self._seed(key, sample)
+                    session.kv = self.pool.seed(self.served.monitor, sample, [
+                        s.kv for k, s in self.live.items() if k != key])
                 verdict, kv = (probe_step if self.probe_kv else kv_step)(self, session, sample)
                 if verdict.status != "error":
                     return verdict, kv
@@ -99,25 +98,6 @@ class LocalSteps:
             self.live.popitem(last=False)
         return session
 
-    def _seed(self, key: str, sample: Sample) -> Any:
-        """A copy of the held cache (module docstring) sharing the longest token prefix past
-        the template head with ``sample``'s prompt, or None."""
-        from calimon.serve.kv import common_prefix
-        from calimon.serve.probe_kv import probe_monitor
-
-        held = [s.kv for k, s in self.live.items() if k != key and _reusable(s.kv)]
-        held += list(self.pool.values())
-        if not held:
-            return None
-        encoder = (probe_monitor(self.served.monitor) or self.served.monitor).encoder
-        ids = encoder.encode(sample.request, sample.response).ids
-        best, shared = None, encoder.prefix_len
-        for state in held:
-            n = common_prefix(state.ids, ids)
-            if n > shared:
-                best, shared = state, n
-        return None if best is None else _copy_state(best)
-
     def forget(self, key: str) -> bool:
         """Forget the session ``key`` (its cache goes to the prefix pool: module docstring);
         False when there was none."""
@@ -125,34 +105,9 @@ class LocalSteps:
         session = self.sessions.get(key)
         if session is None:
             return False
-        state = session.kv
         self.sessions.drop(key)
-        if _reusable(state):
-            self.pool[key] = state
-            self.pool.move_to_end(key)
-            while self.pool and sum(s.nbytes for s in self.pool.values()) > self.pool_bytes:
-                self.pool.popitem(last=False)
+        self.pool.keep(key, session.kv)
         return True
-
-
-def _reusable(state: Any) -> bool:
-    """Whether a session's cache can seed another: it holds tokens (not windows' readings)."""
-    return state is not None and bool(getattr(state, "ids", None)) \
-        and not getattr(state, "windows", None)
-
-
-def _copy_state(state: Any) -> Any:
-    """A copy of a session's cache that a step may cut and extend."""
-    import copy
-
-    import torch
-
-    with torch.inference_mode():
-        cache = copy.deepcopy(state.cache)
-    if hasattr(state, "states"):  # a probe session's state
-        return type(state)(list(state.ids), cache, state.response_start,
-                           {k: v.copy() for k, v in state.states.items()})
-    return type(state)(list(state.ids), cache)
 
 
 __all__ = ["LocalSteps"]

@@ -30,6 +30,7 @@ from calimon.serve.loading import ServedMonitor
 from calimon.serve.messages import text_fields, transcript
 from calimon.serve.metrics import Metrics
 from calimon.serve.policies import Policies
+from calimon.serve.prefixes import PrefixPool
 from calimon.serve.schemas import ScoreRequest
 from calimon.serve.session_log import StepTaken
 from calimon.serve.sessions import SessionStore
@@ -148,6 +149,7 @@ class Service:
         self.kv = served.kv_capable and _model_supports_kv(backend)
         self.probe_kv = served.probe_capable and _model_supports_kv(backend)
         self.heads = HeadCache()  # the template head's KV, which every new session starts from
+        self.prefixes = PrefixPool(settings.prefix_pool_mib)  # ended sessions' caches
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
         self.replica = f"{socket.gethostname()}-{os.getpid()}"  # its name in a deployment
         self.shared: SharedMetrics | None = None

@@ -73,6 +73,10 @@ class SessionStore:
         """Forget a session; False when there was none."""
         return self._sessions.pop(session_id, None) is not None
 
+    def caches(self, but: Session) -> list[KVState | ProbeState]:
+        """The caches the sessions other than ``but`` hold."""
+        return [s.kv for s in list(self._sessions.values()) if s is not but and s.kv is not None]
+
     def cache_bytes(self) -> int:
         """Bytes held by every session's cache."""
         return sum(s.kv.nbytes for s in list(self._sessions.values()) if s.kv is not None)

@@ -71,6 +71,8 @@ class ServeSettings:
     ``$CALIMON_API_KEY`` (empty: no key).
     ``keys_file``: keys with a name each (`calimon.serve.keys`); ``review``: the review queue,
     live recertification and drift watch (None: off, and no transcript text is kept).
+    ``prefix_pool_mib``: ended sessions' caches a new session may start from
+    (`calimon.serve.prefixes`; 0: sessions never start from each other's).
     ``shadow``: a candidate policy scored and logged beside the live one, never answered
     (`calimon.serve.policies`). ``deployment``: the name of the servers sharing this decision
     log as one service, whose ``/metrics`` give their totals
@@ -90,12 +92,16 @@ class ServeSettings:
     batching: Batching = field(default_factory=Batching)
     limits: Limits = field(default_factory=Limits)
     session_memory_mib: float = 512.0
+    prefix_pool_mib: float = 256.0
     keys_file: Path | None = None
     review: ReviewSettings | None = None
     shadow: Path | None = None
     deployment: str | None = None
 
     def __post_init__(self):
+        if isinstance(self.prefix_pool_mib, bool) or not self.prefix_pool_mib >= 0:
+            raise InputError(f"expected >= 0, got {self.prefix_pool_mib!r}",
+                             field="prefix_pool_mib")
         if self.deployment is not None and not 0 < len(self.deployment) <= 100:
             raise InputError(f"expected a name of 1 to 100 characters, got "
                              f"{self.deployment!r}", field="deployment")

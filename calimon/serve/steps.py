@@ -110,7 +110,10 @@ async def step(service: Service, session_id: str, req: StepRequest, received: fl
 async def end(service: Service, session_id: str) -> bool:
     """Forget a session here and its logged steps (`DELETE /v1/sessions/{id}`); whether there
     was anything to forget."""
+    ended = service.sessions.get(session_id)
     held = service.sessions.drop(session_id)
+    if ended is not None:
+        service.prefixes.keep(session_id, ended.kv)
     try:
         logged = await asyncio.to_thread(service.log.forget, session_id)
     except Exception as exc:  # noqa: BLE001 - the session may still be continued elsewhere
@@ -151,13 +154,16 @@ async def _locked_step(service: Service, session: Session, req: StepRequest, rid
 
 async def _reading(service: Service, session: Session, sample: Sample
                    ) -> tuple[Verdict, dict[str, Any]]:
-    if service.probe_kv:
-        call = lambda: probe_step(service, session, sample)  # noqa: E731
-    elif service.kv:
-        call = lambda: kv_step(service, session, sample)  # noqa: E731
-    else:
+    if not (service.probe_kv or service.kv):
         verdict = await service.reading(sample)
         return verdict, full_use(service, verdict.tokens)
+
+    def call() -> tuple[Verdict, dict[str, Any]]:
+        if session.kv is None:  # begin from another session's cache (calimon.serve.prefixes)
+            session.kv = service.prefixes.seed(service.served.monitor, sample,
+                                               service.sessions.caches(but=session))
+        return (probe_step if service.probe_kv else kv_step)(service, session, sample)
+
     try:
         verdict, kv = await service.batcher.run_alone(call)
     except ApiError:
