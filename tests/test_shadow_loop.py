@@ -3,7 +3,9 @@ through a real `calimon serve`): a head trained on source A is the live policy; 
 source B, whose misbehavior is marked by other words, is labelled by a reviewer over HTTP and
 exported; `calimon heads train --from-review` retrains the head on those labels with A's
 training data; the retrained head, calibrated on the reviewed labels it held out, runs in
-shadow, is promoted, and is rolled back after a restart.
+shadow, is promoted, and is rolled back after a restart. The model's weights are random, but
+its hidden states still tell the few words that mark each source's label apart, so a head
+learns the marks it was trained on and no others.
 
 Before the promotion every answered decision is the live policy's; after it the candidate's;
 after the rollback the first one's again; the decision log has every change, and a restarted
@@ -15,21 +17,24 @@ on the held-out reviewed labels, and MR of both policies on the traffic labelled
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
-from review_fakes import KEYS, keys_file
+from review_fakes import KEYS, auth, keys_file
 from review_server import start
-from serve_server import free_port
+from serve_server import Server, free_port
 from test_review_loop import cli
 
 from calimon.deploy.policy_file import load_policy
 from calimon.review.labels import item_id_of
 from calimon.run_folder import read_curve_json
 from calimon.samples import Sample, load_samples, write_samples
-from calimon.scoring.probes.artifacts import load_head
+from calimon.scoring.probes.artifacts import HeadCard, load_head
 
-pytestmark = pytest.mark.slow  # three server starts of the tiny model, nine commands
+pytestmark = pytest.mark.slow  # 75-120 s on 2 shared cores: three server starts, ten commands
 
 MODEL = "tiny-qwen3"
 WORDS = ("please explain recipe travel weather story movie friend advice history music garden "
@@ -90,7 +95,7 @@ def label(c: httpx.Client, traffic, tag: str) -> None:
         assert r.status_code == 200, r.text
 
 
-def retrain(source: str, labelled: str, tmp) -> tuple[object, str]:
+def retrain(source: str, labelled: str, tmp: Path) -> tuple[HeadCard, str]:
     """`calimon heads train --from-review` on A's train split and the reviewed labels (the
     latest half of them held out); the card, and the held-out labels as a samples file (their
     export rows, with the export's calib/test split)."""
@@ -102,6 +107,45 @@ def retrain(source: str, labelled: str, tmp) -> tuple[object, str]:
     out = write_samples([s for s in load_samples(labelled) if s.id in held],
                         tmp / "held-out.jsonl")
     return card, str(out)
+
+
+@contextmanager
+def serving(tmp: Path, port: int, *extra: str) -> Iterator[tuple[Server, httpx.Client]]:
+    """`calimon serve a.yaml --review` on the tiny model (every transcript kept, no drift
+    check), with ada's client; stopped on exit."""
+    server = start(tmp / "a.yaml", tmp, port, None, "--keys", str(keys_file(tmp)),
+                   "--review-retain", "1", "--drift-every", "100000", *extra)
+    try:
+        with httpx.Client(base_url=server.url, headers=auth("ada"), timeout=120) as c:
+            yield server, c
+    finally:
+        server.stop()
+
+
+def shadow_round(tmp: Path, port: int, b: str, live_hash: str) -> dict:
+    """Serve ``b`` in shadow on new traffic from B: never answered; a promotion refused before
+    labels of its traffic; labelled; promoted; then the candidate answers."""
+    with serving(tmp, port, "--shadow", b) as (server, c):
+        second = marked("B", 100, 3)
+        assert send(c, second, "t2") == {live_hash}
+        refused = c.post("/v1/policy/promote")  # no labels of its traffic yet
+        label(c, second, "t2")
+        checks = c.get("/v1/policy").json()["candidate"]
+        promoted = cli("promote", server.url)
+        assert send(c, marked("B", 10, 4), "t3") == {checks["policy_hash"]}
+        return {"refused": refused, "checks": checks, "promoted": promoted,
+                "metrics": c.get("/metrics").text}
+
+
+def restart_round(tmp: Path, port: int, live_hash: str) -> dict:
+    """Restart on a.yaml (the log says b is live), roll back: a answers again."""
+    with serving(tmp, port) as (server, c):
+        after_restart = c.get("/v1/info").json()["policy_hash"]
+        rolled = cli("rollback", server.url)
+        assert send(c, marked("B", 10, 5), "t4") == {live_hash}
+        out = {"after_restart": after_restart, "rolled": rolled,
+               "changes": c.get("/v1/policy").json()["changes"]}
+    return out | {"log": server.log_text()}  # the whole output, the server stopped
 
 
 def test_label_retrain_shadow_promote_restart_and_roll_back(tmp_path, monkeypatch, tiny_qwen3):
@@ -116,45 +160,16 @@ def test_label_retrain_shadow_promote_restart_and_roll_back(tmp_path, monkeypatc
     cli("heads", "train", "--name", "loop-a", "--model", MODEL, "--benchmark", source,
         "--layer", "1", "--no-eval", "--quiet")
     design("loop-a", source, str(tmp_path / "run-a"), a)
-    port = free_port()
-    flags = ("--keys", str(keys_file(tmp_path)), "--review-retain", "1", "--drift-every",
-             "100000")
-    head = {"Authorization": f"Bearer {KEYS['ada']}"}
-    server = start(tmp_path / "a.yaml", tmp_path, port, None, *flags)
-    try:  # label the live policy's traffic (source B), export it
-        with httpx.Client(base_url=server.url, headers=head, timeout=120) as c:
-            first = marked("B", 160, 2)
-            live_hash = send(c, first, "t1").pop()
-            label(c, first, "t1")
+    port, first = free_port(), marked("B", 160, 2)
+    with serving(tmp_path, port) as (server, c):  # label the live policy's traffic, export it
+        live_hash = send(c, first, "t1").pop()
+        label(c, first, "t1")
         cli("review-export", server.url, str(tmp_path / "labelled.jsonl"), "--sample", "all")
-    finally:
-        server.stop()
     card, held_out = retrain(source, str(tmp_path / "labelled.jsonl"), tmp_path)
     auroc_a = design("loop-a", held_out, str(tmp_path / "run-a-on-b"))
     auroc_b = design("loop-b", held_out, str(tmp_path / "run-b"), b)
-    server = start(tmp_path / "a.yaml", tmp_path, port, None, *flags, "--shadow", b)
-    try:  # the candidate in shadow: scored and logged, never answered
-        with httpx.Client(base_url=server.url, headers=head, timeout=120) as c:
-            second = marked("B", 100, 3)
-            assert send(c, second, "t2") == {live_hash}
-            refused = c.post("/v1/policy/promote")  # no labels of its traffic yet
-            label(c, second, "t2")
-            checks = c.get("/v1/policy").json()["candidate"]
-            promoted = cli("promote", server.url)
-            cand_hash = checks["policy_hash"]
-            assert send(c, marked("B", 10, 4), "t3") == {cand_hash}
-            metrics = c.get("/metrics").text
-    finally:
-        server.stop()
-    server = start(tmp_path / "a.yaml", tmp_path, port, None, *flags)
-    try:  # restarted on the first policy's file: the log says the candidate is live
-        with httpx.Client(base_url=server.url, headers=head, timeout=120) as c:
-            after_restart = c.get("/v1/info").json()["policy_hash"]
-            rolled = cli("rollback", server.url)
-            assert send(c, marked("B", 10, 5), "t4") == {live_hash}
-            changes = c.get("/v1/policy").json()["changes"]
-    finally:
-        server.stop()
+    shadow = shadow_round(tmp_path, port, b, live_hash)
+    back = restart_round(tmp_path, port, live_hash)
 
     # the candidate is the retrained head: its own weights, the reviewer's labels on its card
     _, head_a = load_head(tmp_path / "heads" / MODEL / "loop-a.card.yaml")
@@ -162,24 +177,27 @@ def test_label_retrain_shadow_promote_restart_and_roll_back(tmp_path, monkeypatc
     assert [load_policy(p).pin.monitor.readout for p in (a, b)] == ["probe:loop-a",
                                                                      "probe:loop-b"]
     reviews = card.training.reviews
-    trained = [x for x in reviews.labels if x["split"] == "train"]
-    assert {x["id"] for x in trained} == {f"t1-{s.id}" for s in first[:160]}
+    trained = {x["id"] for x in reviews.labels if x["split"] == "train"}
+    assert trained == {f"t1-{s.id}" for s in first[:160]}  # the first half, by time
     assert {tuple(x["reviewers"]) for x in reviews.labels} == {("ada",)}
     assert reviews.n_eval == 160 and card.metrics["review_eval_auroc"] > 0.9
     # ... and ranks B's traffic better than the live head: measured, on labels it never saw
     assert auroc_b > 0.9 and auroc_b - auroc_a > 0.2, (auroc_a, auroc_b)
+    checks, cand_hash = shadow["checks"], shadow["checks"]["policy_hash"]
     assert checks["mr"]["candidate_mr"] < checks["mr"]["live_mr"], checks["mr"]
 
-    assert refused.status_code == 409, refused.text
-    assert "certificate:" in refused.json()["error"]["message"]
+    assert shadow["refused"].status_code == 409, shadow["refused"].text
+    assert "certificate:" in shadow["refused"].json()["error"]["message"]
     assert checks["promotable"], checks["reasons"]
     assert checks["mr"]["lower"] > 0 and checks["certificate_holds"]
-    assert f"policy 'b' (sha256 {cand_hash[:12]}) is live" in promoted
-    assert "checked: MR live" in promoted
-    assert f'calimon_policy_info{{role="live",policy="b",sha256="{cand_hash}"}} 1' in metrics
-    assert after_restart == cand_hash
-    assert "live policy from the decision log: 'b' (promote" in server.log_text()
-    assert f"policy 'a' (sha256 {live_hash[:12]}) is live" in rolled
-    assert [(ch["kind"], ch["policy_hash"]) for ch in changes] == [
+    assert f"policy 'b' (sha256 {cand_hash[:12]}) is live" in shadow["promoted"]
+    assert "checked: MR live" in shadow["promoted"]
+    assert (f'calimon_policy_info{{role="live",policy="b",sha256="{cand_hash}"}} 1'
+            in shadow["metrics"])
+    assert back["after_restart"] == cand_hash
+    assert "live policy from the decision log: 'b' (promote" in back["log"]
+    assert "Task was destroyed" not in back["log"]
+    assert f"policy 'a' (sha256 {live_hash[:12]}) is live" in back["rolled"]
+    assert [(ch["kind"], ch["policy_hash"]) for ch in back["changes"]] == [
         ("deploy", live_hash), ("refused", cand_hash), ("promote", cand_hash),
         ("rollback", live_hash)]
