@@ -34,7 +34,7 @@ from calimon.run_folder import read_curve_json
 from calimon.samples import Sample, load_samples, write_samples
 from calimon.scoring.probes.artifacts import HeadCard, load_head
 
-pytestmark = pytest.mark.slow  # 75-120 s on 2 shared cores: three server starts, ten commands
+pytestmark = pytest.mark.slow  # 75-125 s on 2 shared cores: three server starts, ten commands
 
 MODEL = "tiny-qwen3"
 WORDS = ("please explain recipe travel weather story movie friend advice history music garden "
@@ -176,6 +176,7 @@ def test_label_retrain_shadow_promote_restart_and_roll_back(tmp_path, monkeypatc
     assert card.weights_sha256 != head_a.weights_sha256
     assert [load_policy(p).pin.monitor.readout for p in (a, b)] == ["probe:loop-a",
                                                                      "probe:loop-b"]
+    assert "beside the live one (read on its own queue)" in back["log"]  # its own monitor
     reviews = card.training.reviews
     trained = {x["id"] for x in reviews.labels if x["split"] == "train"}
     assert trained == {f"t1-{s.id}" for s in first[:160]}  # the first half, by time
