@@ -105,14 +105,15 @@ def env(tmp: Path) -> dict[str, str]:
             "OPENAI_API_KEY": "unused"}
 
 
-def start(policy: Path, tmp: Path, port: int, chat_url: str, *args: str,
+def start(policy: Path, tmp: Path, port: int, chat_url: str | None, *args: str,
           timeout: float = 180.0) -> Server:
     """`calimon serve POLICY --review` on ``port`` (the same port after a restart, so a page
-    open in the browser finds it again), waited for until /healthz answers."""
+    open in the browser finds it again), waited for until /healthz answers. ``chat_url``: the
+    stand-in's API; None: the model the policy pins, on the default backend."""
     out = tmp / "serve.out"
     cmd = [str(CALIMON), "serve", str(policy), "--port", str(port), "--log",
            str(tmp / "decisions.sqlite"), "--review", "--review-store",
-           str(tmp / "review.sqlite"), *chat_flags(chat_url), *args]
+           str(tmp / "review.sqlite"), *(chat_flags(chat_url) if chat_url else []), *args]
     fh = out.open("ab")
     proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env(tmp))
     fh.close()

@@ -275,6 +275,42 @@ def test_a_restart_serves_the_policy_the_log_says_is_live(tmp_path):
     log.close()
 
 
+def test_a_rollback_past_a_restart_keeps_the_queue_it_replaces_until_the_server_stops(
+        tmp_path):
+    """After a restart the policy to roll back to is loaded with its own monitor and queue; the
+    queue it replaces (the one the server started with) stays held, so requests that took it
+    finish, and is stopped with the server, not dropped while its consumer waits."""
+    import asyncio
+    import gc
+    import weakref
+
+    from calimon.serve.policies import Slot, sha256_of
+
+    a = policy(tmp_path / "a")
+    svc = make_service(tmp_path, policy_path=candidate(tmp_path, "b", t_low=0.2))
+    pol = svc.policies
+    pol.previous = [Slot(None, None, str(a), sha256_of(a), "a")]
+    pol.loader = lambda path, reuse: served(Path(path), StandIn(), sha256_of(a))
+    started = weakref.ref(svc.batcher)
+
+    async def scenario(c):
+        reports = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: reports.append(context["message"]))
+        r = await c.post("/v1/policy/rollback", headers=auth("ada"))
+        assert r.status_code == 200, r.text
+        gc.collect()
+        assert started() is not None and svc.batcher is not started()
+        answer = await score(c, 0.9, 0)
+        await pol.stop()
+        return reports, answer, started()._consumer
+
+    reports, answer, consumer = run(svc, scenario)
+    assert reports == []  # no queue consumer destroyed while pending
+    assert (answer["policy"], answer["action"]) == ("review-test", "auto_block")
+    assert consumer is None  # stopped with the server
+
+
 def test_a_decision_log_of_schema_version_1_migrates(tmp_path):
     from calimon.serve.decision_log import m001_decisions
 

@@ -201,7 +201,11 @@ class Policies:
         s = self.service
         other = slot.served.monitor is not s.served.monitor
         s.served = slot.served
-        if slot.batcher is not None:
+        if slot.batcher is not None and slot.batcher is not s.batcher:
+            if s.batcher not in self._batchers:
+                # held and stopped with the others: a request that took it still runs on it,
+                # and asyncio holds its consumer task only weakly
+                self._batchers.append(s.batcher)
             s.batcher = slot.batcher
         if other:  # the sessions' caches were read by another monitor
             from calimon.serve.kv import HeadCache, supports_kv
