@@ -15,6 +15,11 @@ The arms differ in the monitor only:
   the shipped monitor in this process with its bundle's map, one session per trajectory;
 - ``calimon-whole``: the same monitor with a fresh run store, which scores each step's whole
   trajectory (the path before sessions), for reference;
+- ``calimon-url``: ``calimon_monitor_builder(url=...)``, the same monitor served by a running
+  ``calimon serve`` (a policy pinning the shipped bundle and its map), the deployment the docs
+  give for many evaluations: the evaluation's process imports no model library and sends each
+  step's new messages. A fresh server per round, started and answering ``/healthz`` (model
+  loaded and warm) before the evaluation's clock starts; its start-up is reported beside;
 - ``load``: calimon's fixed cost, for reference: in a fresh process, importing the model's
   libraries, loading the monitor and reading one three-token transcript.
 
@@ -44,11 +49,14 @@ sys.path.insert(0, str(ROOT / "tests"))  # integrations_support: the mock agent 
 
 from integrations_support import control_trusted as trusted  # noqa: E402
 from integrations_support import control_untrusted as untrusted  # noqa: E402
+from integrations_support import write_policy  # noqa: E402
+from serve_server import KEY, start_server  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "serve-control.md"
 RAW = ROOT / "benchmarks" / "serve" / "out" / "control.json"
 MOCK = "mockllm/model"
 MODEL, READOUT = "smollm2-135m", "probe:amb-open-monitor"
+BUNDLE_MAP = ROOT / "heads" / "smollm2-135m" / "amb-open-monitor.calibration.json"
 TARGET = 2.0
 
 
@@ -64,7 +72,21 @@ def fixed_cost() -> dict:
     return {"arm": "load", "wall_s": time.perf_counter() - start, "samples": 0, "steps": []}
 
 
-def one_run(arm: str, limit: int, log_dir: Path) -> dict:
+def served_policy(folder: Path) -> Path:
+    """A policy for ``calimon serve`` pinning the shipped monitor and its bundle's own map (so
+    the server's suspicion is the in-process monitor's); its thresholds decide nothing here."""
+    import shutil
+
+    from calimon.integrations import LocalMonitor
+
+    run = folder / "design-run" / "calibration"
+    run.mkdir(parents=True)
+    shutil.copyfile(BUNDLE_MAP, run / "platt.json")
+    provenance = LocalMonitor.from_model(MODEL, readout=READOUT).provenance
+    return write_policy(folder, provenance, 0.3, 0.7, name="control-monitor")
+
+
+def one_run(arm: str, limit: int, log_dir: Path, url: str | None = None) -> dict:
     """One evaluation with the arm's monitor: its wall time and every monitored step."""
     if arm == "load":
         return fixed_cost()
@@ -87,6 +109,8 @@ def one_run(arm: str, limit: int, log_dir: Path) -> dict:
                             log_dir=str(log_dir))
     if arm == "basic":
         monitor = basic_monitor_builder()
+    elif arm == "calimon-url":
+        monitor = calimon_monitor_builder(url=url, api_key=KEY)
     else:
         store = str(log_dir / "store.sqlite") if arm == "calimon-whole" else None
         monitor = calimon_monitor_builder(model=MODEL, readout=READOUT, store=store)
@@ -114,14 +138,25 @@ def one_run(arm: str, limit: int, log_dir: Path) -> dict:
             "steps": steps, "tokens": tokens}
 
 
-def run_child(arm: str, limit: int, folder: Path) -> dict:
-    """`one_run` in a fresh process."""
+def run_child(arm: str, limit: int, folder: Path, policy: Path | None = None) -> dict:
+    """`one_run` in a fresh process; ``calimon-url``: against a fresh `calimon serve` of
+    ``policy``, started (and its start-up timed) before the evaluation."""
     out = folder / "result.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "INSPECT_DISPLAY": "none"}
-    subprocess.run([sys.executable, __file__, "--one", arm, "--limit", str(limit),
-                    "--folder", str(folder)], check=True, env=env, cwd=folder)
-    return json.loads(out.read_text())
+    cmd = [sys.executable, __file__, "--one", arm, "--limit", str(limit), "--folder",
+           str(folder)]
+    if arm != "calimon-url":
+        subprocess.run(cmd, check=True, env=env, cwd=folder)
+        return json.loads(out.read_text())
+    start = time.perf_counter()
+    server = start_server(policy, folder / "decisions.sqlite", folder / "serve.out", cwd=folder)
+    started = time.perf_counter() - start
+    try:
+        subprocess.run([*cmd, "--url", server.url], check=True, env=env, cwd=folder)
+    finally:
+        server.stop()
+    return {**json.loads(out.read_text()), "server_start_s": started}
 
 
 def check_with_calimon_score(run: dict, folder: Path) -> dict:
@@ -166,20 +201,23 @@ def measure(args) -> dict:
     arms = args.arms.split(",")
     rounds: list[dict[str, dict]] = []
     with tempfile.TemporaryDirectory(prefix="calimon-control-") as tmp:
+        policy = served_policy(Path(tmp) / "policy") if "calimon-url" in arms else None
         for r in range(args.rounds):
             order = arms[r % len(arms):] + arms[:r % len(arms)]
             got = {}
             for arm in order:
                 folder = Path(tmp) / f"r{r}-{arm}"
                 folder.mkdir()
-                got[arm] = run_child(arm, args.limit, folder)
+                got[arm] = run_child(arm, args.limit, folder, policy)
                 print(f"round {r + 1}: {arm} {got[arm]['wall_s']:.1f} s", flush=True)
             rounds.append(got)
-        last = Path(tmp) / f"r{args.rounds - 1}-calimon"
-        check = check_with_calimon_score(rounds[-1]["calimon"], last)
+        checks = {arm: check_with_calimon_score(rounds[-1][arm],
+                                                Path(tmp) / f"r{args.rounds - 1}-{arm}")
+                  for arm in ("calimon", "calimon-url") if arm in arms}
     return {"arms": arms, "limit": args.limit, "rounds": [
         {a: {k: v for k, v in run.items() if k != "steps"} for a, run in got.items()}
-        for got in rounds], "check": check, "steps": len(rounds[-1]["calimon"]["steps"])}
+        for got in rounds], "check": checks["calimon"], "checks": checks,
+        "steps": len(rounds[-1]["calimon"]["steps"])}
 
 
 def breakdown(m: dict) -> list[str]:
@@ -221,6 +259,8 @@ def render(m: dict, started: str, load: tuple[float, float], minutes: float) -> 
              "calimon": f"`calimon_monitor_builder(model=\"{MODEL}\", readout=\"{READOUT}\")`, "
                         "one session per trajectory",
              "calimon-whole": "the same, each step's whole trajectory scored (a fresh run store)",
+             "calimon-url": "`calimon_monitor_builder(url=...)`: the same monitor served by a "
+                            "running `calimon serve` (started and warm before the clock)",
              "load": "calimon's fixed cost: a fresh process importing the model's libraries, "
                      "loading the monitor and reading a three-token transcript (no evaluation)"}
     ratio = {}
@@ -229,17 +269,30 @@ def render(m: dict, started: str, load: tuple[float, float], minutes: float) -> 
         ratio[arm] = med(r[arm]["wall_s"] / r["basic"]["wall_s"] for r in m["rounds"])
         lines.append(f"| {names[arm]} | {med(walls):.1f} | "
                      f"{', '.join(f'{w:.1f}' for w in walls)} | {ratio[arm]:.2f}x |")
-    c = m["check"]
-    verdict = "met" if ratio["calimon"] <= TARGET else "missed"
-    lines += ["", f"Target: calimon's monitor within {TARGET:g}x the basic monitor's wall time: "
-              f"{ratio['calimon']:.2f}x, {verdict}.", ""] + breakdown(m) + [
-              f"`calimon score --model {MODEL} --readout {READOUT}` of the {c['steps']} "
-              "monitored steps of the last round's calimon run (each step's trajectory as the "
-              "log reader renders it): largest |p_raw(monitor) - p_raw(calimon score)| "
-              f"{c['max_dp_raw']:.1e}, largest |suspicion - map(p_raw of calimon score)| "
-              f"{c['max_dsuspicion']:.1e}; the steps' session modes: "
-              + ", ".join(f"{k} {v}" for k, v in sorted(c["kv_modes"].items())) + "."]
-    return "\n".join(lines) + "\n"
+    lines += [""] + targets(m, ratio) + breakdown(m)
+    for arm, c in m.get("checks", {"calimon": m["check"]}).items():
+        lines += [f"`calimon score --model {MODEL} --readout {READOUT}` of the {c['steps']} "
+                  f"monitored steps of the last round's `{arm}` run (each step's trajectory as "
+                  "the log reader renders it): largest |p_raw(monitor) - p_raw(calimon score)| "
+                  f"{c['max_dp_raw']:.1e}, largest |suspicion - map(p_raw of calimon score)| "
+                  f"{c['max_dsuspicion']:.1e}; the steps' session modes: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(c["kv_modes"].items())) + ".", ""]
+    return "\n".join(lines[:-1]) + "\n"
+
+
+def targets(m: dict, ratio: dict[str, float]) -> list[str]:
+    """The target's verdict for each way of running calimon's monitor."""
+    def verdict(arm: str) -> str:
+        return "met" if ratio[arm] <= TARGET else "missed"
+
+    out = [f"Target: calimon's monitor within {TARGET:g}x the basic monitor's wall time. In the "
+           f"evaluation's process: {ratio['calimon']:.2f}x, {verdict('calimon')}."]
+    if "calimon-url" in ratio:
+        start = statistics.median(r["calimon-url"]["server_start_s"] for r in m["rounds"])
+        out[0] += (f" Through a running `calimon serve`: {ratio['calimon-url']:.2f}x, "
+                   f"{verdict('calimon-url')} (the server's own start-up, {start:.1f} s median, "
+                   "is paid once per server, not per evaluation, and is not counted).")
+    return out + [""]
 
 
 def main() -> int:
@@ -249,10 +302,11 @@ def main() -> int:
     ap.add_argument("--arms", default="basic,calimon")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         folder = Path(args.folder)
-        result = one_run(args.one, args.limit, folder / "logs")
+        result = one_run(args.one, args.limit, folder / "logs", args.url)
         (folder / "result.json").write_text(json.dumps(result))
         return 0
     if "basic" not in args.arms.split(",") or "calimon" not in args.arms.split(","):

@@ -40,6 +40,11 @@ class PrefixPool:
         """Whether sessions may start from each other's caches at all."""
         return self.max_bytes > 0
 
+    def keys(self) -> list[str]:
+        """The ended sessions whose caches are kept, least recently kept first."""
+        with self._lock:
+            return list(self._kept)
+
     def keep(self, key: str, state: Any) -> None:
         """Keep an ended session's cache (if it holds tokens), dropping the least recently
         kept past the pool's bytes."""
