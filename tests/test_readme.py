@@ -34,15 +34,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMITS = ["--limit", "16", "--binary-limit", "2", "--n-boot", "20"]
+# one binary-protocol sample per prompt: each line still draws its binary points (free or JSON
+# decoding, every prompt), and generation is most of a small line's time on the CPU
+LIMITS = ["--limit", "16", "--binary-limit", "1", "--n-boot", "20"]
 # runs that the deployment commands read (the demo, the amb-open traffic) keep enough of each class
 # for a curve, a policy and a calibration map in their calib split (calimon.numerics.class_support: 10
 # of each class for a curve, 20 for a map, which the amb-open line reads back). 120, because a
 # selection of whole pairs is not balanced: at 80 the demo's 40 calib rows were 16 and 24
-DEPLOY_LIMITS = ["--limit", "120", "--binary-limit", "2", "--n-boot", "20"]
+DEPLOY_LIMITS = ["--limit", "120", "--binary-limit", "1", "--n-boot", "20"]
 # the amb-open traffic applies the demo's map (fits none, so it scores test rows only): a
 # curve's 10 of each class is all it needs (48 samples, all from test)
-TRAFFIC_LIMITS = ["--limit", "48", "--binary-limit", "2", "--n-boot", "20"]
+TRAFFIC_LIMITS = ["--limit", "48", "--binary-limit", "1", "--n-boot", "20"]
 RUN_LIMITS = {"runs/demo": DEPLOY_LIMITS, "runs/amb-open": TRAFFIC_LIMITS}
 SERVED = "http://127.0.0.1:8000/v1"
 PLACEHOLDER_MODEL = "/path/to/hf/folder"
