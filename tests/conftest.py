@@ -126,6 +126,21 @@ def tiny_qwen3_backend(tiny_qwen3):
     return default_backend("tiny-qwen3")
 
 
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for the tests that run studies with `--engine ray`, joined as the
+    engine joins one (`ray_engine.connect`, the same runtime environment): without it each
+    scoring call of a study starts and stops a cluster of its own (seconds each on 2 cores).
+    test_engine_ray does not use it, so the engine's own start and stop stays tested."""
+    ray = pytest.importorskip("ray")
+    from calimon.scoring.engines.ray_engine import connect
+
+    started = connect()
+    yield
+    if started:
+        ray.shutdown()
+
+
 # -- vLLM: one offline engine and one `vllm serve` per model per test run ----------------------
 # Every vllm-marked test shares these (each engine start costs about a minute on 2 cores). The
 # offline engines are the process's shared backends (`build_backend`), so a study or a CLI run
