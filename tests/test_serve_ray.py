@@ -189,37 +189,44 @@ def _until_answered(client: httpx.Client, body: dict, tries: int = 30) -> httpx.
     raise AssertionError(f"{body['request_id']} not answered in {tries} tries")
 
 
-def test_a_replica_killed_under_load_loses_no_answered_request(tmp_path):
+@pytest.fixture(scope="module")
+def pg():
+    """One PostgreSQL server for the module's tests (initdb and a start cost seconds on 2
+    cores); each test's log is a schema of its own."""
+    with postgres_server() as server:
+        yield server
+
+
+def test_a_replica_killed_under_load_loses_no_answered_request(tmp_path, pg):
     import psycopg
 
     policy, map_path = write_policy(tmp_path)
-    with postgres_server() as pg:
-        url = pg.create_schema("ray_serve")
-        t0 = time.monotonic()
-        server = RayServer(policy, map_path, url, tmp_path / "server.out")
-        try:
-            server.wait_listening()
-            t_up = time.monotonic()
-            assert len(replica_pids(server.proc.pid)) == 2
-            with server.client() as c:
-                body = {**bodies()[0], "request_id": "together"}
-                with ThreadPoolExecutor(4) as pool:
-                    together = list(pool.map(lambda _: c.post("/v1/score", json=body),
-                                             range(4)))
-            answered, replica, failed, killed = _load_with_a_replica_killed(server)
-            t_load = time.monotonic()
-            with server.client() as c:
-                resent = {b["request_id"]: _until_answered(c, b) for b in bodies()}
-            survivors = replica_pids(server.proc.pid)
-            t_resent = time.monotonic()
-        finally:
-            server.stop()
-        print(f"up {t_up - t0:.0f} s, load {t_load - t_up:.0f} s ({len(answered)} answered, "
-              f"{failed} failed), resend {t_resent - t_load:.0f} s, stop "
-              f"{time.monotonic() - t_resent:.0f} s")
-        with psycopg.connect(url) as conn:
-            rows = conn.execute("SELECT request_id, decision, response FROM decisions")\
-                .fetchall()
+    url = pg.create_schema("ray_serve")
+    t0 = time.monotonic()
+    server = RayServer(policy, map_path, url, tmp_path / "server.out")
+    try:
+        server.wait_listening()
+        t_up = time.monotonic()
+        assert len(replica_pids(server.proc.pid)) == 2
+        with server.client() as c:
+            body = {**bodies()[0], "request_id": "together"}
+            with ThreadPoolExecutor(4) as pool:
+                together = list(pool.map(lambda _: c.post("/v1/score", json=body),
+                                         range(4)))
+        answered, replica, failed, killed = _load_with_a_replica_killed(server)
+        t_load = time.monotonic()
+        with server.client() as c:
+            resent = {b["request_id"]: _until_answered(c, b) for b in bodies()}
+        survivors = replica_pids(server.proc.pid)
+        t_resent = time.monotonic()
+    finally:
+        server.stop()
+    print(f"up {t_up - t0:.0f} s, load {t_load - t_up:.0f} s ({len(answered)} answered, "
+          f"{failed} failed), resend {t_resent - t_load:.0f} s, stop "
+          f"{time.monotonic() - t_resent:.0f} s")
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT request_id, decision, response FROM decisions")\
+            .fetchall()
     output = server.text()
 
     assert all(r.status_code == 200 for r in together), [r.text for r in together]
@@ -284,7 +291,7 @@ def _p(responses: list[httpx.Response]) -> list[float]:
     return [r.json()["p_raw"] for r in responses]
 
 
-def test_a_session_is_answered_on_either_replica_and_past_a_killed_one(tmp_path):
+def test_a_session_is_answered_on_either_replica_and_past_a_killed_one(tmp_path, pg):
     """With the session header every step goes to one replica; without it they spread, and
     each replica rebuilds the session from the log: the same scores. Both replicas' steps are
     in either's /metrics. The replica holding a session is SIGKILLed after its step 9: the
@@ -293,25 +300,30 @@ def test_a_session_is_answered_on_either_replica_and_past_a_killed_one(tmp_path)
 
     policy, map_path = write_policy(tmp_path)
     trail = trajectory(SESSION_STEPS, "r")
-    with postgres_server() as pg:
-        server = RayServer(policy, map_path, pg.create_schema("sessions"),
-                           tmp_path / "server.out")
-        try:
-            server.wait_listening()
-            pids = _replica_pids_by_name(server)
-            with server.client() as c:
-                sticky = _steps(c, "sticky", trail, True)
-                spread = _steps(c, "spread", trail, False)
-                time.sleep(1.5)  # every replica has written its counts
-                metrics = [c.get("/metrics").text for _ in range(4)]
-                before = _steps(c, "killed", trail[:KILL_STEP], True)
-                holder = before[-1].headers[REPLICA]
-                os.kill(pids[holder], signal.SIGKILL)
-                after = [_resume(c, "killed", i, trail[i])
-                         for i in range(KILL_STEP, KILLED_STEPS)]
-                again = _steps(c, "killed", trail[:KILL_STEP], True)
-        finally:
-            server.stop()
+    t = [time.monotonic()]
+    server = RayServer(policy, map_path, pg.create_schema("sessions"),
+                       tmp_path / "server.out")
+    try:
+        server.wait_listening()
+        pids = _replica_pids_by_name(server)
+        t.append(time.monotonic())
+        with server.client() as c:
+            sticky = _steps(c, "sticky", trail, True)
+            spread = _steps(c, "spread", trail, False)
+            time.sleep(1.5)  # every replica has written its counts
+            metrics = [c.get("/metrics").text for _ in range(4)]
+            before = _steps(c, "killed", trail[:KILL_STEP], True)
+            holder = before[-1].headers[REPLICA]
+            t.append(time.monotonic())
+            os.kill(pids[holder], signal.SIGKILL)
+            after = [_resume(c, "killed", i, trail[i])
+                     for i in range(KILL_STEP, KILLED_STEPS)]
+            again = _steps(c, "killed", trail[:KILL_STEP], True)
+            t.append(time.monotonic())
+    finally:
+        server.stop()
+    print("up {:.0f} s, steps {:.0f} s, past the kill {:.0f} s, stop {:.0f} s".format(
+        *(b - a for a, b in zip(t, [*t[1:], time.monotonic()], strict=True))))
 
     assert [r.status_code for r in sticky + spread + before] == [200] * (2 * SESSION_STEPS
                                                                          + KILL_STEP)

@@ -16,7 +16,8 @@ from calimon.samples import write_samples
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 pytestmark = [pytest.mark.ray, pytest.mark.model,
-              pytest.mark.skipif(not HAS_RAY, reason="needs ray (pip install 'calimon[ray]')")]
+              pytest.mark.skipif(not HAS_RAY, reason="needs ray (pip install 'calimon[ray]')"),
+              pytest.mark.usefixtures("ray_cluster")]  # one cluster for every scoring call
 
 CPU = ["--model", "smollm2-135m", "--device", "cpu", "--threads", "1", "--json"]
 

@@ -32,8 +32,10 @@ def study(bench, store, settings):
 
 @pytest.fixture(scope="module")
 def reference(bench, tmp_path_factory):
+    """The study on the transformers backend, on the free cores (the vLLM engines are idle
+    while it runs)."""
     store = tmp_path_factory.mktemp("ref") / "s.sqlite"
-    return study(bench, store, BackendSettings(device="cpu", threads=1))
+    return study(bench, store, BackendSettings(device="cpu"))
 
 
 def check_against(reference, got):

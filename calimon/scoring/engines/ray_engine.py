@@ -67,19 +67,27 @@ def score_with_ray(spec: MonitorSpec, samples: Sequence[Sample], store: RunStore
     chunks = [todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)]
     calls = 0
     if chunks:
-        started = not ray.is_initialized()
-        if started:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False,
-                     runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1",
-                                               "TRANSFORMERS_OFFLINE": "1",
-                                               **_passthrough_env()}})
+        started = connect(address)
         try:
             calls = _run(ray, spec, chunks, store, key, workers, cpus_per_worker, progress)
         finally:
             if started:
                 ray.shutdown()
     return store.get(key, list(by_hash)), calls
+
+
+def connect(address: str | None = None) -> bool:
+    """Join the Ray cluster at `address` (None: start a local one) unless this process is
+    connected to one already, with the environment the actors need (offline flags, model and
+    data folders); True when this call connected (and its caller should `ray.shutdown()`)."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    ray.init(address=address, include_dashboard=False, log_to_driver=False,
+             configure_logging=False,
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                                       **_passthrough_env()}})
+    return True
 
 
 def _passthrough_env() -> dict[str, str]:
