@@ -280,7 +280,7 @@ def test_in_process_steps_equal_whole_scoring_and_forget(world):
     for key in ("v", "u"):
         if key == "u":
             local.forget("t")
-            assert "t" not in local._steps.live and local._steps.pool.keys() == ["t"]
+            assert "t" not in local._steps.live and local._steps.prefixes.keys() == ["t"]
         a = local.assess_step(key, sample_from_messages(other), other)
         assert a.kv["reused_tokens"] > got[0].kv["reused_tokens"] + 5  # the task's tokens
         assert abs(a.p_raw - whole) < TOL

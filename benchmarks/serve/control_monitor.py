@@ -184,7 +184,7 @@ def check_with_calimon_score(run: dict, folder: Path) -> dict:
                     "--benchmark", str(path), "--store", str(folder / "score.sqlite"),
                     "--export", str(export), "--quiet"], check=True)
     ref = {r["id"]: r for r in map(json.loads, export.read_text().splitlines())}
-    cmap = load_map(ROOT / "heads" / "smollm2-135m" / "amb-open-monitor.calibration.json")
+    cmap = load_map(BUNDLE_MAP)
     dp, ds, modes = [], [], {}
     for k, st in enumerate(run["steps"]):
         want, a = ref[f"step{k}"], st["calimon"]

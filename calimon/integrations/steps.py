@@ -55,7 +55,7 @@ class LocalSteps:
         self.heads = HeadCache()
         self.kv = self.served.kv_capable and supports_kv(self.served.backend.model)
         self.probe_kv = self.served.probe_capable and supports_kv(self.served.backend.model)
-        self.pool = PrefixPool(pool_mib)  # forgotten sessions' caches
+        self.prefixes = PrefixPool(pool_mib)  # forgotten sessions' caches
         self.live: OrderedDict[str, Any] = OrderedDict()  # the open sessions, by key
 
     @property
@@ -76,9 +76,6 @@ class LocalSteps:
         if self.mode != "full":
             session = self._open(key)
             try:
-                if session.kv is None:
-                    session.kv = self.pool.seed(self.served.monitor, sample, [
-                        s.kv for k, s in self.live.items() if k != key])
                 verdict, kv = (probe_step if self.probe_kv else kv_step)(self, session, sample)
                 if verdict.status != "error":
                     return verdict, kv
@@ -106,7 +103,7 @@ class LocalSteps:
         if session is None:
             return False
         self.sessions.drop(key)
-        self.pool.keep(key, session.kv)
+        self.prefixes.keep(key, session.kv)
         return True
 
 

@@ -24,8 +24,6 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
-from calimon.samples import Sample
-
 
 class PrefixPool:
     """The ended sessions' caches a new session may start from (module docstring)."""
@@ -56,26 +54,20 @@ class PrefixPool:
             while self._kept and sum(s.nbytes for s in self._kept.values()) > self.max_bytes:
                 self._kept.popitem(last=False)
 
-    def seed(self, monitor: Any, sample: Sample, open_states: Iterable[Any]) -> Any:
+    def seed(self, ids: list[int], prefix_len: int, open_states: Iterable[Any]) -> Any:
         """A copy of the cache, among ``open_states`` (other sessions') and the pool's, that
-        shares the longest token prefix past the template head with ``sample``'s prompt; None
-        when none does, when sharing is off, or when the prompt is over the input limit (it
-        is cut, and read whole or in windows)."""
+        shares the longest token prefix past the template head (``prefix_len`` tokens) with the
+        prompt ``ids``; None when none does or sharing is off. The step functions ask for it
+        only for a prompt within the input limit (a cut one is read whole or in windows)."""
         from calimon.serve.kv import common_prefix
-        from calimon.serve.probe_kv import probe_monitor
 
         if not self.enabled:
             return None
         with self._lock:
             held = [s for s in open_states if reusable(s)] + list(self._kept.values())
-        if not held:
-            return None
-        enc = (probe_monitor(monitor) or monitor).encoder.encode(sample.request, sample.response)
-        if enc.truncation is not None:
-            return None
-        best, shared = None, enc.prefix_len
+        best, shared = None, prefix_len
         for state in held:
-            n = common_prefix(state.ids, enc.ids)
+            n = common_prefix(state.ids, ids)
             if n > shared:
                 best, shared = state, n
         return None if best is None else copy_state(best)

@@ -4,9 +4,9 @@ A step's reading equals the whole trajectory's (`/v1/score`) within float roundi
 
 - ``incremental``: the step's new tokens (and the question after the transcript), run through
   the model only up to the probe's deepest layer, on top of what the session holds
-  (`calimon.serve.probe_kv`); ``full`` when nothing of the transcript could be reused (a
-  session's first step, a step after its state was evicted, or a prompt that does not extend
-  the held one): everything after the template head, to the same layer;
+  (`calimon.serve.probe_kv`), or, for a session holding none, on top of another session's
+  cache sharing the prompt's prefix (`calimon.serve.prefixes`); ``full`` when nothing of the
+  transcript could be reused: everything after the template head, to the same layer;
 - ``windowed``: a trajectory over the model's input limit under the ``window`` policy
   (`calimon.scoring.windows`) is read in its windows, and a window the session read before (the
   same text) is not read again: a step reads the windows that are new, among them the last one,
@@ -43,6 +43,9 @@ def probe_step(service, session: Session, sample: Sample) -> tuple[Verdict, dict
     spec = probe.capture_spec
     depth = depth_of(spec)
     held = session.kv if isinstance(session.kv, ProbeState) and session.kv.ids else None
+    if held is None:  # another session's cache sharing the prompt's prefix, if any
+        held = service.prefixes.seed(enc.ids, enc.prefix_len,
+                                     service.sessions.caches(but=session))
     if held is None:
         head = service.heads.seed(probe.backend, enc.ids[:enc.prefix_len], depth)
         held = seed_state(head, enc.response_start)

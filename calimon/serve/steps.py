@@ -154,15 +154,13 @@ async def _locked_step(service: Service, session: Session, req: StepRequest, rid
 
 async def _reading(service: Service, session: Session, sample: Sample
                    ) -> tuple[Verdict, dict[str, Any]]:
-    if not (service.probe_kv or service.kv):
+    if service.probe_kv:
+        call = lambda: probe_step(service, session, sample)  # noqa: E731
+    elif service.kv:
+        call = lambda: kv_step(service, session, sample)  # noqa: E731
+    else:
         verdict = await service.reading(sample)
         return verdict, full_use(service, verdict.tokens)
-
-    def call() -> tuple[Verdict, dict[str, Any]]:
-        if session.kv is None:  # begin from another session's cache (calimon.serve.prefixes)
-            session.kv = service.prefixes.seed(service.served.monitor, sample,
-                                               service.sessions.caches(but=session))
-        return (probe_step if service.probe_kv else kv_step)(service, session, sample)
 
     try:
         verdict, kv = await service.batcher.run_alone(call)
@@ -193,7 +191,9 @@ def kv_step(service: Service, session: Session, sample: Sample) -> tuple[Verdict
         verdict = service.served.score([sample])[0]
         return verdict, full_use(service, verdict.tokens)
     start = time.perf_counter()
-    held = session.kv or service.heads.seed(monitor.backend, enc.ids[:enc.prefix_len])
+    held = session.kv or service.prefixes.seed(enc.ids, enc.prefix_len,
+                                               service.sessions.caches(but=session)) \
+        or service.heads.seed(monitor.backend, enc.ids[:enc.prefix_len])
     logprobs, state, reused = extend(monitor.backend, held, enc.ids, enc.response_end)
     service.sessions.keep_kv(session, state)
     computed = len(enc.ids) - reused
