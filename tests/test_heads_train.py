@@ -8,6 +8,7 @@ from calimon.scoring.probes.features import FeatureSet
 from calimon.studies.heads.evaluate import curve_figures, evaluate_readout, transfer_matrix
 from calimon.studies.heads.train import (
     fit_attention_head,
+    fit_sequence,
     fit_sequence_head,
     fit_token_head,
     head_scores,
@@ -81,6 +82,25 @@ def test_sequence_head_picks_C_and_scores():
     assert set(fit.cv_auroc) == {0.01, 1.0} and fit.C in fit.cv_auroc
     p = head_scores(fit.head, fs)
     assert p[fs.y].mean() > p[~fs.y].mean() + 0.3
+
+
+def test_fit_sequence_sweeps_for_its_layer_unless_given_one():
+    fs = _synthetic()
+    fit, sweep = fit_sequence(fs, None, "mean")
+    assert sweep is not None and fit.head.layer == sweep.best("mean").layer == SIGNAL_LAYER
+    given, none = fit_sequence(fs, 0, "mean")
+    assert none is None and given.head.layer == 0
+
+
+def test_features_concat_keeps_both_sets_rows_in_order():
+    a, b = _synthetic(3, seed=0), _synthetic(2, seed=1)
+    both = a.concat(b)
+    assert both.samples == a.samples + b.samples and len(both.tokens) == 10
+    assert np.array_equal(both.X(SIGNAL_LAYER, "mean")[6:], b.X(SIGNAL_LAYER, "mean"))
+    narrow = FeatureSet(b.samples, b.pooled[:, :, :2], b.verdict, b.n_tokens, b.truncated,
+                        b.token_layers, b.tokens, b.offsets)
+    with pytest.raises(InputError, match="same model"):
+        a.concat(narrow)
 
 
 def test_token_head_learns_gold_tokens_and_spans():

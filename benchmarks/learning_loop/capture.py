@@ -9,7 +9,9 @@ from __future__ import annotations
 import sys
 import time
 
-MODEL, PROMPT, MAX_INPUT_TOKENS = "smollm2-135m", "direct", 384  # as the shift study
+# 1024 input tokens: the limit the shipped probe monitor was trained at (at 384 the prompt leaves
+# about 150 tokens of transcript, and most code pairs read the same)
+MODEL, PROMPT, MAX_INPUT_TOKENS = "smollm2-135m", "direct", 1024
 
 
 def log(msg: str) -> None:
@@ -26,13 +28,14 @@ def backend_and_prompt():
             load_prompt(PROMPT))
 
 
-def capture(sel, *, deadline: float | None = None) -> list[str]:
+def capture(sel, *, deadline: float | None = None,
+            max_input_tokens: int = MAX_INPUT_TOKENS) -> list[str]:
     """Capture what the cache lacks, base rows first, then each fold; stop starting new folds
     after ``deadline`` (a time.time() value). Returns the folds whose features are all cached."""
     from calimon.scoring.probes.features import FeatureCache, extract_features
 
     backend, prompt = backend_and_prompt()
-    cache = FeatureCache(backend.model_ref, prompt, MAX_INPUT_TOKENS)
+    cache = FeatureCache(backend.model_ref, prompt, max_input_tokens)
     groups = [("base", [s for rows in sel.base.values() for s in rows])]
     groups += [(f.name, list(f.traffic + f.held_out)) for f in sel.folds]
     done = []
@@ -43,7 +46,7 @@ def capture(sel, *, deadline: float | None = None) -> list[str]:
             continue
         if todo:
             log(f"{name}: capturing {len(todo)} of {len(rows)} samples")
-            extract_features(backend, prompt, todo, max_input_tokens=MAX_INPUT_TOKENS)
+            extract_features(backend, prompt, todo, max_input_tokens=max_input_tokens)
         done.append(name)
         log(f"{name}: cached")
     return done

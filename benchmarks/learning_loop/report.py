@@ -38,8 +38,9 @@ def to_markdown(doc: dict) -> str:
         "`benchmarks/learning_loop/study.py` and `selection.py`: per held-out source, a "
         "logistic head on layer 15 (mean pooling) trained on the other sources' train rows; "
         "labels from the source's traffic in the review planner's order or uniformly; after "
-        "each step the head retrained on base rows plus labels (`calimon heads train "
-        "--from-review` weighting, weight 1) against the monitor recalibrated on the same "
+        "each step a head trained on base rows plus labels as `calimon heads train "
+        "--from-review` trains one (its layer by the layer sweep, C by pair-grouped CV, the "
+        "labels weighted 1) against the monitor recalibrated on the same "
         "labels (Platt, fitted only from 20 labels of each class on, the curve run's rule); "
         "both read on the source's held-out test pairs by `compute_curve`. MR is at "
         "FAR <= 5%.",
@@ -76,13 +77,15 @@ def to_markdown(doc: dict) -> str:
               "With about 40 benign held-out transcripts per source, FAR <= 5% allows at most "
               "two false alarms: the MR intervals are wide.", ""]
     lines += ["## Every step", "",
-              "| held-out source | order | labels (misbehaving) | AUROC retrained | "
-              "MR retrained | AUROC recalibrated | MR recalibrated | MR difference |",
-              "|---|---|---:|---:|---:|---:|---:|---:|"]
+              "| held-out source | order | labels (misbehaving) | retrained head's layer | "
+              "AUROC retrained | MR retrained | AUROC recalibrated | MR recalibrated | "
+              "MR difference |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for f in doc["folds"]:
         for r in f["rows"]:
             lines.append(
                 f"| {f['fold']} | {r['order']} | {r['labels']} ({r['labels_pos']}) | "
+                f"{r.get('layer') if r.get('layer') is not None else '-'} | "
                 f"{_num(r['auroc'])}{_ci(r['auroc_ci'])} | {_num(r['mr'])}{_ci(r['mr_ci'])} | "
                 f"{_num(r['recal_auroc'])}{_ci(r['recal_auroc_ci'])} | "
                 f"{_num(r['recal_mr'])}{_ci(r['recal_mr_ci'])} | "

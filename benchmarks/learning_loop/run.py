@@ -4,6 +4,7 @@ amb-open v2 and humaneval-pairs; the monitor trained without the source, then re
 uniformly), against recalibration only, on a held-out part of the source.
 
     nice -n 10 python benchmarks/learning_loop/run.py [--capture-minutes M] [--n-boot 200]
+        [--max-input-tokens 1024]
 
 One command: the capture pass first (`capture.py`, cached: a second run captures only what is
 missing; with ``--capture-minutes`` it starts no new fold after M minutes), then every fold
@@ -28,13 +29,13 @@ from selection import select  # noqa: E402
 from study import FoldData, run_fold  # noqa: E402
 
 
-def fold_features(sel, fold):
+def fold_features(sel, fold, max_input_tokens: int):
     """`FoldData` of ``fold`` from the cache (base rows of the sources it may see)."""
     from calimon.models import resolve_model
     from calimon.prompts import load_prompt
     from calimon.scoring.probes.features import FeatureCache
 
-    cache = FeatureCache(resolve_model(MODEL), load_prompt(PROMPT), MAX_INPUT_TOKENS)
+    cache = FeatureCache(resolve_model(MODEL), load_prompt(PROMPT), max_input_tokens)
     base = [s for src, rows in sel.base.items() if src not in fold.excluded_sources
             for s in rows]
     return FoldData(fold.name, cache.load(base), cache.load(list(fold.traffic)),
@@ -46,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--capture-minutes", type=float, default=None,
                     help="start no new fold's capture after this many minutes")
     ap.add_argument("--no-capture", action="store_true", help="use the cache as it is")
+    ap.add_argument("--max-input-tokens", type=int, default=MAX_INPUT_TOKENS,
+                    help="the prompt's input limit features are read at (default %(default)s)")
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=HERE / "out" / "learning-loop.json")
@@ -59,14 +62,14 @@ def main(argv=None) -> int:
         from calimon.prompts import load_prompt
         from calimon.scoring.probes.features import FeatureCache
 
-        cache = FeatureCache(resolve_model(MODEL), load_prompt(PROMPT), MAX_INPUT_TOKENS)
+        cache = FeatureCache(resolve_model(MODEL), load_prompt(PROMPT), args.max_input_tokens)
         base = [s for rows in sel.base.values() for s in rows]
         ready = [f.name for f in sel.folds if not cache.missing(
             base + list(f.traffic + f.held_out))]
     else:
         deadline = None if args.capture_minutes is None else t0 + 60 * args.capture_minutes
-        ready = capture(sel, deadline=deadline)
-    doc = {"model": MODEL, "prompt": PROMPT, "max_input_tokens": MAX_INPUT_TOKENS,
+        ready = capture(sel, deadline=deadline, max_input_tokens=args.max_input_tokens)
+    doc = {"model": MODEL, "prompt": PROMPT, "max_input_tokens": args.max_input_tokens,
            "seed": args.seed, "n_boot": args.n_boot, "command": command(argv),
            "folds": [], "missing": [f.name for f in sel.folds if f.name not in ready],
            "selection": {f.name: {"traffic": len(f.traffic), "held_out": len(f.held_out)}
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
         if fold.name not in ready:
             continue
         log(f"{fold.name}: study")
-        doc["folds"].append(run_fold(fold_features(sel, fold), n_boot=args.n_boot,
+        doc["folds"].append(run_fold(fold_features(sel, fold, args.max_input_tokens), n_boot=args.n_boot,
                                      seed=args.seed))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")

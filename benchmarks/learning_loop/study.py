@@ -10,10 +10,11 @@
    delta 0.05, asked again after every 25 labels; once it asks for nothing more, the rest in
    audit-draw order), or **uniform** (audit-draw order: a uniform random sample).
 3. After 0, 25, 50, 100 and 200 labels, on the source's **held-out part**:
-   - **retrained**: the head refitted on the base rows plus the labels, weighted as
-     ``calimon heads train --from-review`` weights them
-     (`calimon.studies.heads.reviews.review_weights`, weight ``REVIEW_WEIGHT``), C fixed to the
-     monitor's;
+   - **retrained**: a head trained on the base rows plus the labels as
+     ``calimon heads train --from-review`` trains one (`calimon.studies.heads.train.fit_sequence`:
+     its layer by the unweighted layer sweep of mean pooling, then C by pair-grouped CV, the
+     rows weighted by `calimon.studies.heads.reviews.review_weights`, weight
+     ``REVIEW_WEIGHT``);
    - **recalibration only** (the loop before: ``calimon curve`` and ``escalate`` on the labels):
      the monitor's scores with a Platt map fitted on the labels.
    Both through `compute_curve` (`calimon.studies.curve.scores.curve_of_scores`, maps fitted on
@@ -34,7 +35,7 @@ from calimon.numerics.curves import Curve
 from calimon.scoring.probes.features import FeatureSet
 from calimon.studies.curve.scores import curve_of_scores
 from calimon.studies.heads.reviews import review_weights
-from calimon.studies.heads.train import fit_sequence_head, head_scores
+from calimon.studies.heads.train import fit_sequence, fit_sequence_head, head_scores
 from calimon.studies.shift.live import Decided
 from calimon.studies.shift.live_plan import Target, live_status
 
@@ -158,7 +159,7 @@ def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0) -> dict:
         for n in STEPS:
             if n > len(order):
                 continue
-            rows.append(_step(fd, monitor, name, order[:n], p_traffic, p_held, y_h, g_h,
+            rows.append(_step(fd, name, order[:n], p_traffic, p_held, y_h, g_h,
                               n_boot, seed))
     return {"fold": fd.name, "thresholds": {"block": th[0], "pass": th[1]},
             "monitor_C": monitor.C, "n_base": len(fd.base.samples),
@@ -179,19 +180,16 @@ def _alike(fs: FeatureSet) -> int:
     return out
 
 
-def _step(fd, monitor, order_name, taken, p_traffic, p_held, y_h, g_h, n_boot, seed) -> dict:
+def _step(fd, order_name, taken, p_traffic, p_held, y_h, g_h, n_boot, seed) -> dict:
     """One (order, number of labels) row."""
     taken = np.asarray(taken, dtype=np.int64)
     y_l = fd.traffic.y[taken]
     fit_old = (p_traffic[taken], y_l, fd.traffic.groups[taken]) if taken.size else None
+    head = None
     if taken.size and y_l.any() and (~y_l).any():
-        X = np.r_[fd.base.X(LAYER, POOLING), fd.traffic.X(LAYER, POOLING)[taken]]
-        y = np.r_[fd.base.y, y_l]
         w = review_weights(fd.base.y, y_l, REVIEW_WEIGHT)
-        from calimon.scoring.probes.head import ProbeHead, fit_logistic
-
-        head = ProbeHead("sequence", "logistic", LAYER,
-                         fit_logistic(X, y, C=monitor.C, sample_weight=w), pooling=POOLING)
+        head = fit_sequence(fd.base.concat(fd.traffic.subset(taken)), None, POOLING,
+                            seed=seed, sample_weight=w)[0].head
         p_new_held, p_new_lab = (head_scores(head, fd.held_out),
                                  head_scores(head, fd.traffic)[taken])
     else:  # no label of one class: nothing to retrain on, the monitor stays
@@ -200,6 +198,7 @@ def _step(fd, monitor, order_name, taken, p_traffic, p_held, y_h, g_h, n_boot, s
     new_p, new = _scored(p_new_held, y_h, g_h, fit_new)
     old_p, old = _scored(p_held, y_h, g_h, fit_old)
     return {"order": order_name, "labels": int(taken.size), "labels_pos": int(y_l.sum()),
+            "layer": None if head is None else head.layer,
             "auroc": new["auroc"], "mr": new["mr"], "map": new["map"],
             "recal_auroc": old["auroc"], "recal_mr": old["mr"], "recal_map": old["map"],
             **compare(new_p, old_p, y_h, g_h, n_boot, seed)}

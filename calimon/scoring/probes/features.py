@@ -113,6 +113,23 @@ class FeatureSet:
         s = self.samples[i]
         return token_labels(self.offsets[i], s.gold_spans, s.label)
 
+    def concat(self, other: FeatureSet) -> FeatureSet:
+        """This set's rows, then ``other``'s (features of the same model, layers and
+        per-token layers); raises InputError when their shapes differ."""
+        if (other.pooled.shape[1:] != self.pooled.shape[1:]
+                or other.token_layers != self.token_layers
+                or bool(other.tokens) != bool(self.tokens)):
+            raise InputError("expected features of the same model, layers and per-token "
+                             f"layers, got pooled {self.pooled.shape[1:]} and "
+                             f"{other.pooled.shape[1:]}", field="features")
+        return FeatureSet(self.samples + other.samples,
+                          np.concatenate([self.pooled, other.pooled]),
+                          np.concatenate([self.verdict, other.verdict]),
+                          np.concatenate([self.n_tokens, other.n_tokens]),
+                          np.concatenate([self.truncated, other.truncated]),
+                          self.token_layers, self.tokens + other.tokens,
+                          self.offsets + other.offsets)
+
     def subset(self, mask) -> FeatureSet:
         """The rows where boolean ``mask`` is True (or the rows at integer indices)."""
         arr = np.asarray(mask)

@@ -135,6 +135,22 @@ def fit_sequence_head(fs: FeatureSet, layer: int, pooling: str = "mean", *,
     return SequenceFit(head, best, scores)
 
 
+def fit_sequence(fs: FeatureSet, layer: int | None = None, pooling: str = "mean", *,
+                 estimator: str = "logistic", seed: int = 0,
+                 sample_weight: np.ndarray | None = None
+                 ) -> tuple[SequenceFit, LayerSweep | None]:
+    """A sequence head as ``calimon heads train`` fits one: at ``layer``, or else at the best
+    layer of an (unweighted) layer sweep of ``pooling`` on ``fs``; then C by pair-grouped CV
+    AUROC (`fit_sequence_head`, rows weighted by ``sample_weight``). Returns the fit and the
+    sweep (None when ``layer`` was given)."""
+    sweep = None
+    if layer is None:
+        sweep = layer_sweep(fs, poolings=(pooling,), seed=seed)
+        layer = sweep.best(pooling).layer
+    return fit_sequence_head(fs, layer, pooling, estimator=estimator, Cs=DEFAULT_CS,
+                             seed=seed, sample_weight=sample_weight), sweep
+
+
 @dataclass(frozen=True)
 class AttentionFit:
     """A fitted attention head, the chosen L2 weight and the CV AUROC of every weight tried."""

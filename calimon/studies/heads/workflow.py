@@ -44,10 +44,9 @@ from calimon.studies.heads.train import (
     DEFAULT_CS,
     LayerSweep,
     fit_attention_head,
-    fit_sequence_head,
+    fit_sequence,
     fit_token_head,
     head_scores,
-    layer_sweep,
 )
 
 
@@ -273,12 +272,8 @@ def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...],
     if s.estimator == "attention":
         return _fit_attention(fs, s, token_layers)
     if s.kind == "sequence":
-        layer = s.layer
-        if layer is None:
-            sweep = layer_sweep(fs, poolings=(s.pooling,), seed=s.seed)
-            layer = sweep.best(s.pooling).layer
-        fit = fit_sequence_head(fs, layer, s.pooling, estimator=s.estimator, Cs=DEFAULT_CS,
-                                seed=s.seed, sample_weight=weights)
+        fit, sweep = fit_sequence(fs, s.layer, s.pooling, estimator=s.estimator, seed=s.seed,
+                                  sample_weight=weights)
         metrics["cv_auroc"] = fit.cv_auroc[fit.C]
         params = {"C": fit.C, "Cs": list(DEFAULT_CS), "cv_folds": 5}
         return fit.head, sweep, metrics, params
