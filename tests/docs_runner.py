@@ -9,6 +9,9 @@ comment (a block may have several comments):
 
 - ``run``: run in make test's suite (seconds); ``slow``: in the slow suite (it needs minutes);
   ``integrations``: in the integrations suite (it needs inspect-scout or control-arena);
+- ``setup``: on a ``slow`` block, a later tier's blocks read what it makes, so the integrations
+  suite runs it too (its other slow blocks run only in the slow suite: the two suites share one
+  Inspect version, and running them twice bought nothing but minutes);
 - ``fixture NAME``: first make what the block reads (``FIXTURES``: ``demo-monitor`` runs
   ``make demo``'s monitor command, from the Makefile, into ``runs/demo-monitor``);
 - ``file NAME``: the block is the file NAME, written into the document's working folder where it
@@ -56,8 +59,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN_LANGS = {"python", "bash", "sh", "console", "pycon"}
 SHOWN_LANGS = {"text", "yaml", "toml", "json", "html", "diff"}
 TIERS = ("default", "slow", "integrations")
-DIRECTIVES = {"run", "slow", "integrations", "fixture", "file", "skip", "tested-by", "not-compared",
-              "background"}
+DIRECTIVES = {"run", "slow", "integrations", "setup", "fixture", "file", "skip", "tested-by",
+              "not-compared", "background"}
 VALUED = {"fixture", "file", "skip", "tested-by", "not-compared", "background"}
 API_KEY = "docs-runner-key-0123456789abcdef"  # $CALIMON_API_KEY of every block
 MARKER = re.compile(r"<!--\s*docs:(.*?)-->", re.S)
@@ -153,6 +156,9 @@ def problems(block: Block) -> list[str]:
                    "<!-- docs: run --> (or slow, integrations, file NAME, skip REASON, "
                    "tested-by TEST)" if not said else
                    f"{block.where}: docs directives {sorted(said)} contradict each other")
+    if "setup" in block.directives and block.tier != "slow":
+        out.append(f"{block.where}: setup marks a slow block that a later tier reads; this "
+                   f"block is {block.tier}")
     test = block.directives.get("tested-by")
     if test:
         path = ROOT / test
@@ -351,15 +357,22 @@ def run_block(block: Block, work: Path, background: list) -> None:
         "\n--- shown\n" + "\n".join(expected) + "\n--- printed\n" + "\n".join(got))
 
 
+def tiers_of(tier: str) -> set[str]:
+    """The tiers a document's run in ``tier``'s suite runs: ``default`` always; a slow run
+    its slow blocks too; an integrations run the slow blocks marked ``setup`` only."""
+    return {"default", tier} | ({"setup"} if tier == "integrations" else set())
+
+
 def run_document(path: Path, tiers: set[str], work: Path) -> int:
-    """Run a document's blocks of the given tiers in order (files written where they stand);
-    how many ran."""
+    """Run a document's blocks of the given tiers in order (files written where they stand;
+    with ``setup`` in ``tiers``, the slow blocks marked setup too); how many ran."""
     ran, background = 0, []
     try:
         for block in parse(path):
-            if "file" in block.directives and block.tier in tiers:
+            chosen = block.tier in tiers or ("setup" in tiers and "setup" in block.directives)
+            if "file" in block.directives and chosen:
                 write_file(block, work)
-            elif block.runs and block.tier in tiers:
+            elif block.runs and chosen:
                 run_block(block, work, background)
                 ran += 1
     finally:

@@ -29,6 +29,7 @@ from tests.docs_runner import (
     parse,
     problems,
     run_document,
+    tiers_of,
     write_file,
 )
 
@@ -97,7 +98,7 @@ def test_python_files_of_a_doc_import(path, tmp_path):
 
 @pytest.mark.parametrize("path, tier", list(_cases()))
 def test_doc_blocks_run_and_print_what_they_show(path, tier, tmp_path):
-    ran = run_document(path, set(TIERS[:TIERS.index(tier) + 1]), tmp_path)
+    ran = run_document(path, tiers_of(tier), tmp_path)
     assert ran >= 1
 
 
@@ -117,6 +118,20 @@ def test_untagged_unmarked_and_bad_markers_are_refused(tmp_path):
     doc.write_text("<!-- docs: slwo -->\n```bash\nls\n```\n", encoding="utf-8")
     with pytest.raises(DocsError, match=r"doc.md:1: unknown docs directive 'slwo'"):
         parse(doc)
+
+
+def test_an_integrations_run_runs_only_the_slow_blocks_marked_setup(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- docs: slow -->\n<!-- docs: setup -->\n```bash\ntouch made\n```\n"
+                   "<!-- docs: slow -->\n```bash\ntouch slow\n```\n"
+                   "<!-- docs: integrations -->\n```bash\ntest -e made; touch ran\n```\n",
+                   encoding="utf-8")
+    assert run_document(doc, tiers_of("integrations"), tmp_path) == 2
+    assert (tmp_path / "ran").exists() and not (tmp_path / "slow").exists()
+    assert run_document(doc, tiers_of("slow"), tmp_path) == 2 and (tmp_path / "slow").exists()
+    doc.write_text("<!-- docs: run -->\n<!-- docs: setup -->\n```bash\nls\n```\n",
+                   encoding="utf-8")
+    assert "setup marks a slow block" in problems(parse(doc)[0])[0]
 
 
 def test_outputs_are_attached_compared_and_mismatches_named(tmp_path):
