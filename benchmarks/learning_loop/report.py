@@ -26,6 +26,16 @@ def targets(fold: dict, order: str) -> dict:
     return {"before": base, "halved_at": min(halved) if halved else None, "worse_at": worse}
 
 
+def layer_flag(doc: dict) -> str:
+    layer = doc.get("candidate_layer")
+    return "" if layer is None else f" --layer {layer}"
+
+
+def layer_words(doc: dict) -> str:
+    layer = doc.get("candidate_layer")
+    return "its layer by the layer sweep" if layer is None else f"at layer {layer}"
+
+
 def to_markdown(doc: dict) -> str:
     """The page: what was run, the targets per fold and order, then every row."""
     lines = [
@@ -39,8 +49,8 @@ def to_markdown(doc: dict) -> str:
         "logistic head on layer 15 (mean pooling) trained on the other sources' train rows; "
         "labels from the source's traffic in the review planner's order or uniformly; after "
         "each step a head trained on base rows plus labels as `calimon heads train "
-        "--from-review` trains one (its layer by the layer sweep, C by pair-grouped CV, the "
-        "labels weighted 1) against the monitor recalibrated on the same "
+        f"--from-review{layer_flag(doc)}` trains one ({layer_words(doc)}, C by pair-grouped "
+        "CV, the labels weighted 1) against the monitor recalibrated on the same "
         "labels (Platt, fitted only from 20 labels of each class on, the curve run's rule); "
         "both read on the source's held-out test pairs by `compute_curve`. MR is at "
         "FAR <= 5%.",

@@ -4,7 +4,7 @@ amb-open v2 and humaneval-pairs; the monitor trained without the source, then re
 uniformly), against recalibration only, on a held-out part of the source.
 
     nice -n 10 python benchmarks/learning_loop/run.py [--capture-minutes M] [--n-boot 200]
-        [--max-input-tokens 1024]
+        [--max-input-tokens 1024] [--candidate-layer N] [--out F --results F]
 
 One command: the capture pass first (`capture.py`, cached: a second run captures only what is
 missing; with ``--capture-minutes`` it starts no new fold after M minutes), then every fold
@@ -49,6 +49,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-capture", action="store_true", help="use the cache as it is")
     ap.add_argument("--max-input-tokens", type=int, default=MAX_INPUT_TOKENS,
                     help="the prompt's input limit features are read at (default %(default)s)")
+    ap.add_argument("--candidate-layer", type=int, default=None,
+                    help="train the retrained head at this layer (heads train --layer); "
+                         "default: the layer sweep's, as heads train without --layer")
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=HERE / "out" / "learning-loop.json")
@@ -70,6 +73,7 @@ def main(argv=None) -> int:
         deadline = None if args.capture_minutes is None else t0 + 60 * args.capture_minutes
         ready = capture(sel, deadline=deadline, max_input_tokens=args.max_input_tokens)
     doc = {"model": MODEL, "prompt": PROMPT, "max_input_tokens": args.max_input_tokens,
+           "candidate_layer": args.candidate_layer,
            "seed": args.seed, "n_boot": args.n_boot, "command": command(argv),
            "folds": [], "missing": [f.name for f in sel.folds if f.name not in ready],
            "selection": {f.name: {"traffic": len(f.traffic), "held_out": len(f.held_out)}
@@ -78,8 +82,9 @@ def main(argv=None) -> int:
         if fold.name not in ready:
             continue
         log(f"{fold.name}: study")
-        doc["folds"].append(run_fold(fold_features(sel, fold, args.max_input_tokens), n_boot=args.n_boot,
-                                     seed=args.seed))
+        doc["folds"].append(run_fold(fold_features(sel, fold, args.max_input_tokens),
+                                     n_boot=args.n_boot, seed=args.seed,
+                                     candidate_layer=args.candidate_layer))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
     doc["seconds"] = round(time.time() - t0, 1)

@@ -12,7 +12,8 @@
 3. After 0, 25, 50, 100 and 200 labels, on the source's **held-out part**:
    - **retrained**: a head trained on the base rows plus the labels as
      ``calimon heads train --from-review`` trains one (`calimon.studies.heads.train.fit_sequence`:
-     its layer by the unweighted layer sweep of mean pooling, then C by pair-grouped CV, the
+     its layer by the unweighted layer sweep of mean pooling, or ``--candidate-layer``'s as
+     ``--layer`` gives it, then C by pair-grouped CV, the
      rows weighted by `calimon.studies.heads.reviews.review_weights`, weight
      ``REVIEW_WEIGHT``);
    - **recalibration only** (the loop before: ``calimon curve`` and ``escalate`` on the labels):
@@ -140,8 +141,10 @@ def compare(p_new, p_old, y, groups, n_boot: int, seed: int) -> dict:
             "mr_diff_ci": ci(4)}
 
 
-def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0) -> dict:
-    """The fold's rows: one per order and step (module docstring)."""
+def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0,
+             candidate_layer: int | None = None) -> dict:
+    """The fold's rows: one per order and step (module docstring); ``candidate_layer``: the
+    retrained head's layer (``heads train --layer``), default the layer sweep's."""
     from calimon.studies.heads.train import oof_scores
 
     monitor = fit_sequence_head(fd.base, LAYER, POOLING, seed=seed)
@@ -159,7 +162,7 @@ def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0) -> dict:
         for n in STEPS:
             if n > len(order):
                 continue
-            rows.append(_step(fd, name, order[:n], p_traffic, p_held, y_h, g_h,
+            rows.append(_step(fd, name, order[:n], candidate_layer, p_traffic, p_held, y_h, g_h,
                               n_boot, seed))
     return {"fold": fd.name, "thresholds": {"block": th[0], "pass": th[1]},
             "monitor_C": monitor.C, "n_base": len(fd.base.samples),
@@ -180,7 +183,7 @@ def _alike(fs: FeatureSet) -> int:
     return out
 
 
-def _step(fd, order_name, taken, p_traffic, p_held, y_h, g_h, n_boot, seed) -> dict:
+def _step(fd, order_name, taken, layer, p_traffic, p_held, y_h, g_h, n_boot, seed) -> dict:
     """One (order, number of labels) row."""
     taken = np.asarray(taken, dtype=np.int64)
     y_l = fd.traffic.y[taken]
@@ -188,7 +191,7 @@ def _step(fd, order_name, taken, p_traffic, p_held, y_h, g_h, n_boot, seed) -> d
     head = None
     if taken.size and y_l.any() and (~y_l).any():
         w = review_weights(fd.base.y, y_l, REVIEW_WEIGHT)
-        head = fit_sequence(fd.base.concat(fd.traffic.subset(taken)), None, POOLING,
+        head = fit_sequence(fd.base.concat(fd.traffic.subset(taken)), layer, POOLING,
                             seed=seed, sample_weight=w)[0].head
         p_new_held, p_new_lab = (head_scores(head, fd.held_out),
                                  head_scores(head, fd.traffic)[taken])
