@@ -154,28 +154,9 @@ def run_child(arm: str, limit: int, folder: Path, policy: Path | None = None) ->
     started = time.perf_counter() - start
     try:
         subprocess.run([*cmd, "--url", server.url], check=True, env=env, cwd=folder)
-        steps = step_seconds(server.url)
     finally:
         server.stop()
-    return {**json.loads(out.read_text()), "server_start_s": started, "server_steps": steps}
-
-
-def step_seconds(url: str) -> dict:
-    """The server's own time in session steps, from a request's arrival to its answer
-    (``calimon_request_seconds`` of the steps route on ``/metrics``): sum and count."""
-    import httpx
-
-    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {KEY}"},
-                     timeout=30).text
-    got = {}
-    for line in text.splitlines():
-        for part in ("sum", "count"):
-            head = f'calimon_request_seconds_{part}{{route="/v1/sessions/{{id}}/steps"}}'
-            if line.startswith(head):
-                got[part] = float(line.split()[-1])
-    if set(got) != {"sum", "count"}:
-        raise SystemExit(f"{url}/metrics has no step latency")
-    return {"seconds": got["sum"], "steps": int(got["count"])}
+    return {**json.loads(out.read_text()), "server_start_s": started}
 
 
 def check_with_calimon_score(run: dict, folder: Path) -> dict:
@@ -255,15 +236,6 @@ def breakdown(m: dict) -> list[str]:
         fixed = med(r["load"]["wall_s"] for r in m["rounds"])
         out.append(f"calimon's evaluation took {extra:.1f} s more than the basic monitor's "
                    f"(median); its fixed cost alone (the `load` row) is {fixed:.1f} s.")
-    served = [r["calimon-url"] for r in m["rounds"] if "calimon-url" in r]
-    if served and all("server_steps" in r for r in served):
-        sec = med(r["server_steps"]["seconds"] for r in served)
-        extra = med(r["calimon-url"]["wall_s"] - r["basic"]["wall_s"] for r in m["rounds"])
-        out.append(f"Through the server, the evaluation took {extra:.1f} s more than the basic "
-                   f"monitor's, and the server spent {sec:.1f} s answering its "
-                   f"{served[0]['server_steps']['steps']} steps (from a request's arrival to "
-                   "its answer, `/metrics`; medians): the rest is the client's side of the "
-                   "steps and the evaluation's own variation.")
     return [" ".join(out), ""] if out else []
 
 
