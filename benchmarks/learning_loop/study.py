@@ -13,9 +13,8 @@
    - **retrained**: a head trained on the base rows plus the labels as
      ``calimon heads train --from-review`` trains one (`calimon.studies.heads.train.fit_sequence`:
      its layer by the unweighted layer sweep of mean pooling, or ``--candidate-layer``'s as
-     ``--layer`` gives it, then C by pair-grouped CV, the
-     rows weighted by `calimon.studies.heads.reviews.review_weights`, weight
-     ``REVIEW_WEIGHT``);
+     ``--layer`` gives it; then C by pair-grouped CV, the rows weighted by
+     `calimon.studies.heads.reviews.review_weights`, weight ``REVIEW_WEIGHT``);
    - **recalibration only** (the loop before: ``calimon curve`` and ``escalate`` on the labels):
      the monitor's scores with a Platt map fitted on the labels.
    Both through `compute_curve` (`calimon.studies.curve.scores.curve_of_scores`, maps fitted on
