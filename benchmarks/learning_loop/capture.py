@@ -18,23 +18,24 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def backend_and_prompt():
-    """The embedded model's backend on CPU and the prompt whose verdict pass is read."""
+def backend_and_prompt(model: str = MODEL):
+    """The model's backend on CPU (default the embedded one) and the prompt whose verdict pass
+    is read."""
     from calimon.prompts import load_prompt
     from calimon.scoring.backends import build_backend
     from calimon.scoring.engines import MonitorSpec
 
-    return (build_backend(MonitorSpec(model=MODEL, options={"device": "cpu"})),
+    return (build_backend(MonitorSpec(model=model, options={"device": "cpu"})),
             load_prompt(PROMPT))
 
 
 def capture(sel, *, deadline: float | None = None,
-            max_input_tokens: int = MAX_INPUT_TOKENS) -> list[str]:
+            max_input_tokens: int = MAX_INPUT_TOKENS, model: str = MODEL) -> list[str]:
     """Capture what the cache lacks, base rows first, then each fold; stop starting new folds
     after ``deadline`` (a time.time() value). Returns the folds whose features are all cached."""
     from calimon.scoring.probes.features import FeatureCache, extract_features
 
-    backend, prompt = backend_and_prompt()
+    backend, prompt = backend_and_prompt(model)
     cache = FeatureCache(backend.model_ref, prompt, max_input_tokens)
     groups = [("base", [s for rows in sel.base.values() for s in rows])]
     groups += [(f.name, list(f.traffic + f.held_out)) for f in sel.folds]

@@ -36,6 +36,13 @@ def layer_words(doc: dict) -> str:
     return "its layer by the layer sweep" if layer is None else f"at layer {layer}"
 
 
+def monitor_words(doc: dict) -> str:
+    layers = sorted({f.get("monitor_layer", 15) for f in doc["folds"]})
+    return (f"layer {layers[0]}" if len(layers) == 1
+            else "the layer sweep's best on its base rows (layers " +
+            ", ".join(map(str, layers)) + ")")
+
+
 def to_markdown(doc: dict) -> str:
     """The page: what was run, the targets per fold and order, then every row."""
     lines = [
@@ -46,7 +53,7 @@ def to_markdown(doc: dict) -> str:
         f"pass, at most {doc['max_input_tokens']} input tokens, cached), seed {doc['seed']}, "
         f"{doc['n_boot']} pair-clustered bootstrap resamples. The protocol is in "
         "`benchmarks/learning_loop/study.py` and `selection.py`: per held-out source, a "
-        "logistic head on layer 15 (mean pooling) trained on the other sources' train rows; "
+        f"logistic head on {monitor_words(doc)} (mean pooling) trained on the other sources' train rows; "
         "labels from the source's traffic in the review planner's order or uniformly; after "
         "each step a head trained on base rows plus labels as `calimon heads train "
         f"--from-review{layer_flag(doc)}` trains one ({layer_words(doc)}, C by pair-grouped "

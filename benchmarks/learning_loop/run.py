@@ -4,7 +4,7 @@ amb-open v2 and humaneval-pairs; the monitor trained without the source, then re
 uniformly), against recalibration only, on a held-out part of the source.
 
     nice -n 10 python benchmarks/learning_loop/run.py [--capture-minutes M] [--n-boot 200]
-        [--max-input-tokens 1024] [--candidate-layer N] [--out F --results F]
+        [--max-input-tokens 1024] [--candidate-layer N] [--model NAME] [--out F --results F]
 
 One command: the capture pass first (`capture.py`, cached: a second run captures only what is
 missing; with ``--capture-minutes`` it starts no new fold after M minutes), then every fold
@@ -26,16 +26,16 @@ sys.path.insert(0, str(HERE))
 from capture import MAX_INPUT_TOKENS, MODEL, PROMPT, capture, log  # noqa: E402
 from report import to_markdown  # noqa: E402
 from selection import select  # noqa: E402
-from study import FoldData, run_fold  # noqa: E402
+from study import LAYER, FoldData, run_fold  # noqa: E402
 
 
-def fold_features(sel, fold, max_input_tokens: int):
-    """`FoldData` of ``fold`` from the cache (base rows of the sources it may see)."""
+def fold_features(sel, fold, max_input_tokens: int, model: str = MODEL):
+    """`FoldData` of ``fold`` from ``model``'s cache (base rows of the sources it may see)."""
     from calimon.models import resolve_model
     from calimon.prompts import load_prompt
     from calimon.scoring.probes.features import FeatureCache
 
-    cache = FeatureCache(resolve_model(MODEL), load_prompt(PROMPT), max_input_tokens)
+    cache = FeatureCache(resolve_model(model), load_prompt(PROMPT), max_input_tokens)
     base = [s for src, rows in sel.base.items() if src not in fold.excluded_sources
             for s in rows]
     return FoldData(fold.name, cache.load(base), cache.load(list(fold.traffic)),
@@ -52,6 +52,9 @@ def main(argv=None) -> int:
     ap.add_argument("--candidate-layer", type=int, default=None,
                     help="train the retrained head at this layer (heads train --layer); "
                          "default: the layer sweep's, as heads train without --layer")
+    ap.add_argument("--model", default=MODEL,
+                    help="the feature model (default %(default)s, the shipped probe monitor's, "
+                         "its monitor at layer 15; another model's monitor at the layer sweep's)")
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=HERE / "out" / "learning-loop.json")
@@ -65,14 +68,16 @@ def main(argv=None) -> int:
         from calimon.prompts import load_prompt
         from calimon.scoring.probes.features import FeatureCache
 
-        cache = FeatureCache(resolve_model(MODEL), load_prompt(PROMPT), args.max_input_tokens)
+        cache = FeatureCache(resolve_model(args.model), load_prompt(PROMPT),
+                             args.max_input_tokens)
         base = [s for rows in sel.base.values() for s in rows]
         ready = [f.name for f in sel.folds if not cache.missing(
             base + list(f.traffic + f.held_out))]
     else:
         deadline = None if args.capture_minutes is None else t0 + 60 * args.capture_minutes
-        ready = capture(sel, deadline=deadline, max_input_tokens=args.max_input_tokens)
-    doc = {"model": MODEL, "prompt": PROMPT, "max_input_tokens": args.max_input_tokens,
+        ready = capture(sel, deadline=deadline, max_input_tokens=args.max_input_tokens,
+                        model=args.model)
+    doc = {"model": args.model, "prompt": PROMPT, "max_input_tokens": args.max_input_tokens,
            "candidate_layer": args.candidate_layer,
            "seed": args.seed, "n_boot": args.n_boot, "command": command(argv),
            "folds": [], "missing": [f.name for f in sel.folds if f.name not in ready],
@@ -82,9 +87,10 @@ def main(argv=None) -> int:
         if fold.name not in ready:
             continue
         log(f"{fold.name}: study")
-        doc["folds"].append(run_fold(fold_features(sel, fold, args.max_input_tokens),
-                                     n_boot=args.n_boot, seed=args.seed,
-                                     candidate_layer=args.candidate_layer))
+        doc["folds"].append(run_fold(
+            fold_features(sel, fold, args.max_input_tokens, args.model), n_boot=args.n_boot,
+            seed=args.seed, candidate_layer=args.candidate_layer,
+            monitor_layer=LAYER if args.model == MODEL else None))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
     doc["seconds"] = round(time.time() - t0, 1)

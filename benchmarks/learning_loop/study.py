@@ -1,7 +1,8 @@
 """One held-out source of the learning-loop study, on cached features.
 
-1. The **monitor** is a logistic sequence head (layer ``LAYER``, mean pooling, C by pair-grouped
-   CV) trained on the base rows of every other source (`selection`).
+1. The **monitor** is a logistic sequence head (layer ``LAYER``, the shipped probe monitor's,
+   or for another model the layer sweep's on the base rows; mean pooling, C by pair-grouped CV)
+   trained on the base rows of every other source (`selection`).
 2. It is deployed on the source's **traffic** with a served policy's three actions: auto_block
    at or above the threshold of FAR <= 5% on its own out-of-fold training scores, auto_pass
    below the threshold of MR <= 20% there, human review between. Reviewers label transcripts in
@@ -35,7 +36,7 @@ from calimon.numerics.curves import Curve
 from calimon.scoring.probes.features import FeatureSet
 from calimon.studies.curve.scores import curve_of_scores
 from calimon.studies.heads.reviews import review_weights
-from calimon.studies.heads.train import fit_sequence, fit_sequence_head, head_scores
+from calimon.studies.heads.train import fit_sequence, head_scores
 from calimon.studies.shift.live import Decided
 from calimon.studies.shift.live_plan import Target, live_status
 
@@ -140,14 +141,21 @@ def compare(p_new, p_old, y, groups, n_boot: int, seed: int) -> dict:
             "mr_diff_ci": ci(4)}
 
 
+def monitor_of(fd: FoldData, layer: int | None, seed: int):
+    """The fold's monitor: at ``layer``, or at the layer sweep's best on the base rows."""
+    return fit_sequence(fd.base, layer, POOLING, seed=seed)[0]
+
+
 def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0,
-             candidate_layer: int | None = None) -> dict:
+             candidate_layer: int | None = None, monitor_layer: int | None = LAYER) -> dict:
     """The fold's rows: one per order and step (module docstring); ``candidate_layer``: the
-    retrained head's layer (``heads train --layer``), default the layer sweep's."""
+    retrained head's layer (``heads train --layer``), default the layer sweep's;
+    ``monitor_layer``: the monitor's (None: the sweep's on the base rows)."""
     from calimon.studies.heads.train import oof_scores
 
-    monitor = fit_sequence_head(fd.base, LAYER, POOLING, seed=seed)
-    oof = oof_scores(fd.base.X(LAYER, POOLING), fd.base.y, fd.base.groups, C=monitor.C,
+    monitor = monitor_of(fd, monitor_layer, seed)
+    layer = monitor.head.layer
+    oof = oof_scores(fd.base.X(layer, POOLING), fd.base.y, fd.base.groups, C=monitor.C,
                      seed=seed)
     th = _thresholds(oof, fd.base.y)
     p_traffic = head_scores(monitor.head, fd.traffic)
@@ -164,17 +172,17 @@ def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0,
             rows.append(_step(fd, name, order[:n], candidate_layer, p_traffic, p_held, y_h, g_h,
                               n_boot, seed))
     return {"fold": fd.name, "thresholds": {"block": th[0], "pass": th[1]},
-            "monitor_C": monitor.C, "n_base": len(fd.base.samples),
+            "monitor_layer": layer, "monitor_C": monitor.C, "n_base": len(fd.base.samples),
             "n_traffic": len(ids), "n_held_out": int(y_h.size),
             "n_held_out_pos": int(y_h.sum()), "held_out_truncated": int(
                 np.asarray(fd.held_out.truncated, bool).sum()),
-            "held_out_pairs_read_alike": _alike(fd.held_out), "rows": rows}
+            "held_out_pairs_read_alike": _alike(fd.held_out, layer), "rows": rows}
 
 
-def _alike(fs: FeatureSet) -> int:
+def _alike(fs: FeatureSet, layer: int) -> int:
     """Held-out pairs whose two transcripts give the same features (truncation cut what
     differs): no monitor on these features can tell them apart."""
-    X, g = fs.X(LAYER, POOLING), fs.groups
+    X, g = fs.X(layer, POOLING), fs.groups
     out = 0
     for p in set(g.tolist()):
         i = np.flatnonzero(g == p)
