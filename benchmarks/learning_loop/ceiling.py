@@ -11,9 +11,10 @@ On the cached features of `run.py` (nothing is captured here; run it first), per
   then C by pair-grouped CV), read on the held-out part;
 - **in-source reference**: the source's traffic and held-out part pooled, pair-grouped 5-fold
   out-of-fold scores of a logistic head (C by the sweep's 0.01) at every layer and pooling;
-  the held-out rows' scores read, the best (layer, pooling) kept. It trains on about 240 of the
-  source's transcripts, four times the study's 200 labels less the base rows, and chooses its
-  layer on the figures it reports: an optimistic reference, not a result a deployment reaches.
+  the held-out rows' scores read, the best (layer, pooling) kept. Each of its heads trains on
+  about 240 of the source's own transcripts (the study gives at most 200 labels), and it picks
+  its layer and pooling on the figures it reports: an optimistic reference, not a result a
+  deployment reaches.
 
 Both beside the monitor's MR before any label (the study's 0-label row) and its half.
 """
