@@ -1,0 +1,64 @@
+"""benchmarks/learning_loop: the pages count a target as met exactly as the issue states it (MR
+at FAR <= 5% at most half of recalibration only's, within 200 labels; never worse beyond the
+paired interval), and the ceiling page counts the sources each reference head halves."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1] / "benchmarks" / "learning_loop"
+STUDY_MODULES = ("capture", "ceiling", "report", "run", "selection", "study")
+
+
+def _load(name: str, monkeypatch):
+    """A module of the study folder (its scripts import each other by bare name), leaving
+    neither the folder on sys.path nor its generic module names behind."""
+    monkeypatch.syspath_prepend(str(HERE))
+    before = {m: sys.modules.get(m) for m in STUDY_MODULES}
+    try:
+        return importlib.import_module(name)
+    finally:
+        for m, mod in before.items():
+            if mod is None:
+                sys.modules.pop(m, None)
+
+
+def _row(order, labels, mr, recal_mr, diff=(0.0, 0.0)):
+    return {"order": order, "labels": labels, "mr": mr, "recal_mr": recal_mr,
+            "mr_diff_ci": list(diff)}
+
+
+def test_targets_read_halving_against_recalibration_and_worse_only_beyond_the_interval(
+        monkeypatch):
+    report = _load("report", monkeypatch)
+    fold = {"rows": [_row("planner", 0, 0.8, 0.8),
+                     _row("planner", 25, 0.5, 0.8, (0.05, 0.30)),  # worse beyond: 0.05 > 0
+                     _row("planner", 50, 0.41, 0.8, (-0.5, 0.1)),  # 0.41 > 0.40: not halved
+                     _row("planner", 100, 0.40, 0.8, (-0.6, 0.0)),  # exactly half: halved
+                     _row("planner", 200, 0.2, 0.8, (-0.7, -0.4)),
+                     _row("uniform", 0, 0.8, 0.8),
+                     _row("uniform", 200, float("nan"), 0.8, (-0.1, 0.0))]}
+    planner = report.targets(fold, "planner")
+    assert planner == {"before": 0.8, "halved_at": 100, "worse_at": [25]}
+    # an undefined MR never counts as halved; an interval touching 0 is not "worse"
+    assert report.targets(fold, "uniform") == {"before": 0.8, "halved_at": None, "worse_at": []}
+
+
+def test_the_ceiling_page_counts_each_reference_against_half_the_monitor(monkeypatch):
+    ceiling = _load("ceiling", monkeypatch)
+
+    def head(mr, layer):
+        return {"auroc": 0.9, "mr": mr, "layer": layer,
+                "ci": {"auroc_ci": [0.8, 0.95], "mr_ci": [0.1, 0.6]}}
+
+    rows = [{"source": "a", "monitor": {"auroc": 0.6, "mr": 0.8},
+             "source_only": head(0.41, 3), "in_source": head(0.40, "3 max")},
+            {"source": "b", "monitor": {"auroc": 0.6, "mr": 0.6},
+             "source_only": head(0.2, 5), "in_source": head(0.31, "7 mean")}]
+    page = ceiling.to_markdown({"command": "c", "seconds": 1.0, "model": "m",
+                                "max_input_tokens": 1024, "rows": rows})
+    assert ("Source only reaches half the monitor's MR on 1 of 2 sources; the in-source "
+            "reference reaches half the monitor's MR on 1 of 2 sources.") in page
+    assert "| a | 0.800 | 0.400 | 3, 0.900 [0.80, 0.95], 0.410 [0.10, 0.60] | 3 max," in page
