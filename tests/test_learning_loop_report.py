@@ -13,16 +13,17 @@ STUDY_MODULES = ("capture", "ceiling", "report", "run", "selection", "study")
 
 
 def _load(name: str, monkeypatch):
-    """A module of the study folder (its scripts import each other by bare name), leaving
-    neither the folder on sys.path nor its generic module names behind."""
+    """A module of the study folder (its scripts import each other by bare name, and other
+    benchmark folders have a ``report`` too): imported with those names cleared, then
+    sys.modules and sys.path left as they were."""
     monkeypatch.syspath_prepend(str(HERE))
-    before = {m: sys.modules.get(m) for m in STUDY_MODULES}
+    before = {m: sys.modules.pop(m) for m in STUDY_MODULES if m in sys.modules}
     try:
         return importlib.import_module(name)
     finally:
-        for m, mod in before.items():
-            if mod is None:
-                sys.modules.pop(m, None)
+        for m in STUDY_MODULES:
+            sys.modules.pop(m, None)
+        sys.modules.update(before)
 
 
 def _row(order, labels, mr, recal_mr, diff=(0.0, 0.0)):
