@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from capture import MAX_INPUT_TOKENS, MODEL  # noqa: E402
+from report import _ci  # noqa: E402
 from run import fold_features  # noqa: E402
 from selection import select  # noqa: E402
 from study import FAR, LAYER, POOLING, compare, monitor_of  # noqa: E402
@@ -96,18 +97,14 @@ def to_markdown(doc: dict) -> str:
         reach += c["mr"] <= m["mr"] / 2
         lines.append(
             f"| {r['source']} | {m['mr']:.3f} | {m['mr'] / 2:.3f} | {s['layer']}, "
-            f"{s['auroc']:.3f} {_ci(s['ci']['auroc_ci'])}, {s['mr']:.3f} "
-            f"{_ci(s['ci']['mr_ci'])} | {c['layer']}, {c['auroc']:.3f} "
-            f"{_ci(c['ci']['auroc_ci'])}, {c['mr']:.3f} {_ci(c['ci']['mr_ci'])} |")
+            f"{s['auroc']:.3f}{_ci(s['ci']['auroc_ci'])}, {s['mr']:.3f}"
+            f"{_ci(s['ci']['mr_ci'])} | {c['layer']}, {c['auroc']:.3f}"
+            f"{_ci(c['ci']['auroc_ci'])}, {c['mr']:.3f}{_ci(c['ci']['mr_ci'])} |")
     lines += ["", f"Source only reaches half the monitor's MR on "
               f"{sum(r['source_only']['mr'] <= r['monitor']['mr'] / 2 for r in doc['rows'])} of "
               f"{len(doc['rows'])} sources; the in-source reference reaches half the monitor's MR on {reach} of "
               f"{len(doc['rows'])} sources.", ""]
     return "\n".join(lines)
-
-
-def _ci(pair) -> str:
-    return "" if not pair else f"[{pair[0]:.2f}, {pair[1]:.2f}]"
 
 
 def main(argv=None) -> int:
