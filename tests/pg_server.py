@@ -18,13 +18,14 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from ports import free_port
 
 USER = "calimon"
 
@@ -38,12 +39,6 @@ def pg_bindir() -> Path | None:
     versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
                       key=lambda p: int(re.sub(r"\D", "", p.parent.parent.name) or 0))
     return versions[-1].parent if versions else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _runner() -> tuple[list[str], pwd.struct_passwd | None]:
@@ -133,7 +128,7 @@ def postgres_server() -> Iterator[PostgresServer]:
                            "bash .ci/install-postgres.sh")
     prefix, account = _runner()
     root = Path(tempfile.mkdtemp(prefix="calimon-pg-"))
-    server = PostgresServer(root, _free_port(), bindir, prefix)
+    server = PostgresServer(root, free_port(), bindir, prefix)
     try:
         if account is not None:
             os.chown(root, account.pw_uid, account.pw_gid)

