@@ -81,6 +81,7 @@ class Block:
     text: str
     directives: dict[str, str] = field(default_factory=dict)
     output: Block | None = None
+    section: str = ""  # the ``## `` heading the block stands under
 
     @property
     def where(self) -> str:
@@ -120,8 +121,10 @@ def parse(path: Path) -> list[Block]:
     tokens = MarkdownIt("commonmark").parse(path.read_text(encoding="utf-8"))
     blocks: list[Block] = []
     pending: dict[str, str] = {}
-    previous = None
-    for tok in tokens:
+    previous, section = None, ""
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open" and tok.tag == "h2":
+            section = tokens[i + 1].content
         if tok.type == "html_block" and MARKER.search(tok.content):
             where = f"{doc}:{tok.map[0] + 1}"
             pending.update(_directive(c, where) for c in MARKER.findall(tok.content))
@@ -130,7 +133,7 @@ def parse(path: Path) -> list[Block]:
             previous = None  # prose between two blocks: the second is not the first's output
             continue
         block = Block(doc, tok.map[0] + 1, tok.info.split()[0] if tok.info.strip() else "",
-                      tok.content, pending)
+                      tok.content, pending, section=section)
         pending = {}
         follows = previous
         if (follows is not None and follows.lang in ("python", "bash", "sh")
@@ -363,13 +366,18 @@ def tiers_of(tier: str) -> set[str]:
     return {"default", tier} | ({"setup"} if tier == "integrations" else set())
 
 
-def run_document(path: Path, tiers: set[str], work: Path) -> int:
+def run_document(path: Path, tiers: set[str], work: Path, section: str | None = None) -> int:
     """Run a document's blocks of the given tiers in order (files written where they stand;
-    with ``setup`` in ``tiers``, the slow blocks marked setup too); how many ran."""
+    with ``setup`` in ``tiers``, the slow blocks marked setup too); how many ran. ``section``:
+    of the slow and integrations blocks not marked setup, only those under that ``## `` heading
+    (a part of the document that stands on its setup alone, run beside the other parts)."""
     ran, background = 0, []
     try:
         for block in parse(path):
             chosen = block.tier in tiers or ("setup" in tiers and "setup" in block.directives)
+            if (section is not None and block.section != section and block.tier != "default"
+                    and "setup" not in block.directives):
+                chosen = chosen and "file" in block.directives
             if "file" in block.directives and chosen:
                 write_file(block, work)
             elif block.runs and chosen:

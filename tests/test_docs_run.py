@@ -7,6 +7,7 @@ runs is run, or says why not, and what a document shows it prints is what it pri
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -37,13 +38,27 @@ MARKS = {"default": [], "slow": [pytest.mark.slow, pytest.mark.model],
          "integrations": [pytest.mark.integrations, pytest.mark.model]}
 
 
+# The tiers whose documents run one ``## `` section to a test, so that a suite's workers share
+# a long document (the integrations suite's: docs/integrations.md's sections take about a minute
+# each); a section stands on the document's setup and file blocks alone.
+BY_SECTION = {"integrations"}
+
+
 def _cases():
     for path in docs():
-        tiers = {b.tier for b in parse(path) if b.runs}
+        blocks = [b for b in parse(path) if b.runs]
+        name = str(path.relative_to(ROOT))
         for tier in TIERS:
-            if tier in tiers:
-                name = str(path.relative_to(ROOT))
-                yield pytest.param(path, tier, id=f"{name}-{tier}", marks=MARKS[tier])
+            sections = list(dict.fromkeys(b.section for b in blocks if b.tier == tier))
+            if not sections:
+                continue
+            if tier not in BY_SECTION:
+                yield pytest.param(path, tier, None, id=f"{name}-{tier}", marks=MARKS[tier])
+                continue
+            for section in sections:
+                slug = re.sub(r"[^a-z0-9]+", "-", section.lower()).strip("-")[:32]
+                yield pytest.param(path, tier, section, id=f"{name}-{tier}-{slug}",
+                                   marks=MARKS[tier])
 
 
 def test_every_block_is_run_or_says_why():
@@ -96,9 +111,9 @@ def test_python_files_of_a_doc_import(path, tmp_path):
     assert r.returncode == 0, f"{path.name}: import {', '.join(modules)}\n{r.stderr[-3000:]}"
 
 
-@pytest.mark.parametrize("path, tier", list(_cases()))
-def test_doc_blocks_run_and_print_what_they_show(path, tier, tmp_path):
-    ran = run_document(path, tiers_of(tier), tmp_path)
+@pytest.mark.parametrize("path, tier, section", list(_cases()))
+def test_doc_blocks_run_and_print_what_they_show(path, tier, section, tmp_path):
+    ran = run_document(path, tiers_of(tier), tmp_path, section)
     assert ran >= 1
 
 
@@ -132,6 +147,23 @@ def test_an_integrations_run_runs_only_the_slow_blocks_marked_setup(tmp_path):
     doc.write_text("<!-- docs: run -->\n<!-- docs: setup -->\n```bash\nls\n```\n",
                    encoding="utf-8")
     assert "setup marks a slow block" in problems(parse(doc)[0])[0]
+
+
+def test_a_section_run_runs_its_own_blocks_on_the_setup_and_files_of_the_others(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("## A\n\n<!-- docs: slow -->\n<!-- docs: setup -->\n```bash\ntouch made\n```\n"
+                   "<!-- docs: file f.py -->\n```python\nX = 1\n```\n"
+                   "<!-- docs: integrations -->\n```bash\ntouch a\n```\n"
+                   "## B\n\n<!-- docs: run -->\n```bash\ntouch default\n```\n"
+                   "<!-- docs: integrations -->\n```bash\ntest -e made; test -e f.py; touch b\n"
+                   "```\n", encoding="utf-8")
+    assert [b.section for b in parse(doc)] == ["A", "A", "A", "B", "B"]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "all").mkdir()
+    assert run_document(doc, tiers_of("integrations"), tmp_path / "b", "B") == 3
+    assert {p.name for p in (tmp_path / "b").iterdir()} >= {"made", "f.py", "default", "b"}
+    assert not (tmp_path / "b" / "a").exists()
+    assert run_document(doc, tiers_of("integrations"), tmp_path / "all") == 4
 
 
 def test_outputs_are_attached_compared_and_mismatches_named(tmp_path):
