@@ -23,7 +23,9 @@ comment (a block may have several comments):
 - on an output block, ``not-compared REASON``.
 
 Blocks run in document order, each in a fresh process in one working folder per document and
-suite (files written by one block are read by the next; Inspect's and Scout's progress displays
+suite, or per ``## `` section in the integrations suite (test_docs_run.BY_SECTION: a section's
+blocks, with the document's default, setup and file blocks; files written by one block are read
+by the next; Inspect's and Scout's progress displays
 off, so a block's stdout is what it prints): ``python`` as ``python BLOCK.py`` with
 the working folder and the checkout on ``PYTHONPATH``, ``bash``/``sh`` with ``bash -e`` (a line
 ``export NAME=...``, a placeholder for a value of the reader's, keeps the runner's value: every
