@@ -377,9 +377,9 @@ def run_document(path: Path, tiers: set[str], work: Path, section: str | None = 
     try:
         for block in parse(path):
             chosen = block.tier in tiers or ("setup" in tiers and "setup" in block.directives)
-            if (section is not None and block.section != section and block.tier != "default"
+            if (section not in (None, block.section) and block.runs and block.tier != "default"
                     and "setup" not in block.directives):
-                chosen = chosen and "file" in block.directives
+                continue  # another section's own block
             if "file" in block.directives and chosen:
                 write_file(block, work)
             elif block.runs and chosen:

@@ -8,13 +8,13 @@ runs is run, or says why not, and what a document shows it prints is what it pri
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from tests.docs_runner import (
     API_KEY,
@@ -179,9 +179,7 @@ def test_outputs_are_attached_compared_and_mismatches_named(tmp_path):
 
 
 def test_a_background_server_answers_the_next_block_and_is_stopped(tmp_path):
-    with socket.socket() as sock:  # a free port
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     doc = tmp_path / "doc.md"
     doc.write_text(f"<!-- docs: run -->\n<!-- docs: background http://127.0.0.1:{port}/ -->\n"
                    "```bash\nexport CALIMON_API_KEY=...\necho $CALIMON_API_KEY > key\n"
