@@ -54,7 +54,11 @@ class Sample:
 
     @property
     def transcript_hash(self) -> str:
-        """Hash of what a monitor reads (request and response), the run store's sample key."""
+        """Hash of what a monitor reads (request and response), the run store's sample key. A
+        sample that holds no transcript (``meta["no_transcript"]``: a row of scores only,
+        `calimon.data.score_table`) is keyed by its id instead."""
+        if self.meta.get("no_transcript") is True:
+            return transcript_hash("", "\0" + self.id)
         return transcript_hash(self.request, self.response)
 
     def to_dict(self) -> dict[str, Any]:

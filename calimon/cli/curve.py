@@ -49,12 +49,13 @@ def curve_cmd(
     model: ModelOpt = DEFAULT_MODEL,
     benchmark: BenchmarkOpt = DEFAULT_BENCHMARK,
     prompt: PromptOpt = DEFAULT_PROMPT,
-    readout: Annotated[str, typer.Option(help="verdict, json, probe:NAME, verbal or sampled (README, Readouts).", rich_help_panel=MONITOR)] = DEFAULT_READOUT,
+    readout: Annotated[str, typer.Option(help="verdict, json, probe:NAME, verbal, sampled, or score:NAME for scores the data holds (README, Readouts).", rich_help_panel=MONITOR)] = DEFAULT_READOUT,
     defense: DefenseOpt = None,
     binary_prompt: Annotated[list[str] | None, typer.Option(help="Prompts drawn as binary points (repeatable; default direct, evidence).", rich_help_panel=BINARY)] = None,
     no_binary: Annotated[bool, typer.Option("--no-binary", help="Skip the binary-protocol points.", rich_help_panel=BINARY)] = False,
     binary_decoding: Annotated[list[str] | None, typer.Option(help="free (the paper's protocol; default) or json (schema-constrained); repeatable.", rich_help_panel=BINARY)] = None,
     binary_limit: Annotated[int | None, typer.Option(help="Binary protocol on at most N samples.", rich_help_panel=BINARY, **COUNT)] = None,
+    binary_score: Annotated[list[str] | None, typer.Option(help="With score:NAME: a boolean the data holds, drawn as a binary point (repeatable).", rich_help_panel=BINARY)] = None,
     limit: Annotated[int | None, typer.Option(help="At most N samples in all (whole pairs, balanced over cells).", rich_help_panel=DATA, **COUNT)] = None,
     max_input_tokens: MaxInputTokensOpt = None,
     truncation: TruncationOpt = "head_tail",
@@ -85,9 +86,13 @@ def curve_cmd(
 
     if calibration not in ALL_METHODS:
         raise typer.BadParameter(f"expected one of {list(ALL_METHODS)}", param_hint="--calibration")
+    from calimon.score_readout import is_score_readout
+
+    default_prompts = () if is_score_readout(readout) else ("direct", "evidence")
     settings = settings_from(
         CurveSettings, ctx.params,
-        binary_prompts=() if no_binary else tuple(binary_prompt or ("direct", "evidence")),
+        binary_prompts=() if no_binary else tuple(binary_prompt or default_prompts),
+        binary_scores=() if no_binary else tuple(binary_score or ()),
         binary_decodings=tuple(binary_decoding or ("free",)),
         check_free_format=not binary_decoding,  # the default is checked; a choice is kept
         fars=tuple(far or (0.01, 0.05, 0.10)), rate_thresholds=tuple(threshold or (0.5,)))

@@ -48,7 +48,10 @@ Each sample (and epoch) becomes one `Sample`:
   the error a sample ended in: such a sample is kept with the trajectory it has),
   ``messages`` (the offsets of every rendered part, see `calimon.data.trajectory`) and, with
   ``label=eval_mode``, ``control_arena`` (the eval mode and whether the main and side tasks
-  succeeded: true, false, or null where no scorer says).
+  succeeded: true, false, or null where no scorer says); ``scores`` (every single value its
+  scorers gave, a dict value as ``scorer.key``) and ``step_scores`` (the numbers each
+  assistant message recorded in its metadata, such as ControlArena's ``suspicion_score``): what
+  a ``score:NAME`` readout reads (`calimon.score_readout`).
 """
 
 from __future__ import annotations
@@ -286,8 +289,39 @@ def convert_sample(es: Any, spec: Any, opts: InspectOptions, path: Path) -> Samp
     row = {"id": sid, "request": task_input(es.input), "response": text, "label": label,
            "category": opts.category, "task": opts.task,
            "pair_id": f"{spec.eval_id}:{es.id}", "source": "inspect",
-           "meta": {"inspect": inspect_meta, "messages": records, **meta}}
+           "meta": {"inspect": inspect_meta, "messages": records, **meta,
+                    "scores": sample_scores(es), "step_scores": step_scores(es.messages)}}
     return sample_from_dict(row, path=str(path))
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def sample_scores(es: Any) -> dict[str, Any]:
+    """Every single value a sample's scorers gave, by scorer name (a scorer whose value is a
+    dict gives one entry per key, ``scorer.key``), for a ``score:NAME`` readout."""
+    out: dict[str, Any] = {}
+    for name, score in (es.scores or {}).items():
+        value = score.value
+        if isinstance(value, dict):
+            out.update({f"{name}.{k}": v for k, v in value.items() if _scalar(v)})
+        elif _scalar(value):
+            out[name] = value
+    return out
+
+
+def step_scores(messages: list[Any]) -> dict[str, list[float]]:
+    """The numbers each assistant message recorded in its metadata (as ControlArena's monitors
+    record ``suspicion_score``), by key, in message order."""
+    out: dict[str, list[float]] = {}
+    for m in messages:
+        if m.role != "assistant" or not getattr(m, "metadata", None):
+            continue
+        for key, value in m.metadata.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out.setdefault(key, []).append(value)
+    return out
 
 
 def _scorer_label(es: Any, opts: InspectOptions, path: Path) -> tuple[bool | None, Any]:
@@ -344,4 +378,5 @@ def render_arguments(call: Any) -> str:
 
 __all__ = ["LABELS", "OPTIONS", "SUFFIXES", "InspectOptions", "convert_sample",
            "is_inspect_spec", "load_inspect_log", "load_logs", "log_paths", "log_samples", "parse_options",
-           "render_arguments", "split_spec", "task_input", "trajectory_parts"]
+           "render_arguments", "sample_scores", "split_spec", "step_scores", "task_input",
+           "trajectory_parts"]

@@ -81,8 +81,9 @@ def builder(name: str):
     name, _ = split_name(name)
     table = available()
     if name not in table:
-        raise InputError(f"unknown benchmark {name!r}; known: {sorted(table)} "
-                         "(or pass a samples .jsonl path, or an Inspect log, folder or pattern)", field="benchmark")
+        raise InputError(f"unknown benchmark {name!r}; known: {sorted(table)} (or pass a "
+                         "samples .jsonl path, a .csv of scores, or an Inspect log, folder or "
+                         "pattern)", field="benchmark")
     module, attr = table[name].split(":")
     return getattr(importlib.import_module(module), attr)
 
@@ -126,7 +127,8 @@ def _build_on_first_use(name: str, progress: Progress | None) -> None:
 def load_benchmark(name_or_path: str, *, build_if_missing: bool = True,
                    progress: Progress | None = None) -> list[Sample]:
     """Samples of a named benchmark (building the auto-build ones on first use, with a line
-    before and after and the builder's bars on ``progress``), a samples JSONL path, or Inspect
+    before and after and the builder's bars on ``progress``), a samples JSONL path, a CSV file
+    of scores (`calimon.data.score_table`), or Inspect
     eval logs (a ``.eval`` / ``.json`` file, a folder or a pattern of them, with options: see
     `calimon.data.inspect_log`). A registered name wins over a folder of the same name."""
     from calimon.data.inspect_log import is_inspect_spec, load_inspect_log
@@ -134,6 +136,10 @@ def load_benchmark(name_or_path: str, *, build_if_missing: bool = True,
     if is_inspect_spec(name_or_path) and name_or_path.partition("@")[0] not in available():
         return load_inspect_log(name_or_path)
     path = Path(name_or_path)
+    from calimon.data.score_table import is_score_table, load_score_table
+
+    if is_score_table(name_or_path):
+        return load_score_table(path)
     if name_or_path.endswith(".jsonl") or path.is_file():
         return load_samples(path)
     if "/" in name_or_path or "?" in name_or_path:  # a path, not a name

@@ -27,6 +27,7 @@ from calimon.report.extras import (
 )
 from calimon.run_folder import CurveRow, curve_result_from_doc, parse_curve_json, read_curve_csv
 from calimon.samples import Sample
+from calimon.score_readout import is_score_readout
 from calimon.verdict import Verdict
 
 REQUIRED_COLUMNS = ("id", "label", "category", "task", "status", "p_raw", "p_cal")
@@ -124,6 +125,25 @@ def _check_dataset(result: CurveResult, samples: dict[str, Sample], rows: tuple[
                      "what was scored")
 
 
+def _recorded(result: CurveResult, samples: dict[str, Sample], notes: list[str]
+              ) -> tuple[dict[str, Verdict], dict[str, dict[str, Verdict]]]:
+    """A score run's readings, read again from the samples (an external monitor's scores: no
+    run store), by sample id; a benchmark whose scores no longer read is a note."""
+    from calimon.scoring.recorded import recorded_decisions, recorded_readings
+
+    xs = list(samples.values())
+    try:
+        main = recorded_readings(xs, result.provenance.readout)
+        binary = {name: recorded_decisions(xs, name)
+                  for name in result.settings.values.get("binary_scores") or ()}
+    except InputError as exc:
+        notes.append(f"readings: the benchmark's scores no longer read ({exc})")
+        return {}, {}
+    return ({x.id: main[x.transcript_hash] for x in xs if x.transcript_hash in main},
+            {n: {x.id: t[x.transcript_hash] for x in xs if x.transcript_hash in t}
+             for n, t in binary.items()})
+
+
 def _load_readings(result: CurveResult, samples: dict[str, Sample], store: str | None,
                    notes: list[str]) -> tuple[dict[str, Verdict], dict[str, dict[str, Verdict]]]:
     from calimon.scoring.store import MonitorKey, RunStore
@@ -132,6 +152,8 @@ def _load_readings(result: CurveResult, samples: dict[str, Sample], store: str |
     path = store or prov.store
     if not samples:
         return {}, {}
+    if is_score_readout(prov.readout):
+        return _recorded(result, samples, notes)
     if not path or not Path(path).is_file():
         notes.append(f"readings: run store {path!r} not found; no evidence quotes or binary "
                      "texts (pass --store)")

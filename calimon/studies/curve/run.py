@@ -17,6 +17,7 @@ from calimon.numerics.class_support import MIN_PER_CLASS_CALIBRATION, MIN_PER_CL
 from calimon.progress import Progress, note
 from calimon.readings import status_counts, usable
 from calimon.samples import Sample
+from calimon.score_readout import ScoreReadout, is_score_readout
 from calimon.scoring.backends import check_backend_model, model_for, release
 from calimon.scoring.engines import MonitorSpec, RunSettings, Scorer, api_usage
 from calimon.scoring.store import RunStore
@@ -39,6 +40,7 @@ class CurveSettings(RunSettings):
     binary_prompts: tuple[str, ...] = ("direct", "evidence")
     binary_decodings: tuple[str, ...] = ("free",)
     binary_limit: int | None = None
+    binary_scores: tuple[str, ...] = ()  # a score readout's binary points: booleans it holds
     check_free_format: bool = True  # try the free protocol on FREE_CHECK samples first
     split: str | None = None
     fit_on: str = "calib"  # with a split: fit maps on "calib", or "crossfit" within the split
@@ -69,6 +71,9 @@ class CurveRun:
 def default_out(settings: CurveSettings) -> Path:
     """A new run folder under runs/, named by the time, the model and the readout."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if is_score_readout(settings.readout):
+        name = ScoreReadout.parse(settings.readout).name
+        return Path("runs") / f"{stamp}-score-{name}"
     return Path("runs") / f"{stamp}-{settings.model.replace('/', '_')}-{settings.readout}"
 
 
@@ -112,6 +117,15 @@ def _eval_and_fit_sets(samples: list[Sample], s: CurveSettings) -> tuple[list, l
         raise InputError(f"benchmark {s.benchmark!r} has no 'calib' split to fit calibration "
                          "maps on; use --fit-on crossfit", field="split")
     return evaluate, fit
+
+
+def check_transcripts(samples: list[Sample], s) -> None:
+    """Refuse a model's readout on samples that hold no transcript (a CSV of scores only)."""
+    bare = next((x for x in samples if x.meta.get("no_transcript") is True), None)
+    if bare is not None:
+        raise InputError(f"benchmark {s.benchmark!r} holds scores, not transcripts (sample "
+                         f"{bare.id!r}): read them with --readout score:NAME, not a model's "
+                         f"{s.readout!r}", field="readout")
 
 
 def _needs(fits_a_map: bool) -> int:
@@ -230,6 +244,17 @@ def plan_line(s: CurveSettings, evaluate: list, fit: list, todo: int) -> str:
     return f"curve: {len(evaluate)} samples judged on {where}{fitted}{whole}; {left}"
 
 
+def _run_recorded(s: CurveSettings, progress: Progress | None) -> CurveRun:
+    """`run_curve` of a score readout: no model (`calimon.studies.curve.recorded`)."""
+    from calimon.run_folder import curve_json_doc
+    from calimon.studies.curve.recorded import run_recorded_curve
+
+    evaluate, fit = _eval_and_fit_sets(load_benchmark(s.benchmark, progress=progress), s)
+    out = Path(s.out) if s.out else default_out(s)
+    result = run_recorded_curve(s, evaluate, fit, out, progress)
+    return CurveRun(out=out, summary=curve_json_doc(result), model_calls=0, result=result)
+
+
 def run_curve(s: CurveSettings, progress: Progress | None = None,
               log: Callable[[str], None] = lambda m: None, *, backend=None) -> CurveRun:
     """`calimon curve`: score the evaluated (and fit) samples through the scoring service
@@ -237,7 +262,15 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     prompts on whole pairs, then calibrate, sweep thresholds and write the run folder.
 
     ``backend``: an already-built backend of the settings' model to score with (the caller
-    keeps it); default: the process's shared one for the settings (`build_backend`)."""
+    keeps it); default: the process's shared one for the settings (`build_backend`). A
+    ``score:NAME`` readout reads the scores the benchmark holds instead, with no model
+    (`calimon.studies.curve.recorded`)."""
+    if is_score_readout(s.readout):
+        return _run_recorded(s, progress)
+    if s.binary_scores:
+        raise InputError("--binary-score reads booleans the data holds, for a score:NAME "
+                         "readout; a model's binary points come from --binary-prompt",
+                         field="binary_score")
     spec = monitor_spec(s)
     binary_monitors(s)  # an unknown decoding fails before any work
     resolved = model_for(spec)  # first: a missing model fails before any other work
@@ -250,6 +283,7 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
     usage0 = api_usage(backend)
     try:
         samples = load_benchmark(s.benchmark, progress=progress)
+        check_transcripts(samples, s)
         evaluate, fit = _eval_and_fit_sets(samples, s)
         out = Path(s.out) if s.out else default_out(s)
         out.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from calimon.curve_result import CalibrationMetrics, CurveResult
+from calimon.score_readout import EXTERNAL
 
 
 def _f(x, nd=3) -> str:
@@ -18,7 +19,9 @@ def _f(x, nd=3) -> str:
 
 def _head(r: CurveResult) -> str:
     prov, counts = r.provenance, r.counts
-    return (f"{prov.model} ({prov.model_revision}) · {prov.prompt}/{prov.readout} · "
+    monitor = (f"an external monitor's {prov.readout}" if prov.model == EXTERNAL else
+               f"{prov.model} ({prov.model_revision}) · {prov.prompt}/{prov.readout}")
+    return (f"{monitor} · "
             f"{prov.benchmark} · {counts.scored} scored of {counts.evaluated} "
             f"({counts.n_pos} misbehaving, {counts.n_neg} benign; status "
             f"{dict(counts.status)})")

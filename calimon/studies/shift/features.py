@@ -7,6 +7,8 @@ Groups (each a block of columns; ``FeatureView.groups`` names them):
 - ``text``: TF-IDF of ``request + response`` (word unigrams and bigrams, sublinear tf), reduced
   to ``text_dims`` dimensions by TruncatedSVD (both fitted on the pooled transcripts of the two
   sides, without labels or domain);
+  ``length`` and ``text`` are left out when no row of either side holds a transcript (a CSV of
+  scores only, `calimon.data.score_table`): such sides compare by their scores;
 - ``state``: a head's pooled hidden state, standardized and reduced by PCA to ``text_dims``
   dimensions when wider (optional, when given for both sides).
 
@@ -97,9 +99,11 @@ def _build_view(calib: dict, new: dict, text_dims: int, seed: int) -> FeatureVie
         blocks["score"] = s[:, None]
     lengths = [[len(q), len(r)] for side in (calib, new)
                for q, r in zip(side["request"], side["response"], strict=True)]
-    blocks["length"] = np.log1p(np.asarray(lengths, dtype=float))
-    texts = _texts(calib["request"], calib["response"]) + _texts(new["request"], new["response"])
-    blocks["text"] = text_block(texts, text_dims, seed)
+    if any(q or r for q, r in lengths) or not blocks:  # rows of scores only compare by score
+        blocks["length"] = np.log1p(np.asarray(lengths, dtype=float))
+        texts = (_texts(calib["request"], calib["response"])
+                 + _texts(new["request"], new["response"]))
+        blocks["text"] = text_block(texts, text_dims, seed)
     if calib.get("state") is not None and new.get("state") is not None:
         a, b = np.asarray(calib["state"], float), np.asarray(new["state"], float)
         if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
