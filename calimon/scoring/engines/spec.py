@@ -85,7 +85,16 @@ class MonitorSpec:
 
 def make_monitor(backend, prompt: PromptTemplate, readout: str, **kwargs):
     """A monitor for any readout name: verdict, json, binary, or probe:<head name> (a probe head
-    needs a backend with hidden states); ``decoding="json"`` (binary only) goes to `Monitor`."""
+    needs a backend with hidden states); ``decoding="json"`` (binary only) goes to `Monitor`.
+    A ``score:NAME`` readout has no monitor to make: the data holds its scores."""
+    from calimon.score_readout import is_score_readout
+
+    if is_score_readout(readout):
+        from calimon.errors import InputError
+
+        raise InputError(f"{readout!r} reads the scores the benchmark holds, no model scores "
+                         "it: `calimon curve --readout score:NAME` (and the deployment commands "
+                         "on its run folder) take it", field="readout")
     if readout.startswith("probe:"):
         from calimon.scoring.backends import HiddenStates, requires
         from calimon.scoring.probes.monitor import ProbeMonitor
