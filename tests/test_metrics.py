@@ -162,3 +162,15 @@ def test_bad_binning_arguments():
 
 def test_boolean_labels_accepted():
     assert M.brier([0.2, 0.9], [False, True]) == pytest.approx((0.04 + 0.01) / 2)
+
+
+def test_average_ranks_equal_scipy_rankdata_with_and_without_ties():
+    from scipy.stats import rankdata
+
+    from calimon.numerics.metrics import average_ranks
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 500):
+        for levels in (1, 3, 1000):
+            a = rng.integers(0, levels, n).astype(float)
+            assert np.array_equal(average_ranks(a), rankdata(a))

@@ -178,19 +178,30 @@ def nll(p: Any, y: Any, eps: float = 1e-12) -> float:
     return float(-np.mean(np.where(ya == 1, np.log(pc), np.log1p(-pc))))
 
 
+def average_ranks(a: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``a``, tied values sharing their average rank (``scipy.stats.rankdata``'s
+    default, without importing scipy.stats: over a second on a command's start)."""
+    order = np.argsort(a, kind="mergesort")
+    ordered = a[order]
+    new_group = np.r_[True, ordered[1:] != ordered[:-1]]
+    starts = np.flatnonzero(np.r_[new_group, True])
+    mean_rank = (starts[:-1] + starts[1:] + 1) / 2.0  # ranks starts+1 .. next start, averaged
+    ranks = np.empty(a.shape[0], dtype=float)
+    ranks[order] = mean_rank[np.cumsum(new_group) - 1]
+    return ranks
+
+
 def auroc(p: Any, y: Any) -> float:
     """Area under the ROC curve (Mann-Whitney U / (n_pos * n_neg), ties count 0.5).
 
     Equals ``sklearn.metrics.roc_auc_score``. Returns NaN when only one class is present.
     """
-    from scipy.stats import rankdata
-
     pa, ya = _check(p, y)
     n_pos = int(ya.sum())
     n_neg = ya.shape[0] - n_pos
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    ranks = rankdata(pa)  # average ranks give ties half credit
+    ranks = average_ranks(pa)  # average ranks give ties half credit
     u = ranks[ya == 1].sum() - n_pos * (n_pos + 1) / 2.0
     return float(u / (n_pos * n_neg))
 
