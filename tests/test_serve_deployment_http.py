@@ -5,7 +5,8 @@ counts every request either of them answered, by route and status, the killed se
 ones included (`calimon.serve.deployment_metrics`: an answer goes out once its count is in
 the log). Before, a server wrote its counts every second, so the answers of its last second
 were missing from the totals (24 of 25 step answers counted after such a kill, on the embedded
-model). The same servers answer every error in the one error body and spacing
+model). The session steps here run on an API backend (``--backend chat``), where a step was a
+500 before. The same servers answer every error in the one error body and spacing
 (`calimon.serve.errors`). On PostgreSQL with the embedded model: tests/test_serve_shared_http.py.
 """
 
