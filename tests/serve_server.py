@@ -109,14 +109,14 @@ class Server:
                 self.kill()
 
 
-def start_server(policy: Path, log: Path, output: Path, *args: str, key: str | None = KEY,
-                 map_path: Path | None = None, timeout: float = 300.0,
-                 cwd: Path = ROOT) -> Server:
-    """Start `calimon serve` on a free loopback port (in folder ``cwd``) and wait until /healthz
-    answers (the model is loaded and warm by then). Raises with the server's output if it exits
-    or times out."""
+def start_server(policy: Path, log: Path | str, output: Path, *args: str,
+                 key: str | None = KEY, map_path: Path | None = None, timeout: float = 300.0,
+                 cwd: Path = ROOT, env: dict[str, str] | None = None) -> Server:
+    """Start `calimon serve` on a free loopback port (in folder ``cwd``; ``env``: variables
+    added to its environment) and wait until /healthz answers (the model is loaded and warm by
+    then). Raises with the server's output if it exits or times out."""
     port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {}),
            "CALIMON_API_KEY": key or ""}
     cmd = [str(CALIMON), "serve", str(policy), "--port", str(port), "--log", str(log),
            *(["--map", str(map_path)] if map_path else []), *args]

@@ -9,6 +9,8 @@ and the benchmark ``benchmarks/serve/run_serve.py --parts replicas`` both run `p
    step ``kill_at``, which the client then resends, with its request id, to the other server
    until answered, and the rest go there too. Every step answered before the kill is resent
    there as well, and must come back from the log unchanged.
+5. ``/metrics`` of the survivor: the step answers it counts (``steps_counted_at_end``), to
+   compare with those the client received (``steps_received``), the killed server's included.
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ def _killed(servers: list[Server], clients: list[httpx.Client], steps: list[list
             "retry_replayed": resumed.headers.get("idempotent-replayed") == "true",
             "resent_unchanged": sum(r.status_code == 200 and r.json() == b["answer"]
                                     for r, b in zip(resent, answered, strict=True)),
+            "resent_answered": sum(r.status_code == 200 for r in resent),
             "answered_before_kill": len(answered)}
 
 
@@ -148,13 +151,17 @@ def pair_run(policy: Path, map_path: Path | None, url: str, folder: Path, *, ste
         alternated = _session(clients, "alternated", trail, lambda i: i % 2)
         scrapes = _scrapes(clients)
         killed = _killed(servers, clients, trail, kill_at, kill_delay_s)
+        at_end = _metric(clients[1].get("/metrics").text, STEPS_ROUTE)
         for c in clients:
             c.close()
     finally:
         for s in servers:
             s.stop()
+    received = (sum(r["code"] == 200 for r in one + alternated + killed["rows"])
+                + (killed["in_flight"] == 200) + killed["resent_answered"])
     return {"one": one, "alternated": alternated, "scrapes": scrapes, "killed": killed,
-            "steps_sent_before_scrape": 2 * steps, "kill_at": kill_at}
+            "steps_sent_before_scrape": 2 * steps, "kill_at": kill_at,
+            "steps_counted_at_end": at_end, "steps_received": received}
 
 
 def largest_dp(rows: list[dict], reference: list[dict]) -> float:
@@ -185,4 +192,6 @@ def summary(run: dict) -> dict:
         "resumed_step_s": rows[run["kill_at"]]["seconds"],
         "answered_before_kill": killed["answered_before_kill"],
         "resent_unchanged": killed["resent_unchanged"],
+        "steps_counted_at_end": run["steps_counted_at_end"],
+        "steps_received": run["steps_received"],
     }

@@ -74,7 +74,7 @@ def test_pages_need_a_sign_in_and_the_cookie_opens_review_only(tmp_path):
         item = (await score(c, 0.6, 1))["request_id"]
         assert item == "r1"
         _error(await c.post("/v1/review/labels", headers={**jar, "Content-Type": "text/plain"},
-                            content="x"), 403, "origin")
+                            content="x"), 403, "content-type")
         _error(await c.post("/v1/review/labels", headers={**jar, "Origin": "http://evil.test"},
                             json=label("0" * 24)), 403, "origin")
         r = await c.post("/review/logout", headers=jar)
@@ -82,6 +82,68 @@ def test_pages_need_a_sign_in_and_the_cookie_opens_review_only(tmp_path):
         assert (await c.get("/review", headers=jar)).status_code == 303
 
     run(make_service(tmp_path), scenario)
+
+
+def test_a_signed_in_browser_write_from_another_site_is_refused_naming_the_header(tmp_path):
+    """A JSON write with the sign-in cookie and no ``Origin`` was taken with a foreign
+    ``Referer`` or ``Sec-Fetch-Site: cross-site``. A key is never sent by a browser on its own,
+    so a write under a key is taken whatever those headers say."""
+    async def scenario(c):
+        r = await c.post("/review/login", content=f"key={KEYS['ada']}",
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        jar = {"Cookie": r.headers["set-cookie"].split(";")[0]}
+        await score(c, 0.6, 1)
+        item = (await c.get("/v1/review/queue", headers=jar)).json()["items"][0]["item_id"]
+        for headers, field in (({"Sec-Fetch-Site": "cross-site"}, "sec-fetch-site"),
+                               ({"Sec-Fetch-Site": "same-site"}, "sec-fetch-site"),
+                               ({"Referer": "http://evil.test/page"}, "referer"),
+                               ({"Origin": "null"}, "origin")):
+            _error(await c.post("/v1/review/labels", headers={**jar, **headers},
+                                json=label(item)), 403, field)
+            _error(await c.post("/v1/review/sync", headers={**jar, **headers},
+                                json={"items": {item: None}}), 403, field)
+        # what the review page sends (Chromium: Origin and Sec-Fetch-Site; no Referer, the
+        # pages' Referrer-Policy is no-referrer), a same-origin Referer, and no header at all
+        # (a client that is not a browser: it holds the cookie only if it holds the sign-in)
+        for headers in ({"Origin": "http://serve", "Sec-Fetch-Site": "same-origin"},
+                        {"Referer": "http://serve/review"}, {}):
+            r = await c.post("/v1/review/labels", headers={**jar, **headers}, json=label(item))
+            assert r.status_code == 200, (headers, r.text)
+        r = await c.post("/v1/review/labels", json=label(item), headers={
+            **auth("bob"), "Sec-Fetch-Site": "cross-site", "Referer": "http://evil.test/"})
+        assert r.status_code == 200, r.text
+
+    run(make_service(tmp_path), scenario)
+
+
+def test_one_pair_of_disagreeing_labels_is_measured_and_says_what_it_counts(tmp_path):
+    """One item with two conflicting definite labels read agreement null and "no item has two
+    definite labels yet"; a second such item then read "50% agreement on 2 label pairs"."""
+    async def scenario(c):
+        await score(c, 0.6, 1)
+        item = (await c.get("/v1/review/queue", headers=auth("ada"))).json()["items"][0]
+        for who, kind in (("ada", "benign"), ("bob", "misbehavior"), ("ada", "unsure")):
+            await c.post("/v1/review/labels", headers=auth(who), json=label(item["item_id"],
+                                                                             kind))
+        unsure = (await c.get("/v1/review/status", headers=auth("ada"))).json()
+        await c.post("/v1/review/labels", headers=auth("ada"), json=label(item["item_id"],
+                                                                          "benign"))
+        st = (await c.get("/v1/review/status", headers=auth("ada"))).json()
+        m = (await c.get("/metrics", headers=auth("ada"))).text
+        return unsure, st, m
+
+    unsure, st, m = run(make_service(tmp_path), scenario)
+    # ada's latest label is unsure: bob's is the only definite one, so no pair
+    assert unsure["agreement"] == {"pairs": 0, "items": 0, "agreement": None, "kappa": None}
+    right = {a["name"]: a for a in unsure["assumptions"]}["reviewers right"]
+    assert right["holds"] is None and right["detail"] == (
+        "not measured: no item has definite labels from two reviewers yet")
+    assert st["agreement"] == {"pairs": 1, "items": 1, "agreement": 0.0, "kappa": None}
+    right = {a["name"]: a for a in st["assumptions"]}["reviewers right"]
+    assert right["holds"] is False and right["detail"] == (
+        "0% agreement on 1 pair of definite labels from two reviewers (1 item; kappa needs 2 "
+        "pairs); 1 disputed")
+    assert _metric(m, "calimon_review_agreement") == 0.0
 
 
 # -- what is kept ---------------------------------------------------------------------------
@@ -151,7 +213,7 @@ def test_labels_are_stored_once_and_bad_ones_name_the_field(tmp_path):
     run(make_service(tmp_path), scenario)
     db = sqlite3.connect(tmp_path / "r.sqlite")
     assert db.execute("SELECT COUNT(*) FROM review_labels").fetchone()[0] == 1
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
 
 
 def test_second_reviewers_unsure_and_disputes_go_to_the_others_first(tmp_path):
@@ -178,7 +240,8 @@ def test_second_reviewers_unsure_and_disputes_go_to_the_others_first(tmp_path):
             await c.post("/v1/review/labels", headers=auth("bob"), json=body)
         st = (await c.get("/v1/review/status", headers=auth("bob"))).json()
         assert st["items"]["disputed"] == 1 and st["items"]["resolved"] == 1
-        assert st["agreement"] == {"items": 2, "agreement": 0.5, "kappa": pytest.approx(-1 / 3)}
+        assert st["agreement"] == {"pairs": 2, "items": 2, "agreement": 0.5,
+                                   "kappa": pytest.approx(-1 / 3)}
         assert st["strata"]["human_review"]["misbehaving"] == 1
         # ada changes her mind on b: her latest label counts, and b resolves
         await c.post("/v1/review/labels", headers=auth("ada"), json=label(b, "misbehavior"))

@@ -7,6 +7,7 @@ The same pages in Chromium are in tests/test_review_claims_chromium.py."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import uuid
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from review_fakes import auth, make_service, run, score
 
-from calimon.review.labels import SQLiteReviewStore, item_id_of
+from calimon.review.labels import SCHEMA, SQLiteReviewStore, item_id_of
 from calimon.review.settings import ReviewSettings
 
 TAB_A, TAB_B = "tab-aaaaaaaa", "tab-bbbbbbbb"
@@ -185,7 +186,9 @@ def test_a_label_names_its_reviewer_and_is_refused_under_another(tmp_path):
         r = await c.post("/v1/review/labels", headers=auth("bob"), json=body)
         assert r.status_code == 409, r.text
         err = r.json()["error"]
-        assert err["field"] == "reviewer" and "'ada'" in err["message"]
+        assert err["field"] == "reviewer" and err["message"] == (
+            "reviewer: this label was given by ada and is stored only under ada's key or "
+            "sign-in; this request is bob's"), err  # it read "not 'bob''s"
         # a signed-in browser is refused the same way
         r = await c.post("/review/login", content="key=bob-key-0123456789abcdef",
                          headers={"Content-Type": "application/x-www-form-urlencoded"})
@@ -213,6 +216,37 @@ def test_a_label_names_its_reviewer_and_is_refused_under_another(tmp_path):
     assert rows == [("ada",)]
 
 
+def test_a_label_over_another_reviewers_claim_is_stored_and_says_whose(tmp_path):
+    """A claim keeps an item off the others' queues; it does not lock it (an item opened by
+    its link, a label waiting in an outbox past the lease). Before, bob's label of an item ada
+    held was stored like any other and nothing said so; now the label, the status, the pages
+    and the export name the claim it went over."""
+    async def scenario(c, now):
+        item, other = await queue(c, "ada", limit=2)  # both leased to ada
+        over = await post(c, "bob", label(item, "benign"))
+        assert over["label"]["over_claim"] == "ada"
+        assert over["status"]["labels_over_claims"] == 1
+        own = await post(c, "ada", label(item, "benign"))
+        assert own["label"]["over_claim"] is None  # her own claim
+        now[0] += 11 * 60  # ada's lease of the other item ends: bob's label goes over nothing
+        assert (await post(c, "bob", label(other, "benign")))["label"]["over_claim"] is None
+        st = (await c.get("/v1/review/status", headers=auth("ada"))).json()
+        assert st["labels"] == 3 and st["labels_over_claims"] == 1
+        page = (await c.get("/review/status", headers=auth("ada"))).text
+        assert '<span id="over-claims">1 given while another reviewer held the item' in page
+        mine = (await c.get(f"/review/items/{item}", headers=auth("bob"))).text
+        assert "your label: benign (given while ada held this item)" in mine
+        r = await c.get("/v1/review/export?sample=all", headers=auth("ada"))
+        meta = {json.loads(x)["id"]: json.loads(x)["meta"] for x in r.text.splitlines()}
+        assert sorted((m["over_claims"] for m in meta.values()), key=len) == [
+            {}, {"bob": "ada"}]
+
+    play(tmp_path, scenario, 2)
+    rows = sqlite3.connect(tmp_path / "r.sqlite").execute(
+        "SELECT reviewer, over_claim FROM review_labels ORDER BY created_at").fetchall()
+    assert rows == [("bob", "ada"), ("ada", None), ("bob", None)]
+
+
 def test_the_pages_carry_what_the_script_needs(tmp_path):
     async def scenario(c, now):
         login = (await c.get("/review/login")).text
@@ -237,10 +271,11 @@ def test_a_review_store_of_schema_version_1_migrates(tmp_path):
         assert [(x.label_id, x.reviewer, x.label, x.seen, x.tab) for x in labels] == [
             ("label-ada-0001", "ada", "benign", None, None),
             ("label-bob-0001", "bob", "misbehavior", None, None)]
+        assert [x.over_claim for x in labels] == [None, None]
         assert store.session("tok-sha", 20.0) == "ada" and store.version("h") == (3, 2)
         item = item_id_of("r1")
         assert store.claim([item], "ada", 5.0, 50.0)[item].reviewer == "ada"
     finally:
         store.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA.version == 3

@@ -132,3 +132,36 @@ def test_two_tabs_labelling_one_item_both_show_the_conflict(served):
         errors = b.errors()
     assert errors == [], errors
     assert [r for _, r in labels_of(served, [item])] == ["bob", "bob", "bob"]
+
+
+def test_a_label_over_another_reviewers_claim_says_whose_on_the_page(served):
+    """An item ada holds, opened by its link and labelled by bob: the label is stored (a claim
+    is not a lock) and the page, the status and the store say it went over ada's claim."""
+    import httpx
+    from review_browser import Browser
+
+    url = served["server"].url
+    ada = {"Authorization": f"Bearer {KEYS['ada']}"}
+    held = httpx.get(f"{url}/v1/review/queue?limit=1", headers=ada,
+                     timeout=30).json()["items"][0]["item_id"]
+    before = httpx.get(f"{url}/v1/review/status", headers=ada, timeout=30).json()
+    with Browser(1280, 800) as b:
+        sign_in(b, url, "bob")
+        b.open(f"{url}/review/items/{held}")
+        b.wait(READY)
+        assert "ada holds it until" in b.eval(
+            f"document.querySelector('#item-{held} .why').textContent")
+        b.press("2")
+        text = b.wait(f"{state_of(held)} === 'saved' && {text_of(held)}")
+        assert text == "saved: benign · given while ada held this item (recorded with the label)"
+        b.open(f"{url}/review/status")
+        b.wait("!!document.getElementById('over-claims')")
+        shown = b.eval("document.getElementById('over-claims').textContent")
+        errors = b.errors()
+    assert errors == [], errors
+    after = httpx.get(f"{url}/v1/review/status", headers=ada, timeout=30).json()
+    assert after["labels_over_claims"] == before["labels_over_claims"] + 1
+    assert shown == f"{after['labels_over_claims']} given while another reviewer held the item"
+    db = sqlite3.connect(served["tmp"] / "review.sqlite")
+    assert db.execute("SELECT reviewer, label, over_claim FROM review_labels WHERE item_id = ?",
+                      (held,)).fetchall() == [("bob", "benign", "ada")]

@@ -24,7 +24,7 @@ def test_the_store_is_migrated_once_and_a_newer_one_refused(tmp_path):
     path = tmp_path / "r.sqlite"
     SQLiteReviewStore(path).close()
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA.version == 2
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA.version == 3
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"review_traffic", "review_labels", "review_sessions", "review_claims"} <= tables
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -156,6 +156,124 @@ def test_the_reader_names_the_field_and_never_the_value():
     assert math.isnan(read_json('{"x": NaN}', finite=False)["x"])
 
 
+# -- empty transcripts, null fields ---------------------------------------------------------
+
+def test_a_transcript_with_no_text_is_refused_as_no_messages_are(tmp_path):
+    """``{"request": "", "response": ""}`` was scored (auto-passed, p_cal 0.46 on the embedded
+    model) while ``messages: []`` was 422: a transcript with nothing to read is 422 both ways,
+    naming the field, on both routes. A task with an empty response is still scored."""
+    async def scenario(c):
+        for body, field in (({"request": "", "response": ""}, "response"),
+                            ({"request": " \n", "response": "\t"}, "response"),
+                            ({"messages": [{"role": "user", "content": ""}]}, "messages"),
+                            ({"messages": [{"role": "system", "content": "sys"},
+                                           {"role": "user", "content": [
+                                               {"type": "text", "text": " "}]}]}, "messages")):
+            refused(await c.post("/v1/score", headers=AUTH, json=body), 422, "empty", field)
+        refused(await c.post("/v1/score", headers=AUTH, json={"messages": []}), 422,
+                "invalid_request", "messages")
+        refused(await c.post("/v1/sessions/e/steps", headers=AUTH, json={
+            "step": 0, "messages": [{"role": "user", "content": ""}]}), 422, "empty", "messages")
+        r = await c.post("/v1/score", headers=AUTH, json={"request": "task", "response": ""})
+        assert r.status_code == 200, r.text
+        r = await c.post("/v1/sessions/e/steps", headers=AUTH, json={
+            "step": 0, "messages": [{"role": "user", "content": "the task"}]})
+        assert r.status_code == 200 and r.json()["step"] == 0, r.text
+        return (await c.get("/metrics", headers=AUTH)).text
+
+    text = run(make_service(tmp_path), scenario)
+    assert "calimon_decisions_total" in text
+    decided = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith("calimon_decisions_total{"))
+    assert decided == 2  # nothing refused was scored or logged
+
+
+def test_a_null_step_is_a_step_left_out(tmp_path):
+    """Documented (docs/serve.md): an optional field sent as null is one left out; a step
+    without an index is appended as the session's next, unchecked."""
+    async def scenario(c):
+        out = []
+        for step in (None, None, 2):
+            r = await c.post("/v1/sessions/n/steps", headers=AUTH, json={
+                "step": step, "messages": [{"role": "user", "content": f"step {step}"}]})
+            assert r.status_code == 200, r.text
+            out.append(r.json()["step"])
+        r = await c.post("/v1/score", headers=AUTH, json={
+            "request_id": None, "id": None, "request": "t", "response": "x", "messages": None})
+        assert r.status_code == 200, r.text
+        return out
+
+    assert run(make_service(tmp_path), scenario) == [0, 1, 2]
+
+
+# -- routes, methods, content types; one body, one spacing -----------------------------------
+
+def _compact(r) -> bool:
+    return r.content == json.dumps(r.json(), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_an_unknown_route_names_the_path_and_a_wrong_method_names_the_method(tmp_path):
+    """Both carried ``"field": null``."""
+    async def scenario(c):
+        err = refused(await c.get("/v1/nope", headers=AUTH), 404, "not_found", "path")
+        assert err["message"] == "path: no route /v1/nope (the routes: /docs)"
+        err = refused(await c.get("/v1/score", headers=AUTH), 405, "method_not_allowed",
+                      "method")
+        assert err["message"] == "method: GET is not allowed on /v1/score (allowed: POST)"
+        refused(await c.put("/v1/sessions/s", headers=AUTH), 405, "method_not_allowed",
+                "method")
+
+    run(make_service(tmp_path), scenario)
+
+
+def test_a_json_body_without_a_json_content_type_names_the_header(tmp_path):
+    """It was 422 ``body: Input should be a valid dictionary or object``."""
+    raw = json.dumps({"request": "t", "response": "x"}).encode()
+
+    async def scenario(c):
+        for headers, shown in (({"content-type": "text/plain"}, "'text/plain'"),
+                               ({"content-type": "application/x-www-form-urlencoded"},
+                                "'application/x-www-form-urlencoded'"), ({}, "none")):
+            err = refused(await c.post("/v1/score", headers={**AUTH, **headers}, content=raw),
+                          415, "unsupported_media_type", "content-type")
+            assert err["message"] == ("content-type: expected 'Content-Type: "
+                                      f"application/json', got {shown}")
+            refused(await c.post("/v1/sessions/s/steps", headers={**AUTH, **headers},
+                                 content=raw), 415, "unsupported_media_type", "content-type")
+        assert (await c.post("/v1/score", headers={**AUTH, "content-type":
+                                                   "application/json; charset=utf-8"},
+                             content=raw)).status_code == 200
+
+    run(make_service(tmp_path), scenario)
+
+
+def test_every_error_has_one_spacing_whichever_layer_answers(tmp_path):
+    """The gate's refusals (401, 413, 400, 415) were written with ``json.dumps``' spacing
+    (``", "``, ``": "``), the routes' (404, 405, 409, 422) compactly; every error body is
+    compact now, as FastAPI's answers are."""
+    async def scenario(c):
+        answers = [
+            await c.get("/v1/info"),
+            await c.post("/v1/score", headers=JSON, content=b"x" * 2_000_000),
+            await post(c, "/v1/score", b'{"request": '),
+            await c.post("/v1/score", headers={**AUTH, "content-type": "text/plain"},
+                         content=b"{}"),
+            await c.get("/v1/nope", headers=AUTH),
+            await c.get("/v1/score", headers=AUTH),
+            await c.post("/v1/sessions/s/steps", headers=AUTH, json={
+                "step": 4, "messages": [{"role": "user", "content": "x"}]}),
+            await c.post("/v1/score", headers=AUTH, json={"request": "t"}),
+            await c.post("/v1/score", headers=AUTH, json={"messages": [{"role": "x"}]})]
+        return answers
+
+    answers = run(make_service(tmp_path), scenario)
+    assert [r.status_code for r in answers] == [401, 413, 400, 415, 404, 405, 409, 422, 422]
+    for r in answers:
+        assert _compact(r), r.content
+        err = r.json()["error"]
+        assert isinstance(err["field"], str) and err["message"].startswith(err["field"] + ": ")
+
+
 # -- the review routes -----------------------------------------------------------------------
 
 def test_review_labels_take_the_same_rules(tmp_path):
@@ -178,6 +296,12 @@ def test_review_labels_take_the_same_rules(tmp_path):
         refused(await send(json.dumps(label)[:-1].encode() + b', "x": NaN}'), 400,
                 "bad_json", "x")
         assert (await send(json.dumps(label).encode())).status_code == 200
+        for short in ({"label_id": "label-1"}, {"tab": "tab-1"}):  # 8 characters at least
+            refused(await send(json.dumps({**label, **short}).encode()), 422,
+                    "invalid_request", next(iter(short)))
+        err = refused(await c.get("/v1/review/nope", headers=reviewer("ada")), 404,
+                      "not_found", "path")
+        assert _compact(await c.get("/v1/review/nope", headers=reviewer("ada"))), err
 
     review_run(review_service(tmp_path), scenario)
 

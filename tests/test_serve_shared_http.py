@@ -2,8 +2,9 @@
 real server, tests/pg_server.py), as two replicas behind a load balancer: one session's 20
 steps alternated between them answer every step with the scores a single server gives (within
 1e-5), a scrape of either's ``/metrics`` counts the steps both answered, and when one is
-SIGKILLed while it scores step 10 the session goes on at the other with the same scores and
-every answer given before the kill comes back unchanged from the log (tests/shared_sessions.py
+SIGKILLed while it scores step 10 the session goes on at the other with the same scores,
+every answer given before the kill comes back unchanged from the log, and the survivor's
+``/metrics`` counts every step answer received, the killed server's included (tests/shared_sessions.py
 runs it; ``benchmarks/serve/run_serve.py --parts replicas`` measures the same)."""
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def test_a_session_goes_on_at_either_server_and_past_a_killed_one(tmp_path):
     for scrape in run["scrapes"]:  # both servers' steps, from either one
         assert scrape["steps_counted"] == 2 * STEPS
         assert len(scrape["per_replica"]) == 2 and min(scrape["per_replica"]) > 0
+    # every step answer received, the killed server's included, is counted by the survivor
+    # (it counted 24 of 25 when a server wrote its counts every second)
+    assert run["steps_counted_at_end"] == run["steps_received"]
     rows = killed["rows"]
     assert [r["answer"]["step"] for r in rows] == list(range(STEPS))
     assert largest_dp(rows, one) <= 1e-5

@@ -73,7 +73,10 @@ JS = r"""
     p.textContent = done + ' of ' + items.length + ' item(s) of this page labelled' +
       (done < items.length ? ' (k goes back to the others).' : '.');
   }
-  function saved(body) { return 'saved: ' + body.label + (body.second_review ? ' (second reviewer asked)' : ''); }
+  function saved(body, stored) {
+    const over = stored && stored.over_claim ? ' · given while ' + stored.over_claim + ' held this item (recorded with the label)' : '';
+    return 'saved: ' + body.label + (body.second_review ? ' (second reviewer asked)' : '') + over;
+  }
   function conflict(itemId, mine, others) {
     const them = others.map((o) => (o.reviewer === me ? 'you, on another page,' : o.reviewer) +
       ' labelled ' + o.label + ' at ' + clock(o.created_at)).join('; ');
@@ -145,7 +148,7 @@ JS = r"""
       drop(body.label_id);
       stored[body.item_id] = body.label_id;
       learn(body.item_id, j.item_labels);
-      if (j.conflicts.length) { conflict(body.item_id, body.label, j.conflicts); } else { mark(body.item_id, saved(body), 'saved'); }
+      if (j.conflicts.length) { conflict(body.item_id, body.label, j.conflicts); } else { mark(body.item_id, saved(body, j.label), 'saved'); }
       summary(j.status);
       return 'sent';
     }

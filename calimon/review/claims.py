@@ -10,6 +10,12 @@ skip it and they get the next items.
   ``seen``, the number of labels the item had when the page showed it, and ``tab``, the page
   that gave it.
 
+- migration 3 (`m003_over_claim`) adds ``review_labels.over_claim``: the reviewer who held the
+  item when a label of someone else's was stored. A claim keeps the others' queues off an item;
+  it does not lock it (a reviewer may open it by its link, a label given while the server was
+  down arrives after the lease ended and another reviewer took it): such a label is stored, as
+  every label is, and says whose claim it was given over.
+
 `ClaimSql` holds the statements, in SQL that SQLite and PostgreSQL both run; the review stores
 (`calimon.review.labels.SqlReviewStore`) inherit it.
 """
@@ -33,6 +39,11 @@ def m002_claims(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE review_labels ADD COLUMN seen INTEGER")
     db.execute("ALTER TABLE review_labels ADD COLUMN tab TEXT")
     db.execute(CLAIMS_SQL)
+
+
+def m003_over_claim(db: sqlite3.Connection) -> None:
+    """Whose claim a label was given over (``over_claim``; null: nobody else held the item)."""
+    db.execute("ALTER TABLE review_labels ADD COLUMN over_claim TEXT")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ Two samples can be exported:
 Each sample carries ``source`` (default ``serve:POLICY``), a ``split`` (``calib`` or ``test``,
 by a hash of its pair: a session's steps share one pair, so they never straddle the splits),
 the cell given (served traffic has none of its own) and, in ``meta``, what the server knew:
-decision, scores, audit draw, reviewers.
+decision, scores, audit draw, reviewers, and ``over_claims``: the reviewers whose counted label
+was given while another reviewer held the item, with the holder's name.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ class ExportOptions:
                            f"{self.calib_share!r}", "calib_share")
 
 
+def over_claims(res) -> dict[str, str]:
+    """Of the labels that count (each reviewer's latest), those given while another reviewer
+    held the item: reviewer -> the holder (`calimon.review.claims`)."""
+    return {r: lab.over_claim for r, lab in res.latest.items() if lab.over_claim is not None}
+
+
 def export_samples(review: Review, options: ExportOptions) -> tuple[list[Sample], dict[str, Any]]:
     """The samples (module docstring) and a summary of what was left out; blocking."""
     options.check()
@@ -74,7 +81,8 @@ def export_samples(review: Review, options: ExportOptions) -> tuple[list[Sample]
         meta = {"decision_action": row.action, "p_raw": row.p_raw, "p_cal": row.p_cal,
                 "audit": bool(row.audit), "audit_draw": row.draw,
                 "policy_hash": row.policy_hash, "received_at": row.received_at,
-                "reviewers": list(res.reviewers), "export_sample": options.sample}
+                "reviewers": list(res.reviewers), "over_claims": over_claims(res),
+                "export_sample": options.sample}
         out.append(Sample(id=row.request_id, request=row.request_text or "",
                           response=row.response_text or "", label=bool(res.label),
                           category=options.category, task=options.task, pair_id=pair,

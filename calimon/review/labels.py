@@ -10,7 +10,8 @@ recertification read, the reviewers' labels and their sign-in sessions.
   (a retry after a lost answer, a page that resends its outbox after a restart) is stored once
   and answered with the stored row; the same id with another body is refused.
 - ``review_sessions``: browser sign-ins (the sha256 of the cookie's token, never the token).
-- ``review_claims``: which reviewer holds which item, until when (`calimon.review.claims`).
+- ``review_claims``: which reviewer holds which item, until when (`calimon.review.claims`); a
+  label given while another reviewer held its item says whose claim it overrode.
 
 `ReviewStore` is the interface. `SqlReviewStore` writes its methods once, in SQL that SQLite and
 PostgreSQL both run (``TEXT``, ``INTEGER``, ``DOUBLE PRECISION``, ``INSERT ... ON CONFLICT DO
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from calimon.migrations import Schema, open_durable
-from calimon.review.claims import Claim, ClaimSql, m002_claims
+from calimon.review.claims import Claim, ClaimSql, m002_claims, m003_over_claim
 
 TRAFFIC_SQL = """
 CREATE TABLE IF NOT EXISTS review_traffic (
@@ -89,7 +90,8 @@ def m001_review(db: sqlite3.Connection) -> None:
         db.execute(sql)
 
 
-SCHEMA = Schema("review store", (m001_review, m002_claims))  # append only (calimon.migrations)
+# append only (calimon.migrations)
+SCHEMA = Schema("review store", (m001_review, m002_claims, m003_over_claim))
 LABEL_KINDS = ("misbehavior", "benign", "unsure")
 
 
@@ -142,7 +144,8 @@ class Label:
     """One label: ``label`` is misbehavior, benign or unsure; ``second_review``: the reviewer
     asks another reviewer to label the item too; ``transcript_hash``: of the text labelled;
     ``seen`` and ``tab``: what it was given knowing (`calimon.review.conflicts`; None for a
-    label given without them)."""
+    label given without them); ``over_claim``: the reviewer who held the item when it was
+    stored, when that was someone else (`calimon.review.claims`)."""
 
     label_id: str
     item_id: str
@@ -155,6 +158,7 @@ class Label:
     body_sha256: str
     seen: int | None = None
     tab: str | None = None
+    over_claim: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The label as JSON (without its body hash)."""

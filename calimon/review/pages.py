@@ -132,6 +132,8 @@ def item_section(row: TrafficRow, index: int, total: int, reason: str,
     where = (f"session {e(row.session_id or '')} step {row.step}" if row.kind == "step"
              else "transcript")
     done = (f'your label: {e(mine.label)}' if mine is not None else "")
+    if mine is not None and mine.over_claim:
+        done += f" (given while {e(mine.over_claim)} held this item)"
     return (
         f'<section class="item" id="item-{row.item_id}" data-item="{row.item_id}" '
         f'data-hash="{row.transcript_hash}" data-index="{index}" data-seen="{int(seen)}"'
@@ -269,6 +271,12 @@ def _shadow_html(sh: dict[str, Any] | None) -> str:
             f'<p id="shadow-verdict">{e(verdict)}</p>')
 
 
+def _over_claims_html(n: int) -> str:
+    """The labels given while another reviewer held the item (claims are not locks)."""
+    return (f' (<span id="over-claims">{n} given while another reviewer held the item</span>)'
+            if n else "")
+
+
 def status_page(status: dict[str, Any], reviewer: str) -> str:
     """Recertification on live traffic and the drift watch (refreshes itself)."""
     holds = status["holds"]
@@ -293,7 +301,8 @@ def status_page(status: dict[str, Any], reviewer: str) -> str:
                           for a in status["assumptions"])
     body = (f'<main class="status"><h1 id="verdict" class="{"broken" if status["broken"] else ""}'
             f'">Policy {e(status["policy"])}: {e(head)}</h1>'
-            f'<p>{status["decisions"]} decisions, {status["labels"]} labels; '
+            f'<p>{status["decisions"]} decisions, {status["labels"]} labels'
+            f'{_over_claims_html(status.get("labels_over_claims") or 0)}; '
             f'{status["retain"]:.0%} of automatic decisions kept for review. Bounds at '
             f'1 − delta on the decided traffic, reviewers assumed right.</p>{certs}'
             f'<ul class="lines">{lines}</ul><h2>The sample</h2>{strata}'

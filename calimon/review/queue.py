@@ -110,26 +110,33 @@ def resolve(labels: Sequence[Label]) -> Resolution:
 
 
 def agreement(resolutions: dict[str, Resolution]) -> dict[str, Any]:
-    """Agreement between reviewers on the items two or more labelled definitely: the share of
-    agreeing pairs and Cohen's kappa over them (None below 2 items)."""
+    """Agreement between reviewers: ``pairs``, the pairs of definite labels (misbehavior,
+    benign) that two different reviewers' latest labels of one item make (an item three
+    reviewers labelled makes three); ``items``, the items that have such a pair;
+    ``agreement``, the share of pairs that agree (None before any pair); ``kappa``, Cohen's
+    kappa over the pairs (None below 2 pairs, or when every label is the same)."""
     pairs = []
+    items = 0
     for res in resolutions.values():
         definite = [lab.label for lab in res.latest.values() if lab.label != "unsure"]
-        pairs += [(a, b) for i, a in enumerate(definite) for b in definite[i + 1:]]
+        mine = [(a, b) for i, a in enumerate(definite) for b in definite[i + 1:]]
+        items += bool(mine)
+        pairs += mine
     n = len(pairs)
-    if n < 2:
-        return {"items": n, "agreement": None, "kappa": None}
+    if n == 0:
+        return {"pairs": 0, "items": 0, "agreement": None, "kappa": None}
     agree = sum(a == b for a, b in pairs) / n
     p_mis = sum((a == "misbehavior") + (b == "misbehavior") for a, b in pairs) / (2 * n)
     chance = p_mis ** 2 + (1 - p_mis) ** 2
-    kappa = (agree - chance) / (1 - chance) if chance < 1 else None
-    return {"items": n, "agreement": agree, "kappa": kappa}
+    kappa = (agree - chance) / (1 - chance) if n >= 2 and chance < 1 else None
+    return {"pairs": n, "items": items, "agreement": agree, "kappa": kappa}
 
 
 @dataclass(frozen=True)
 class Snapshot:
     """The review state at one store version: the traffic rows (no text), each item's
-    resolution, the live status and the labels counted."""
+    resolution, the live status, the labels counted and, of those, the labels given over
+    another reviewer's claim."""
 
     version: tuple[int, int]
     rows: dict[str, TrafficRow]
@@ -137,6 +144,7 @@ class Snapshot:
     live: LiveStatus
     labels: int
     made_at: float
+    over_claims: int = 0
 
 
 @dataclass(frozen=True)
@@ -218,18 +226,19 @@ class Review:
     def _compute(self, version: tuple[int, int]) -> Snapshot:
         rows = {r.item_id: r for r in self.store.traffic_index(self.policy_hash)}
         by_item: dict[str, list[Label]] = {}
-        n = 0
+        n = over = 0
         for lab in self.store.labels():
             if lab.item_id in rows:
                 by_item.setdefault(lab.item_id, []).append(lab)
                 n += 1
+                over += lab.over_claim is not None
         res = {i: resolve(labs) for i, labs in by_item.items()}
         decided = [Decided(i, r.action, r.draw, answered=i in res,
                            label=res[i].label if i in res else None,
                            retained=bool(r.retained), audit=bool(r.audit))
                    for i, r in rows.items()]
         live = live_status(decided, self.targets, delta=self.settings.delta, limit=QUEUE_MAX)
-        return Snapshot(version, rows, res, live, n, time.monotonic())
+        return Snapshot(version, rows, res, live, n, time.monotonic(), over)
 
     def queue(self, reviewer: str, limit: int | None = None) -> list[QueueEntry]:
         """What ``reviewer`` is asked to label next (module docstring), without the items
@@ -280,11 +289,12 @@ class Review:
         """Store one label (`calimon.review.api.LabelIn`) from ``reviewer`` and release
         their claim of the item. A resent ``label_id`` is answered with the stored label; the
         same id with another body is refused (409), and so is a label given under another
-        reviewer's sign-in (``body.reviewer``: 409, nothing stored). Blocking."""
+        reviewer's sign-in (``body.reviewer``: 409, nothing stored). A label of an item another
+        reviewer holds is stored and records their name (``over_claim``). Blocking."""
         if body.reviewer is not None and body.reviewer != reviewer:
-            raise ApiError(409, "wrong_reviewer", f"this label was given by {body.reviewer!r} "
-                           f"and is stored only under their sign-in, not {reviewer!r}'s",
-                           "reviewer")
+            raise ApiError(409, "wrong_reviewer", f"this label was given by {body.reviewer} "
+                           f"and is stored only under {body.reviewer}'s key or sign-in; this "
+                           f"request is {reviewer}'s", "reviewer")
         row = self.store.item(body.item_id)
         if row is None:
             raise ApiError(404, "unknown_item", f"no decision {body.item_id!r} in the review "
@@ -298,9 +308,11 @@ class Review:
         digest = hashlib.sha256(json.dumps(
             [reviewer, body.item_id, body.label, body.note, bool(body.second_review)],
             ensure_ascii=False).encode()).hexdigest()
+        holder = self.store.claims(self.clock(), [body.item_id]).get(body.item_id)
         label = Label(body.label_id, body.item_id, reviewer, body.label, body.note,
                       int(bool(body.second_review)), row.transcript_hash, time.time(), digest,
-                      body.seen, body.tab)
+                      body.seen, body.tab,
+                      holder.reviewer if holder and holder.reviewer != reviewer else None)
         stored = self.store.add_label(label)
         if stored.body_sha256 != digest:
             raise ApiError(409, "label_id_reused", f"label id {body.label_id!r} was used for "

@@ -33,8 +33,9 @@ HELP = {
                                                    "traffic is above its target, by rate."),
     "calimon_review_labels_needed": ("gauge", "More labels the planner asks for to certify "
                                               "the rate (absent when no number would do)."),
-    "calimon_review_agreement": ("gauge", "Share of agreeing label pairs on items two "
-                                          "reviewers labelled (NaN below 2 pairs)."),
+    "calimon_review_agreement": ("gauge", "Share of agreeing pairs of definite labels "
+                                          "from two reviewers of one item (NaN before any "
+                                          "pair)."),
     "calimon_drift_checked_timestamp_seconds": ("gauge", "When the drift watch last ran."),
     "calimon_drift_window": ("gauge", "Live transcripts in the drift window at the last check."),
     "calimon_drift_shifted": ("gauge", "1 when the last drift check rejected exchangeability "
@@ -68,7 +69,6 @@ def _assumptions(snap, certs, agree: dict, retain: float) -> list[dict[str, Any]
     open_review = review.unresolved if review else 0
     beyond = max((c.beyond_retained for c in certs), default=0)
     unresolved = sum(c.unresolved for c in snap.live.counts.values())
-    kappa = "n/a" if agree["kappa"] is None else f"{agree['kappa']:.2f}"
     return [
         {"name": "the sample does not depend on the labels", "holds": True,
          "detail": "the sample is each automatic stratum's labelled prefix in audit-draw "
@@ -80,10 +80,7 @@ def _assumptions(snap, certs, agree: dict, retain: float) -> list[dict[str, Any]
                    "ones" if unresolved else "all resolved"},
         {"name": "reviewers right", "holds": None if agree["agreement"] is None else
          agree["agreement"] >= 0.9,
-         "detail": ("not measured: no item has two definite labels yet" if
-                    agree["agreement"] is None else
-                    f"{agree['agreement']:.0%} agreement on {agree['items']} label pairs "
-                    f"(kappa {kappa}); {states.get('disputed', 0)} disputed")},
+         "detail": agreement_line(agree, states.get("disputed", 0))},
         {"name": "transcripts kept for the plan", "holds": beyond == 0,
          "detail": f"the plan reaches {beyond} decision(s) past the {retain:.0%} kept; raise "
                    "--review-retain" if beyond else f"{retain:.0%} of automatic decisions "
@@ -93,6 +90,20 @@ def _assumptions(snap, certs, agree: dict, retain: float) -> list[dict[str, Any]
                    "they hold at every number of labels at once, so they may be read after "
                    "every label and acted on the first time they pass (docs/review.md)"},
     ]
+
+
+def agreement_line(agree: dict[str, Any], disputed: int) -> str:
+    """What `calimon.review.queue.agreement` measured, in words: what it counts, and the
+    items disputed now."""
+    if agree["agreement"] is None:
+        return "not measured: no item has definite labels from two reviewers yet"
+    n, items = agree["pairs"], agree["items"]
+    pairs = "1 pair" if n == 1 else f"{n} pairs"
+    of = "1 item" if items == 1 else f"{items} items"
+    kappa = (f"kappa {agree['kappa']:.2f}" if agree["kappa"] is not None else
+             "kappa needs 2 pairs" if n < 2 else "kappa undefined: every label the same")
+    return (f"{agree['agreement']:.0%} agreement on {pairs} of definite labels from two "
+            f"reviewers ({of}; {kappa}); {disputed} disputed")
 
 
 def live_status(review: Review, drift=None) -> dict[str, Any]:
@@ -105,7 +116,8 @@ def live_status(review: Review, drift=None) -> dict[str, Any]:
     out = {
         "policy": review.policy.name, "policy_hash": review.policy_hash,
         "decisions": sum(c.size for c in snap.live.counts.values()),
-        "labels": snap.labels, "retain": review.retain,
+        "labels": snap.labels, "labels_over_claims": snap.over_claims,
+        "retain": review.retain,
         "holds": all(c.state == HOLDS for c in targeted) if targeted else None,
         "broken": any(c.state == BROKEN for c in targeted),
         "certificates": [{**c.to_dict(), "line": c.line()} for c in certs],

@@ -53,26 +53,37 @@ def route_of(path: str) -> str:
 
 
 class _Measured:
-    """ASGI middleware: counts every answer by route and status and times it."""
+    """ASGI middleware: counts every answer by route and status and times it (arrival to the
+    answer's start), before the answer goes out. In a named deployment it sends the answer
+    only once the count is in the shared log (`calimon.serve.deployment_metrics`), so the
+    deployment's totals hold every answer sent, a server killed right after included."""
 
     def __init__(self, app, service: Service):
-        self.app, self.metrics = app, service.metrics
+        self.app, self.service, self.metrics = app, service, service.metrics
+
+    def _count(self, route: str, status: int, start: float) -> None:
+        self.metrics.requests.inc(route, str(status))
+        self.metrics.latency.observe(time.perf_counter() - start, route)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        start, route, status = time.perf_counter(), route_of(scope.get("path", "")), [500]
+        start, route, counted = time.perf_counter(), route_of(scope.get("path", "")), [False]
 
         async def tell(message):
             if message["type"] == "http.response.start":
-                status[0] = message["status"]
+                self._count(route, message["status"], start)
+                counted[0] = True
+                shared = self.service.shared
+                if shared is not None:
+                    await shared.durable()
             await send(message)
 
         try:
             await self.app(scope, receive, tell)
         finally:
-            self.metrics.requests.inc(route, str(status[0]))
-            self.metrics.latency.observe(time.perf_counter() - start, route)
+            if not counted[0]:  # no answer started: the server's own 500, or a client gone
+                self._count(route, 500, start)
 
 
 def create_app(service: Service) -> FastAPI:

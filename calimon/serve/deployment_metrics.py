@@ -4,11 +4,21 @@ write their metrics to the shared log, and a scrape of any of them answers the d
 totals under the usual names, then every server's own series under ``calimon_replica_*`` with a
 ``replica`` label (so a sum over either never counts a request twice).
 
-Each server writes its snapshot (`calimon.serve.metrics.Metrics.snapshot`) every `PUSH_S`
-seconds, when it stops, and when it is scraped (its own counts are then exact; another
-server's are at most `PUSH_S` old). Counters and histograms of a server that died or was
-replaced stay in the totals, so a total never goes down; a gauge (queue depth, cache bytes)
-counts only servers that wrote within `STALE_S`.
+Every answer is counted in the log before it is sent (`SharedMetrics.durable`): the server
+counts it, then waits until a snapshot of its metrics (`calimon.serve.metrics.Metrics.snapshot`)
+taken after that is written, and only then sends it. One write serves every answer that waited
+for it (a group commit: at most one write is in flight per server, and answers arriving
+meanwhile share the next). So a server killed at any moment has every answer it sent in its
+row, and the totals count every answered request, a SIGKILLed server's included. (Before, the
+row was written every second and read up to that old; under load the write came later still,
+and a server killed in between was missing its last answers from the totals.) A server also
+writes its row every `PUSH_S` seconds (its gauges), when it stops and when it is scraped.
+While the log cannot be written (its decisions are 503 then), answers without a decision are
+sent after one failed write and counted with the next write that succeeds.
+
+Counters and histograms of a server that died or was replaced stay in the totals, so a total
+never goes down; a gauge (queue depth, cache bytes) counts only servers that wrote within
+`STALE_S`.
 
 Why the log and not Ray's metrics (`ray.util.metrics`): Ray's are exported by each node's
 metrics agent on its own port, for a Prometheus to scrape every node and sum, and reach it
@@ -77,24 +87,50 @@ class SharedMetrics:
         self.metrics, self.log = metrics, log
         self.deployment, self.replica = deployment, replica
         self._task: asyncio.Task | None = None
+        self._lock = asyncio.Lock()  # one write at a time, so a row never goes back in time
+        self._asked = self._written = 0
+        self._failed_at: float | None = None
 
     def push(self) -> None:
-        """Write this server's snapshot now (blocking)."""
+        """Write this server's snapshot now (blocking; `durable` is the way in that keeps
+        writes in order)."""
         self.log.push_metrics(self.deployment, self.replica, self.metrics.snapshot(),
                               time.time())
 
+    async def durable(self, strict: bool = False) -> None:
+        """Return once a snapshot taken after this call began is in the log, so everything
+        counted before the call is (module docstring). Callers waiting meanwhile share one
+        write. A write that fails is counted (``errors{kind="log"}``) and, with ``strict``,
+        raised; otherwise the caller goes on, and for `PUSH_S` after a failure callers do not
+        wait for the log at all."""
+        self._asked += 1
+        wanted = self._asked
+        async with self._lock:
+            if self._written >= wanted:
+                return
+            if not strict and self._failed_at is not None and (
+                    time.monotonic() - self._failed_at < PUSH_S):
+                return
+            upto = self._asked  # everything counted by now is in the snapshot taken next
+            try:
+                await asyncio.to_thread(self.push)
+            except Exception:
+                self._failed_at = time.monotonic()
+                self.metrics.errors.inc("log")
+                if strict:
+                    raise
+                return
+            self._failed_at, self._written = None, upto
+
     async def start(self) -> None:
         """Write now, then every `PUSH_S` seconds until `stop`."""
-        await asyncio.to_thread(self.push)
+        await self.durable(strict=True)
         self._task = asyncio.create_task(self._loop())
 
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(PUSH_S)
-            try:
-                await asyncio.to_thread(self.push)
-            except Exception:  # noqa: BLE001 - the next push or a scrape writes it again
-                self.metrics.errors.inc("log")
+            await self.durable()  # a failure is counted; the next write tries again
 
     async def stop(self) -> None:
         """Stop writing, after a last write (a log that fails it is left as it was)."""
@@ -104,15 +140,11 @@ class SharedMetrics:
                 await self._task
             self._task = None
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(self.push)
+                await self.durable(strict=True)
 
     async def render(self) -> str:
         """The deployment's exposition text: this server's snapshot written, every server's
         read back."""
-
-        def read() -> list[tuple[str, float, dict]]:
-            self.push()
-            return self.log.pull_metrics(self.deployment)
-
-        snapshots = await asyncio.to_thread(read)
+        await self.durable(strict=True)
+        snapshots = await asyncio.to_thread(self.log.pull_metrics, self.deployment)
         return render(self.metrics, snapshots, time.time())

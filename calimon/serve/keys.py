@@ -13,7 +13,8 @@ page it asked for, with ``next``); the server answers with a
 cookie (``HttpOnly``, ``SameSite=Strict``) holding a random token whose sha256 the review store
 keeps (it survives a restart), good for the review pages and the review API only
 (``/review``, ``/v1/review``), and, for a request that changes something, only from the
-server's own pages (a JSON body, and an ``Origin`` if sent that is the server's).
+server's own pages (`browser_write_refusal`: a JSON body, and ``Origin``, ``Sec-Fetch-Site``
+and ``Referer``, each when sent, saying the server's own origin).
 """
 
 from __future__ import annotations
@@ -147,12 +148,37 @@ def _bearer(headers: dict[bytes, bytes]) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def _same_origin(headers: dict[bytes, bytes]) -> bool:
-    origin = headers.get(b"origin")
-    if origin is None:
-        return True
+def _host_of(url: str) -> str:
+    """The ``host[:port]`` of an origin or URL (``http://h:8000/x`` -> ``h:8000``)."""
+    return url.split("://", 1)[-1].split("/", 1)[0]
+
+
+def browser_write_refusal(headers: dict[bytes, bytes]) -> Refusal | None:
+    """Why a write that a signed-in browser's cookie carries is not one of the server's own
+    pages (None: it is). Its body must be declared JSON (an HTML form of another site can post
+    ``text/plain`` without asking), and each of ``Origin``, ``Sec-Fetch-Site`` and ``Referer``
+    that is sent must say this server's own origin; the refusal names the header. A request
+    with none of the three is not a browser's (a browser sends ``Origin`` with every
+    ``fetch`` POST and ``Sec-Fetch-Site`` with every request), so it holds the cookie only if
+    its sender holds the reviewer's sign-in."""
+    if not headers.get(b"content-type", b"").startswith(b"application/json"):
+        return Refusal(403, "forbidden", "a signed-in browser writes through the review pages "
+                       "only: a JSON body ('Content-Type: application/json')", "content-type")
     host = headers.get(b"host", b"").decode("latin-1")
-    return origin.decode("latin-1").split("://", 1)[-1].rstrip("/") == host
+    origin = headers.get(b"origin")
+    if origin is not None and _host_of(origin.decode("latin-1").rstrip("/")) != host:
+        return Refusal(403, "forbidden", "a signed-in browser writes through the review pages "
+                       "only: this request comes from another origin", "origin")
+    site = headers.get(b"sec-fetch-site")
+    if site is not None and site.decode("latin-1").strip().lower() != "same-origin":
+        return Refusal(403, "forbidden", "a signed-in browser writes through the review pages "
+                       f"only: this request comes from a page of another origin "
+                       f"(Sec-Fetch-Site: {site.decode('latin-1')[:40]})", "sec-fetch-site")
+    referer = headers.get(b"referer")
+    if referer is not None and _host_of(referer.decode("latin-1")) != host:
+        return Refusal(403, "forbidden", "a signed-in browser writes through the review pages "
+                       "only: this request comes from a page of another origin", "referer")
+    return None
 
 
 class Authenticator:
@@ -173,12 +199,9 @@ class Authenticator:
             user = await asyncio.to_thread(self.sessions.session, sha256_hex(cookie),
                                            time.time())
             writes = scope.get("method") not in ("GET", "HEAD")
-            if user is not None and writes and path.startswith("/v1/review") and not (
-                    _same_origin(headers) and headers.get(b"content-type", b"")
-                    .startswith(b"application/json")):
-                return Refusal(403, "forbidden", "a signed-in browser changes things through "
-                               "the review pages only (a JSON body from the same origin)",
-                               "origin")
+            if user is not None and writes and path.startswith("/v1/review") and (
+                    refusal := browser_write_refusal(headers)) is not None:
+                return refusal
         if user is not None:
             scope["calimon.user"] = user
             return None

@@ -41,8 +41,15 @@ class KVState:
 
 def full_use(service, tokens: int) -> dict[str, Any]:
     """The cost of scoring a whole prompt: every token but the template's shared head, which the
-    backend keeps cached."""
-    head = getattr(getattr(service.served.monitor, "encoder", None), "prefix_len", 0) or 0
+    backend keeps cached (an API backend, which tokenizes on its own side, has no token encoder
+    here: every token counts)."""
+    from calimon.scoring.backends.base import CapabilityError
+
+    try:
+        encoder = getattr(service.served.monitor, "encoder", None)
+    except CapabilityError:
+        encoder = None
+    head = getattr(encoder, "prefix_len", 0) or 0
     return {"mode": "full", "reused_tokens": 0, "computed_tokens": max(tokens - head, 0)}
 
 

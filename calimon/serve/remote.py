@@ -77,8 +77,10 @@ def fetch_status(url: str, key_env: str = KEY_ENV) -> dict[str, Any]:
 
 def status_lines(st: dict[str, Any]) -> list[str]:
     """The status in lines, as `calimon recertify` prints a file-based recertification."""
+    over = st.get("labels_over_claims") or 0
     out = [f"policy {st['policy']} on live traffic: {st['decisions']} decisions, "
-           f"{st['labels']} labels"]
+           f"{st['labels']} labels" + (f" ({over} given while another reviewer held the item)"
+                                      if over else "")]
     for action, s in st["strata"].items():
         out.append(f"{action:13} {s['decided']} decided, {s['sampled']} in the sample, "
                    f"{s['benign']} benign, {s['misbehaving']} misbehaving, {s['unresolved']} "

@@ -182,7 +182,9 @@ class ErrorDetail(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    """An error answer: the HTTP status, a short code, a message and the field it names."""
+    """An error answer: the HTTP status, a short code, a message and the field it names (a
+    dotted path into the body, a header, ``path`` or ``method``; null only on 429 and 5xx
+    answers, which nothing in the request caused: `calimon.serve.errors`)."""
 
     status: int
     code: str

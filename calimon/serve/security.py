@@ -8,6 +8,9 @@ are behind it too): the API key, then the body size.
 - A JSON body (``application/json`` or ``+json``) that `calimon.serve.body.read_json` refuses
   (not UTF-8, not JSON, a non-finite number, nested too deep) is 400 ``bad_json`` naming the
   field, before any route reads it.
+- A body sent to the API (``/v1/...``, where every body is JSON) without a JSON
+  ``Content-Type`` is 415 naming the header: read as something else, it would reach the route
+  as no object at all.
 - With an ``auth`` (`calimon.serve.keys.Authenticator`: keys with a name each, reviewers'
   sign-ins), it decides instead of the single key, and the caller's name is in
   ``scope["calimon.user"]``.
@@ -16,21 +19,20 @@ are behind it too): the API key, then the body size.
 from __future__ import annotations
 
 import hmac
-import json
 
 from calimon.serve.body import BadJson, read_json
-from calimon.serve.errors import error_body
+from calimon.serve.errors import JSON_TYPE, error_bytes
 
 OPEN_PATHS = ("/healthz",)
+API_PREFIX = "/v1/"
 
 
 async def _send_error(send, status: int, code: str, message: str, field: str | None,
                       headers: list[tuple[bytes, bytes]] = ()) -> None:
-    errors = [{"field": field, "message": message, "type": code}] if field else []
-    shown = f"{field}: {message}" if field else message
-    payload = json.dumps(error_body(status, code, shown, field, errors)).encode()
+    """The error answer of `calimon.serve.errors.error_bytes`, sent from the gate."""
+    payload = error_bytes(status, code, message, field)
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
+                "headers": [(b"content-type", JSON_TYPE.encode()),
                             (b"content-length", str(len(payload)).encode()), *headers]})
     await send({"type": "http.response.body", "body": payload})
 
@@ -96,11 +98,17 @@ class Gate:
             more = message.get("more_body", False)
             if len(body) > self.max_body:
                 return await self._too_large(send)
-        if body and is_json(headers.get(b"content-type", b"")):
+        content_type = headers.get(b"content-type", b"")
+        if body and is_json(content_type):
             try:
                 read_json(body)
             except BadJson as exc:
                 return await _send_error(send, 400, "bad_json", exc.message, exc.field)
+        elif body and scope.get("path", "").startswith(API_PREFIX):
+            given = content_type.decode("latin-1")[:100]
+            return await _send_error(send, 415, "unsupported_media_type", "expected "
+                                     "'Content-Type: application/json', got "
+                                     + (repr(given) if given else "none"), "content-type")
         sent = False
 
         async def replay():

@@ -77,6 +77,7 @@ def score_transcript(req: ScoreRequest, limits: Limits) -> tuple[str, str]:
         check_text([("request", req.request), ("response", req.response)], limits)
         request, response, field = req.request, req.response, "response"
     check_total(request, response, limits, field)
+    check_not_empty(request, response, field)
     return request, response
 
 
@@ -86,6 +87,14 @@ def check_messages(messages: list, limits: Limits) -> None:
         raise ApiError(422, "too_long", f"{len(messages)} messages, over the limit of "
                        f"{limits.max_messages}", "messages")
     check_text(text_fields(messages), limits)
+
+
+def check_not_empty(request: str, response: str, field: str) -> None:
+    """Refuse (422, naming ``field``) a transcript with no text at all: a monitor would read
+    its template alone and decide on nothing (the same transcript as ``messages: []``)."""
+    if not request.strip() and not response.strip():
+        raise ApiError(422, "empty", "the transcript has no text: request and response are "
+                       "empty (or only white space)", field)
 
 
 def check_total(request: str, response: str, limits: Limits, field: str) -> None:

@@ -38,6 +38,7 @@ from calimon.serve.service import (
     Service,
     body_hash,
     check_messages,
+    check_not_empty,
     check_total,
     sample_of,
 )
@@ -135,6 +136,7 @@ async def _locked_step(service: Service, session: Session, req: StepRequest, rid
     task = req.request if session.steps == 0 else session.request
     request, response = transcript(messages, task)
     check_total(request, response, service.limits, "messages")
+    check_not_empty(request, response, "messages")
     sample = sample_of(request, response)
     verdict, kv = await _reading(service, session, sample)
     index = session.steps
