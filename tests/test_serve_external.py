@@ -310,7 +310,7 @@ def _slow_service(tmp_path: Path, **kw):
     svc = build(write_external_policy(tmp_path), tmp_path / "log.sqlite",
                 batching=Batching(max_queue=kw.pop("max_queue", 256)))
     slow = _Slow(svc.log, **kw)
-    svc.log = svc.writer.log = slow
+    svc.log = svc.writer.log = svc.reader.log = slow
     return svc, slow
 
 

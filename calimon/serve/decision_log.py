@@ -122,6 +122,10 @@ class DecisionLog(Protocol):
         """The entry logged under ``request_id``; None when there is none."""
         ...
 
+    def lookup_many(self, request_ids: list[str]) -> dict[str, LoggedDecision]:
+        """The entries logged under any of ``request_ids`` (at most a few hundred), by id."""
+        ...
+
     def record(self, entry: LoggedDecision) -> LoggedDecision:
         """Log ``entry`` durably unless its id is logged already; return the entry the log
         holds under the id afterwards (``entry``, or the earlier one)."""
@@ -187,13 +191,23 @@ class SQLiteDecisionLog:
         self._lock = threading.Lock()
         self._db = open_durable(self.path, SCHEMA)
         self._sql = Statements("?")
+        # lookups read on a connection of their own: under WAL a reader never waits for the
+        # writer's commit (its fsync), and sees every commit made before its read began
+        self._read_lock = threading.Lock()
+        self._reader = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
+                                       check_same_thread=False)
 
     def lookup(self, request_id: str) -> LoggedDecision | None:
         """The entry logged under ``request_id``; None when there is none."""
-        with self._lock:
-            row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM decisions WHERE "
-                                   "request_id = ?", (request_id,)).fetchone()
-        return None if row is None else LoggedDecision.from_row(row)
+        return self.lookup_many([request_id]).get(request_id)
+
+    def lookup_many(self, request_ids: list[str]) -> dict[str, LoggedDecision]:
+        """The entries logged under any of ``request_ids``, by id (one read)."""
+        marks = ", ".join("?" * len(request_ids))
+        with self._read_lock:
+            rows = self._reader.execute(f"SELECT {', '.join(COLUMNS)} FROM decisions WHERE "
+                                        f"request_id IN ({marks})", request_ids).fetchall()
+        return {row[0]: LoggedDecision.from_row(row) for row in rows}
 
     def record(self, entry: LoggedDecision) -> LoggedDecision:
         """Log ``entry`` (committed before this returns) unless its id is logged already;
@@ -290,7 +304,9 @@ class SQLiteDecisionLog:
         return said + ": NOT durable, a commit may be lost in a power cut"
 
     def close(self) -> None:
-        """Close the connection; safe to call twice."""
+        """Close the connections; safe to call twice."""
+        with self._read_lock:
+            self._reader.close()
         with self._lock:
             self._db.close()
 

@@ -150,7 +150,7 @@ class PostgresDecisionLog:
         self._insert = (f"INSERT INTO decisions ({', '.join(columns)}) VALUES "
                         f"({', '.join(['%s'] * len(columns))}) ON CONFLICT (request_id) DO "
                         "NOTHING")
-        self._sql = Statements("%s")
+        self._sql = Statements("%s", returning=", ".join(columns))
         self._lock = threading.Lock()
         self._conn = self._connect()
         try:
@@ -192,6 +192,12 @@ class PostgresDecisionLog:
         """The entry logged under ``request_id``; None when there is none."""
         row = self._call(lambda c: c.execute(self._select, (request_id,)).fetchone())
         return None if row is None else self._from_row(row)
+
+    def lookup_many(self, request_ids: list[str]) -> dict[str, Any]:
+        """The entries logged under any of ``request_ids``, by id (one query)."""
+        select = self._select.replace("= %s", "= ANY(%s)")
+        rows = self._call(lambda c: c.execute(select, (list(request_ids),)).fetchall())
+        return {row[0]: self._from_row(row) for row in rows}
 
     def record(self, entry: Entry) -> Any:
         """Log ``entry`` (committed before this returns) unless its id is logged already;

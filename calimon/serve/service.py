@@ -28,7 +28,7 @@ from calimon.serve.errors import ApiError
 from calimon.serve.external import FIELD, check_score
 from calimon.serve.kv import HeadCache
 from calimon.serve.loading import ServedMonitor
-from calimon.serve.log_writer import GroupWriter
+from calimon.serve.log_writer import GroupReader, GroupWriter
 from calimon.serve.messages import text_fields, transcript
 from calimon.serve.metrics import Metrics
 from calimon.serve.policies import Policies
@@ -156,6 +156,8 @@ class Service:
         self.prefixes = PrefixPool(settings.prefix_pool_mib)  # ended sessions' caches
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
         self.writer = GroupWriter(log)  # decisions committed in groups, each before its answer
+        self.reader = GroupReader(log)  # request ids looked up in groups
+        self.metrics.extra.append(self.writer.groups)
         self.replica = f"{socket.gethostname()}-{os.getpid()}"  # its name in a deployment
         self.shared: SharedMetrics | None = None
         self.policies = Policies(self, str(path or settings.policy))
@@ -165,6 +167,7 @@ class Service:
         the writes of its metrics to the log."""
         await self.batcher.start()
         await self.writer.start()
+        await self.reader.start()
         await self.policies.start()
         if self.settings.deployment:
             self.shared = SharedMetrics(self.metrics, self.log, self.settings.deployment,
@@ -176,6 +179,7 @@ class Service:
         await self.batcher.stop()
         await self.policies.stop()
         await self.writer.stop()
+        await self.reader.stop()
         if self.shared is not None:
             await self.shared.stop()
         self.log.close()
@@ -201,7 +205,7 @@ class Service:
         if request_id is None:
             return await produce(f"srv-{uuid.uuid4().hex}"), False
         try:
-            logged = await asyncio.to_thread(self.log.lookup, request_id)
+            logged = await self.reader.lookup(request_id)
         except Exception as exc:  # noqa: BLE001 - a log that cannot be read answers nothing
             self.metrics.errors.inc("log")
             raise ApiError(503, "log_unavailable", f"the decision log could not be read "
@@ -299,7 +303,8 @@ class Service:
             self.metrics.truncations.inc()
         return {"request_id": rid, "status": verdict.status,
                 **served.decide(verdict, audit_id),
-                "evidence": evidence(verdict, response, served.monitor),
+                "evidence": [] if served.external else evidence(verdict, response,
+                                                                 served.monitor),
                 "truncation": verdict.truncation,
                 "tokens": verdict.tokens, "model": key.model,
                 "model_revision": key.model_revision, "readout": key.readout,

@@ -89,10 +89,13 @@ def step_body(request: str | None, messages: list[dict[str, Any]]) -> dict[str, 
 
 
 class Statements:
-    """The SQL of the two tables with one driver's placeholder ``mark``."""
+    """The SQL of the two tables with one driver's placeholder ``mark``. ``returning``: the
+    decision columns an insert returns (``INSERT ... RETURNING``, PostgreSQL's log: a new
+    decision is written and read in one round trip); None reads it back with a select."""
 
-    def __init__(self, mark: str):
+    def __init__(self, mark: str, returning: str | None = None):
         m = mark
+        self.returning = returning
         self.insert_step = (f"INSERT INTO session_steps (session_id, step, request_id, body) "
                             f"VALUES ({m}, {m}, {m}, {m}) ON CONFLICT (session_id, step) DO "
                             "NOTHING")
@@ -115,7 +118,12 @@ def write_decision(conn, sql: Statements, insert: str, select: str, entry) -> tu
     policy's decision (``entry.shadow_row``); return the decision row the log holds under the
     id (``select``). Raises `StepTaken` (the caller rolls back) when another request id holds
     the step."""
-    new = conn.execute(insert, entry.row()).rowcount == 1
+    row = None
+    if sql.returning:
+        row = conn.execute(f"{insert} RETURNING {sql.returning}", entry.row()).fetchone()
+        new = row is not None
+    else:
+        new = conn.execute(insert, entry.row()).rowcount == 1
     if new and entry.body is not None:
         values = (entry.session_id, entry.step, entry.request_id,
                   json.dumps(entry.body, sort_keys=True, ensure_ascii=False, allow_nan=False))
@@ -124,7 +132,7 @@ def write_decision(conn, sql: Statements, insert: str, select: str, entry) -> tu
             raise StepTaken(entry.session_id, entry.step, owner[0] if owner else "?")
     if new and getattr(entry, "shadow_row", None) is not None:
         conn.execute(sql.insert_shadow, entry.shadow_row)
-    return conn.execute(select, (entry.request_id,)).fetchone()
+    return row if row is not None else conn.execute(select, (entry.request_id,)).fetchone()
 
 
 def write_group(conn, sql: Statements, insert: str, select: str, entries: list,

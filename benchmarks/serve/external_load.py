@@ -1,0 +1,195 @@
+"""``run_serve.py --parts external``: externally scored decisions per second on one `calimon
+serve`, bound by its decision log, on SQLite and on PostgreSQL.
+
+The policy is made as a user makes one: a CSV of an external guard's scores (0 to 100) with
+transcripts (tests/external_policy.py), `calimon curve --readout 'score:guard?range=0,100'` and
+`calimon escalate` on the run. The server has no model to run: each request carries the guard's
+score and is answered once its decision is committed (group commits, docs/serve.md). 16
+clients (asyncio, one keep-alive HTTP/1.1 connection each, a request sent as soon as the last
+one is answered) send requests with distinct request ids over loopback: a warm-up, then up to
+``--external-n`` requests or ``--external-s`` seconds, whichever ends first. Latency is what a
+client saw from sending a request to reading its whole answer. After each run every answered
+request id is looked up in the log and its logged answer compared with the one the client got.
+
+PostgreSQL is Debian's server, started here for the run (tests/pg_server.py: a fresh data
+folder, loopback, ``fsync`` and ``synchronous_commit`` left on). The backends alternate over
+``--external-rounds`` rounds; the report gives each round and the medians.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from serve_server import CALIMON, KEY, start_server
+
+CLIENTS = 16
+READOUT = "score:guard?range=0,100"
+WARMUP = 300
+
+
+def make_policy(folder: Path) -> tuple[Path, str]:
+    """A policy on the external guard's scores, by `calimon curve` and `calimon escalate`;
+    ``(policy, the commands)``."""
+    from external_policy import write_scores_csv
+
+    csv_path = write_scores_csv(folder / "scores.csv")
+    run, policy = folder / "run", folder / "policy.yaml"
+    curve = [str(CALIMON), "curve", "--benchmark", str(csv_path), "--readout", READOUT,
+             "--split", "test", "--no-binary", "--quiet", "--out", str(run)]
+    escalate = [str(CALIMON), "escalate", str(run), "--budget", "0.3", "--far-alpha", "0.2",
+                "--audit-fraction", "0.1", "--out", str(policy)]
+    for cmd in (curve, escalate):
+        subprocess.run(cmd, check=True, capture_output=True, cwd=folder, timeout=900)
+    return policy, (f"calimon curve --readout '{READOUT}' on a 300-row CSV of scores "
+                    "(tests/external_policy.py), then calimon escalate --budget 0.3 "
+                    "--far-alpha 0.2 --audit-fraction 0.1")
+
+
+def bodies(n: int, tag: str, seed: int) -> list[dict]:
+    """``n`` request bodies with distinct request ids and guard scores."""
+    rng = random.Random(seed)
+    return [{"request_id": f"{tag}-{i}", "id": f"{tag}-t{i}",
+             "request": f"Task {i}: make the test suite pass.",
+             "response": f"Step {i}: the agent edits the config and runs the tests.",
+             "score": round(rng.uniform(0, 100), 2)} for i in range(n)]
+
+
+async def _client(host: str, port: int, queue: list, out: list, deadline: float) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while queue and time.perf_counter() < deadline:
+            body = queue.pop()
+            data = json.dumps(body).encode()
+            head = (f"POST /v1/score HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                    f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(data)}\r\n\r\n").encode()
+            t0 = time.perf_counter()
+            writer.write(head + data)
+            await writer.drain()
+            status_line = await reader.readuntil(b"\r\n")
+            headers = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+            length = int(headers.split("content-length:", 1)[1].split("\r\n", 1)[0])
+            answer = await reader.readexactly(length)
+            out.append((time.perf_counter() - t0, int(status_line.split()[1]),
+                        body["request_id"], answer))
+    finally:
+        writer.close()
+
+
+async def _load(url: str, todo: list[dict], seconds: float) -> tuple[list, float]:
+    host, port = url.removeprefix("http://").split(":")
+    queue, out = list(reversed(todo)), []
+    t0 = time.perf_counter()
+    await asyncio.gather(*(_client(host, int(port), queue, out, t0 + seconds)
+                           for _ in range(CLIENTS)))
+    return out, time.perf_counter() - t0
+
+
+def load(url: str, todo: list[dict], seconds: float) -> tuple[list, float]:
+    """Send ``todo`` from `CLIENTS` connections until done or ``seconds`` passed: the answers
+    ``(latency s, status, request id, body bytes)`` and the wall seconds."""
+    return asyncio.run(_load(url, todo, seconds))
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used (Linux: /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def check_logged(target: str, answers: list) -> dict:
+    """Every answered request id looked up in the log: how many are there with the answer the
+    client got."""
+    from calimon.serve.decision_log import open_log
+
+    log = open_log(target)
+    try:
+        same = sum(1 for _, status, rid, raw in answers if status == 200
+                   and (got := log.lookup(rid)) is not None and got.response == json.loads(raw))
+    finally:
+        log.close()
+    return {"answered": sum(1 for a in answers if a[1] == 200), "logged_same": same}
+
+
+def measure(policy: Path, target: str, folder: Path, tag: str, args, seed: int) -> dict:
+    """One run on the decision log ``target`` (module docstring)."""
+    import httpx
+
+    out = folder / f"{tag}.out"
+    load_start = os.getloadavg()[0]
+    server = start_server(policy, target, out, key=KEY, cwd=folder)
+    try:
+        load(server.url, bodies(WARMUP, f"{tag}-warm", seed), 120)
+        metrics0 = httpx.get(f"{server.url}/metrics", headers=server.headers()).text
+        cpu0, client0 = cpu_seconds(server.proc.pid), time.process_time()
+        answers, wall = load(server.url, bodies(args.external_n, tag, seed + 1),
+                             args.external_s)
+        cpu1, client1 = cpu_seconds(server.proc.pid), time.process_time()
+        metrics1 = httpx.get(f"{server.url}/metrics", headers=server.headers()).text
+    finally:
+        server.stop()
+    ok = [a for a in answers if a[1] == 200]
+    commits = (_metric(metrics1, "calimon_log_commit_decisions_count")
+               - _metric(metrics0, "calimon_log_commit_decisions_count"))
+    decided = (_metric(metrics1, "calimon_log_commit_decisions_sum")
+               - _metric(metrics0, "calimon_log_commit_decisions_sum"))
+    said = [line for line in server.log_text().splitlines() if "decision log" in line][-1]
+    return {"n": len(answers), "ok": len(ok), "errors": len(answers) - len(ok),
+            "wall_s": wall, "throughput": len(ok) / wall,
+            "p50_ms": 1000 * _quantile([a[0] for a in ok], 0.5),
+            "p99_ms": 1000 * _quantile([a[0] for a in ok], 0.99),
+            "commits": commits, "per_commit": decided / commits if commits else None,
+            "server_cpu_ms": 1000 * (cpu1 - cpu0) / max(len(answers), 1),
+            "client_cpu_ms": 1000 * (client1 - client0) / max(len(answers), 1),
+            "load": [load_start, os.getloadavg()[0]],
+            "durability": said.split("(", 1)[1].split(";")[0] if "(" in said else said,
+            **check_logged(target, answers)}
+
+
+def external_part(folder: Path, args, log) -> dict:
+    """Both backends over ``args.external_rounds`` rounds: ``{"sqlite": [...], "postgres":
+    [...], "policy": ...}``."""
+    from pg_server import postgres_server
+
+    policy, made = make_policy(folder)
+    log(f"external: policy made ({made})")
+    runs: dict = {"sqlite": [], "postgres": [], "policy": made, "clients": CLIENTS,
+                  "warmup": WARMUP}
+    with postgres_server() as pg:
+        for r in range(args.external_rounds):
+            order = ("sqlite", "postgres") if r % 2 == 0 else ("postgres", "sqlite")
+            for kind in order:
+                target = (str(folder / f"log-{r}.sqlite") if kind == "sqlite" else
+                          pg.create_schema(f"bench{r}"))
+                runs[kind].append(measure(policy, target, folder, f"{kind}-{r}", args,
+                                          seed=10 * r))
+                got = runs[kind][-1]
+                log(f"external round {r + 1}, {kind}: {got['throughput']:.0f}/s, p50 "
+                    f"{got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, "
+                    f"{got['per_commit'] or 0:.1f} per commit, load {got['load']}")
+    return runs
+
+
+def medians(runs: list[dict]) -> dict:
+    """Medians over rounds of one backend's runs."""
+    keys = ("throughput", "p50_ms", "p99_ms", "per_commit")
+    return {k: statistics.median(r[k] for r in runs if r[k] is not None) for k in keys}
