@@ -12,8 +12,13 @@ client saw from sending a request to reading its whole answer. After each run ev
 request id is looked up in the log and its logged answer compared with the one the client got.
 
 PostgreSQL is Debian's server, started here for the run (tests/pg_server.py: a fresh data
-folder, loopback, ``fsync`` and ``synchronous_commit`` left on). The backends alternate over
-``--external-rounds`` rounds; the report gives each round and the medians.
+folder, loopback, ``fsync`` and ``synchronous_commit`` left on). Beside both, the same load on
+the framework alone (benchmarks/serve/bare_app.py: a FastAPI route on uvicorn that validates
+the body and answers, no decision and no log) says what one process of it answers on this
+machine now. The three take turns over ``--external-rounds`` rounds (the order rotating); the
+report gives each round and the medians, with the load average before and after each run and
+the server's CPU seconds per answer (from /proc), which a loaded machine inflates less than it
+does the rate.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import asyncio
 import json
 import os
 import random
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -165,6 +169,42 @@ def measure(policy: Path, target: str, folder: Path, tag: str, args, seed: int) 
             **check_logged(target, answers)}
 
 
+def floor(folder: Path, args, seed: int) -> dict:
+    """The same load on the framework alone (benchmarks/serve/bare_app.py)."""
+    import sys
+
+    import httpx
+    from ports import free_port
+
+    port, out = free_port(), (folder / "bare.out").open("ab")
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("bare_app.py")),
+                             str(port)], stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        load_start = os.getloadavg()[0]
+        load(url, bodies(WARMUP, "bare-warm", seed), 120)
+        cpu0 = cpu_seconds(proc.pid)
+        answers, wall = load(url, bodies(args.external_n, "bare", seed + 1), args.external_s)
+        cpu1 = cpu_seconds(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        out.close()
+    ok = [a for a in answers if a[1] == 200]
+    return {"n": len(answers), "ok": len(ok), "throughput": len(ok) / wall,
+            "p50_ms": 1000 * _quantile([a[0] for a in ok], 0.5),
+            "p99_ms": 1000 * _quantile([a[0] for a in ok], 0.99), "per_commit": None,
+            "server_cpu_ms": 1000 * (cpu1 - cpu0) / max(len(answers), 1),
+            "load": [load_start, os.getloadavg()[0]]}
+
+
 def external_part(folder: Path, args, log) -> dict:
     """Both backends over ``args.external_rounds`` rounds: ``{"sqlite": [...], "postgres":
     [...], "policy": ...}``."""
@@ -172,24 +212,21 @@ def external_part(folder: Path, args, log) -> dict:
 
     policy, made = make_policy(folder)
     log(f"external: policy made ({made})")
-    runs: dict = {"sqlite": [], "postgres": [], "policy": made, "clients": CLIENTS,
-                  "warmup": WARMUP}
+    runs: dict = {"sqlite": [], "postgres": [], "floor": [], "policy": made,
+                  "clients": CLIENTS, "warmup": WARMUP}
+    kinds = ("sqlite", "postgres", "floor")
     with postgres_server() as pg:
         for r in range(args.external_rounds):
-            order = ("sqlite", "postgres") if r % 2 == 0 else ("postgres", "sqlite")
-            for kind in order:
-                target = (str(folder / f"log-{r}.sqlite") if kind == "sqlite" else
-                          pg.create_schema(f"bench{r}"))
-                runs[kind].append(measure(policy, target, folder, f"{kind}-{r}", args,
-                                          seed=10 * r))
+            for kind in kinds[r % 3:] + kinds[:r % 3]:
+                if kind == "floor":
+                    runs[kind].append(floor(folder, args, seed=10 * r))
+                else:
+                    target = (str(folder / f"log-{r}.sqlite") if kind == "sqlite" else
+                              pg.create_schema(f"bench{r}"))
+                    runs[kind].append(measure(policy, target, folder, f"{kind}-{r}", args,
+                                              seed=10 * r))
                 got = runs[kind][-1]
                 log(f"external round {r + 1}, {kind}: {got['throughput']:.0f}/s, p50 "
                     f"{got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, "
                     f"{got['per_commit'] or 0:.1f} per commit, load {got['load']}")
     return runs
-
-
-def medians(runs: list[dict]) -> dict:
-    """Medians over rounds of one backend's runs."""
-    keys = ("throughput", "p50_ms", "p99_ms", "per_commit")
-    return {k: statistics.median(r[k] for r in runs if r[k] is not None) for k in keys}
