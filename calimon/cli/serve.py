@@ -56,7 +56,8 @@ def serve_cmd(
     deployment: Annotated[str | None, typer.Option(help="Servers of one log and name: /metrics sums them (--replicas: calimon).", rich_help_panel=REPLICAS)] = None,
 ):
     """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz,
-    /metrics, /docs; with --review, the review queue at /review (docs/serve.md)."""
+    /metrics, /docs; with --review, the review queue at /review (docs/serve.md). A policy on
+    an external monitor's scores (score:NAME) loads no model: each request carries 'score'."""
     from calimon.review.settings import ReviewSettings
     from calimon.scoring.engines.settings import BackendSettings
     from calimon.serve import Batching, Limits, ServeSettings
