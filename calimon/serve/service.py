@@ -157,6 +157,7 @@ class Service:
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
         self.writer = GroupWriter(log)  # decisions committed in groups, each before its answer
         self.reader = GroupReader(log)  # request ids looked up in groups
+        self.groups = [self.writer, self.reader]  # started and stopped with the service
         self.metrics.extra.append(self.writer.groups)
         self.replica = f"{socket.gethostname()}-{os.getpid()}"  # its name in a deployment
         self.shared: SharedMetrics | None = None
@@ -166,8 +167,8 @@ class Service:
         """Start the queues' consumers (on the server's event loop) and, in a named deployment,
         the writes of its metrics to the log."""
         await self.batcher.start()
-        await self.writer.start()
-        await self.reader.start()
+        for group in self.groups:
+            await group.start()
         await self.policies.start()
         if self.settings.deployment:
             self.shared = SharedMetrics(self.metrics, self.log, self.settings.deployment,
@@ -178,8 +179,8 @@ class Service:
         """Stop the queues and close the log."""
         await self.batcher.stop()
         await self.policies.stop()
-        await self.writer.stop()
-        await self.reader.stop()
+        for group in self.groups:
+            await group.stop()
         if self.shared is not None:
             await self.shared.stop()
         self.log.close()
