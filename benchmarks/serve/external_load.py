@@ -15,7 +15,8 @@ PostgreSQL is Debian's server, started here for the run (tests/pg_server.py: a f
 folder, loopback, ``fsync`` and ``synchronous_commit`` left on). Beside both, the same load on
 the framework alone (benchmarks/serve/bare_app.py: a FastAPI route on uvicorn that validates
 the body and answers, no decision and no log) says what one process of it answers on this
-machine now. The three take turns over ``--external-rounds`` rounds (the order rotating); the
+machine now, and the SQLite server with ``--review`` (each decision's row stored in the review
+store before it is logged, grouped the same way) what the review side adds. The three take turns over ``--external-rounds`` rounds (the order rotating); the
 report gives each round and the medians, with the load average before and after each run and
 the server's CPU seconds per answer (from /proc), which a loaded machine inflates less than it
 does the rate.
@@ -34,6 +35,7 @@ from pathlib import Path
 from serve_server import CALIMON, KEY, start_server
 
 CLIENTS = 16
+KINDS = ("sqlite", "postgres", "review", "floor")  # review: SQLite log and --review
 READOUT = "score:guard?range=0,100"
 WARMUP = 300
 
@@ -134,13 +136,24 @@ def check_logged(target: str, answers: list) -> dict:
     return {"answered": sum(1 for a in answers if a[1] == 200), "logged_same": same}
 
 
-def measure(policy: Path, target: str, folder: Path, tag: str, args, seed: int) -> dict:
-    """One run on the decision log ``target`` (module docstring)."""
+def review_flags(folder: Path, tag: str) -> tuple[str, ...]:
+    """`calimon serve --review` with a reviewer's key file and a store of its own (the drift
+    watch left to its own schedule, which this load does not reach)."""
+    keys = folder / "keys.txt"
+    keys.write_text("ada ada-key-0123456789abcdef\n")
+    return ("--review", "--keys", str(keys), "--review-store", str(folder / f"{tag}.review"),
+            "--drift-every", "1000000")
+
+
+def measure(policy: Path, target: str, folder: Path, tag: str, args, seed: int,
+            flags: tuple[str, ...] = ()) -> dict:
+    """One run on the decision log ``target`` (module docstring), the server started with
+    ``flags``."""
     import httpx
 
     out = folder / f"{tag}.out"
     load_start = os.getloadavg()[0]
-    server = start_server(policy, target, out, key=KEY, cwd=folder)
+    server = start_server(policy, target, out, *flags, key=KEY, cwd=folder)
     try:
         load(server.url, bodies(WARMUP, f"{tag}-warm", seed), 120)
         metrics0 = httpx.get(f"{server.url}/metrics", headers=server.headers()).text
@@ -212,19 +225,20 @@ def external_part(folder: Path, args, log) -> dict:
 
     policy, made = make_policy(folder)
     log(f"external: policy made ({made})")
-    runs: dict = {"sqlite": [], "postgres": [], "floor": [], "policy": made,
-                  "clients": CLIENTS, "warmup": WARMUP}
-    kinds = ("sqlite", "postgres", "floor")
+    runs: dict = {kind: [] for kind in KINDS}
+    runs.update(policy=made, clients=CLIENTS, warmup=WARMUP)
     with postgres_server() as pg:
         for r in range(args.external_rounds):
-            for kind in kinds[r % 3:] + kinds[:r % 3]:
+            for kind in KINDS[r % 4:] + KINDS[:r % 4]:
+                tag = f"{kind}-{r}"
                 if kind == "floor":
                     runs[kind].append(floor(folder, args, seed=10 * r))
                 else:
-                    target = (str(folder / f"log-{r}.sqlite") if kind == "sqlite" else
-                              pg.create_schema(f"bench{r}"))
-                    runs[kind].append(measure(policy, target, folder, f"{kind}-{r}", args,
-                                              seed=10 * r))
+                    target = (pg.create_schema(f"bench{r}") if kind == "postgres" else
+                              str(folder / f"{tag}.sqlite"))
+                    flags = review_flags(folder, tag) if kind == "review" else ()
+                    runs[kind].append(measure(policy, target, folder, tag, args,
+                                              seed=10 * r, flags=flags))
                 got = runs[kind][-1]
                 log(f"external round {r + 1}, {kind}: {got['throughput']:.0f}/s, p50 "
                     f"{got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, "

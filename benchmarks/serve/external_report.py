@@ -9,6 +9,7 @@ import statistics
 TARGET_RATE = 500.0  # decisions per second, 16 clients, one server
 
 NAMES = {"sqlite": "`calimon serve`, SQLite log", "postgres": "`calimon serve`, PostgreSQL log",
+         "review": "`calimon serve --review`, SQLite log and review store",
          "floor": "the framework alone (a FastAPI route on uvicorn, no decision, no log)"}
 
 
@@ -26,7 +27,7 @@ def median_table(runs: dict) -> str:
     lines = ["| server | decisions/s | p50 latency (ms) | p99 latency (ms) | decisions per "
              "commit | server CPU ms per answer | answered, and logged with the same answer |",
              "|---|---|---|---|---|---|---|"]
-    for kind in ("sqlite", "postgres", "floor"):
+    for kind in NAMES:
         rs = runs.get(kind) or []
         if not rs:
             continue
