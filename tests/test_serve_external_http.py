@@ -209,6 +209,9 @@ def _killed_loses_nothing(tmp_path: Path, target: str) -> None:
         server.stop()
     assert server.proc.returncode == -9
     assert KILL_AFTER <= len(answered) < N
+    said = next(line for line in server.log_text().splitlines() if "decision log" in line)
+    assert ("synchronous=FULL: a commit is on disk" in said if "://" not in target else
+            "synchronous_commit=on, fsync=on" in said and "on the server's disk" in said), said
     log = open_log(target)
     try:
         logged = log.lookup_many(list(answered))
