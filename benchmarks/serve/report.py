@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+from external_report import external_section
+
 CLIENTS = (1, 8, 32)
 SHARED = 8
 TARGET_CLIENTS, TARGET_SERVE, TARGET_STEP = 8, 3.0, 5.0
@@ -248,8 +250,10 @@ def render(meta: dict, measured: dict, kill: dict) -> str:
     rounds = len(measured["proc"])
     probe, probe_verdict = probe_section(meta, measured)
     pair, pair_verdict = replicas_section(meta, measured)
+    external, external_verdict = external_section(meta, measured)
     return "\n".join([
-        "# `calimon serve`: throughput, step scoring, a killed server, two replicas", "",
+        "# `calimon serve`: throughput, step scoring, a killed server, two replicas, "
+        "externally scored decisions", "",
         "Regenerate (about 20 minutes on 2 cores):", "", f"    {meta['command']}", "",
         f"Run {meta['date']} on {meta['cores']} shared cores (1-minute load average "
         f"{meta['load'][0]:.1f} at the start, {meta['load'][1]:.1f} at the end; other jobs were "
@@ -276,7 +280,7 @@ def render(meta: dict, measured: dict, kill: dict) -> str:
         "## SIGKILL under load", "",
         f"{kill['n']} distinct transcripts with request ids from 8 clients; the server is killed "
         "(SIGKILL) once a quarter are answered, restarted on the same decision log, and every "
-        "request is sent again.", "", kill_table(kill), "", *probe, *pair,
+        "request is sent again.", "", kill_table(kill), "", *probe, *pair, *external,
         "## Against the targets", "", *verdicts(ratios, last_tok, last_s), *probe_verdict,
-        *pair_verdict,
+        *pair_verdict, *external_verdict,
         *batching_note(measured), ""])

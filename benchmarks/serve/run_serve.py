@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/serve/run_serve.py [--rounds 3] [--n 16] [--steps 20]
     .venv/bin/python benchmarks/serve/run_serve.py --parts probe [--rounds 3]
     .venv/bin/python benchmarks/serve/run_serve.py --parts replicas [--steps 20]
+    .venv/bin/python benchmarks/serve/run_serve.py --parts external [--external-rounds 3]
 
 1. Throughput and p50/p99 latency at 1, 8 and 32 concurrent clients (loopback), against one
    `calimon score` process per transcript and one batch `calimon score` of the same transcripts;
@@ -16,13 +17,16 @@
 5. Two servers on one PostgreSQL decision log (a server this script starts, tests/pg_server.py)
    as two replicas: a session's steps alternated between them against all on one, /metrics of
    each, and one SIGKILLed at step 10 (tests/shared_sessions.py).
+6. Externally scored decisions per second on one server with no model, its SQLite and its
+   PostgreSQL decision log, 16 clients (benchmarks/serve/external_load.py).
 
 Parts 1, 2 and 4 run in --rounds interleaved rounds (the order of the client counts rotates each
 round; in a trajectory, the step goes before the whole trajectory in odd rounds and after it in
 even ones); the tables give medians over rounds, and each ratio is taken within a round before
 its median. The policy is `calimon escalate` on runs/demo (`make demo`) when that run is here.
-``--parts probe`` runs part 4 alone and ``--parts replicas`` part 5 alone, keeping the other
-parts' measurements from the last run (benchmarks/serve/out/serve.json).
+``--parts probe`` runs part 4 alone, ``--parts replicas`` part 5 alone and ``--parts external``
+part 6 alone, keeping the other parts' measurements from the last run
+(benchmarks/serve/out/serve.json); a run of all parts keeps parts 5 and 6 from it.
 """
 
 from __future__ import annotations
@@ -143,9 +147,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--kill-n", type=int, default=32)
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--parts", choices=("all", "probe", "replicas"), default="all",
-                    help="probe: part 4 alone, replicas: part 5 alone, the others kept from "
-                         "the last run")
+    ap.add_argument("--parts", choices=("all", "probe", "replicas", "external"),
+                    default="all", help="probe: part 4 alone, replicas: part 5 alone, "
+                                        "external: part 6 alone, the others kept from the "
+                                        "last run")
+    ap.add_argument("--external-rounds", type=int, default=3)
+    ap.add_argument("--external-n", type=int, default=6000,
+                    help="requests per run of part 6 (at most)")
+    ap.add_argument("--external-s", type=float, default=30.0,
+                    help="seconds per run of part 6 (at most)")
     args = ap.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     t0 = time.time()
@@ -194,11 +204,11 @@ def main() -> None:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args)}
     meta["probe"] = {**{k: meta[k] for k in ("command", "load", "date", "minutes")},
                      "info": probe_info}
-    if RAW.is_file():  # part 5 runs alone (--parts replicas): its last figures are kept
+    if RAW.is_file():  # parts 5 and 6 run alone (--parts replicas, external): kept
         last = json.loads(RAW.read_text(encoding="utf-8"))
-        if "replicas" in last["measured"]:
-            measured["replicas"], meta["replicas"] = (last["measured"]["replicas"],
-                                                      last["meta"]["replicas"])
+        for part in ("replicas", "external"):
+            if part in last["measured"]:
+                measured[part], meta[part] = last["measured"][part], last["meta"][part]
     write(args, meta, measured, kill)
 
 
@@ -230,12 +240,17 @@ def part_only(args, load_start: float, t0: float, log) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if args.parts == "probe":
             raw["measured"]["probe_traj"], info = probe_rounds(Path(tmp), args, log)
+        elif args.parts == "external":
+            from external_load import external_part
+
+            raw["measured"]["external"], info = external_part(Path(tmp), args, log), None
         else:
             raw["measured"]["replicas"], info = replicas_part(Path(tmp), args, log), None
     raw["meta"][args.parts] = {
         "command": shlex.join(["benchmarks/serve/run_serve.py", *sys.argv[1:]]),
         "load": [load_start, os.getloadavg()[0]], "minutes": (time.time() - t0) / 60,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "info": info}
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "info": info,
+        "cores": os.cpu_count(), "args": vars(args)}
     write(args, raw["meta"], raw["measured"], raw["kill"])
 
 

@@ -55,8 +55,8 @@ def serve_cmd(
     cpus_per_replica: Annotated[float, typer.Option(help="Ray CPUs per replica.", rich_help_panel=REPLICAS)] = 1.0,
     deployment: Annotated[str | None, typer.Option(help="Servers of one log and name: /metrics sums them (--replicas: calimon).", rich_help_panel=REPLICAS)] = None,
 ):
-    """Serve POLICY's monitor over HTTP: /v1/score, /v1/sessions/{id}/steps, /healthz,
-    /metrics, /docs; with --review, the review queue at /review (docs/serve.md)."""
+    """Serve POLICY's monitor (an external one's: its score in each request) over HTTP:
+    /v1/score, /v1/sessions/{id}/steps, /metrics, /docs; --review: /review (docs/serve.md)."""
     from calimon.review.settings import ReviewSettings
     from calimon.scoring.engines.settings import BackendSettings
     from calimon.serve import Batching, Limits, ServeSettings

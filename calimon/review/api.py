@@ -49,6 +49,7 @@ from calimon.review.queue import Review
 from calimon.review.status import ReviewGauges, live_status
 from calimon.serve.errors import ApiError
 from calimon.serve.keys import COOKIE, NAME, Authenticator, KeyStore
+from calimon.serve.log_writer import Grouped
 
 ITEM_ID = r"^[0-9a-f]{24}$"
 CLIENT_ID = r"^[A-Za-z0-9._:-]+$"
@@ -105,6 +106,8 @@ def attach(service, settings) -> None:
     store = open_review_store(settings.review.store)
     served = service.served
     service.review = Review(store, served.policy, served.policy_hash, settings.review)
+    service.review_writes = Grouped(lambda rows: _store_rows(store, rows))
+    service.groups.append(service.review_writes)
     service.observer = observe
     service.drift = DriftWatch(service.review, Path(service.policies.live_path))
     service.auth = Authenticator(keys, store, settings.review.session_hours)
@@ -113,17 +116,24 @@ def attach(service, settings) -> None:
     follow(service)
 
 
+def _store_rows(store, rows: list) -> list[None]:
+    store.record_traffic_many(rows)
+    return [None] * len(rows)
+
+
 async def observe(service, entry, request: str, response: str, audit_id: str,
                   messages=None) -> None:
-    """Store a decision's review row before it is logged (`calimon.review.queue.Review.observe`);
-    a store that cannot be written is 503, so nothing is answered that review would miss. Then
-    let the drift watch count it."""
+    """Store a decision's review row before it is logged (`calimon.review.queue.Review.observe`;
+    the rows of decisions that arrive together in one transaction,
+    `calimon.serve.log_writer.Grouped`); a store that cannot be written is 503, so nothing is
+    answered that review would miss. Then let the drift watch count it."""
     from calimon.review.queue import Seen
 
     try:
-        await asyncio.to_thread(service.review.observe, entry.request_id, entry.kind,
-                                entry.response, Seen(request, response, audit_id, messages),
-                                entry.session_id, entry.step)
+        row = service.review.traffic_row(entry.request_id, entry.kind, entry.response,
+                                         Seen(request, response, audit_id, messages),
+                                         entry.session_id, entry.step)
+        await service.review_writes.call(row)
     except Exception as exc:  # noqa: BLE001 - reported by type only: no transcript text
         service.metrics.errors.inc("review_store")
         raise ApiError(503, "review_store_unavailable", f"the review store could not be "

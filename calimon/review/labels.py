@@ -176,6 +176,11 @@ class ReviewStore(Protocol):
         """Store a decision's row unless its item id is stored already."""
         ...
 
+    def record_traffic_many(self, rows: list[TrafficRow]) -> None:
+        """`record_traffic` for each of ``rows`` in one durable transaction (the decisions of
+        one group, `calimon.serve.log_writer`)."""
+        ...
+
     def traffic_index(self, policy_hash: str) -> list[TrafficRow]:
         """Every decision under ``policy_hash`` without its texts, oldest first."""
         ...
@@ -256,11 +261,19 @@ class SqlReviewStore(ClaimSql):
     def _insert_get(self, insert: str, args: tuple, select: str, key: tuple) -> tuple:
         raise NotImplementedError
 
+    def _run_many(self, sql: str, seq: list[tuple]) -> None:
+        raise NotImplementedError
+
     def record_traffic(self, row: TrafficRow) -> None:
         """Store a decision's row unless its item id is stored already."""
-        self._run(f"INSERT INTO review_traffic ({', '.join(TRAFFIC_COLUMNS)}) VALUES "
-                  f"({', '.join('?' * len(TRAFFIC_COLUMNS))}) ON CONFLICT (item_id) DO NOTHING",
-                  astuple(row))
+        self.record_traffic_many([row])
+
+    def record_traffic_many(self, rows: list[TrafficRow]) -> None:
+        """Store each decision's row unless its item id is stored already, in one durable
+        transaction."""
+        self._run_many(f"INSERT INTO review_traffic ({', '.join(TRAFFIC_COLUMNS)}) VALUES "
+                       f"({', '.join('?' * len(TRAFFIC_COLUMNS))}) ON CONFLICT (item_id) DO "
+                       "NOTHING", [astuple(r) for r in rows])
 
     def traffic_index(self, policy_hash: str) -> list[TrafficRow]:
         """Every decision under ``policy_hash`` without its texts, oldest first."""
@@ -345,6 +358,16 @@ class SQLiteReviewStore(SqlReviewStore):
     def _run(self, sql: str, args: tuple) -> None:
         with self._lock:
             self._db.execute(sql, args)  # autocommit: one statement, one durable transaction
+
+    def _run_many(self, sql: str, seq: list[tuple]) -> None:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(sql, seq)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     def _insert_get(self, insert: str, args: tuple, select: str, key: tuple) -> tuple:
         with self._lock:

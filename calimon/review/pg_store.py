@@ -78,11 +78,17 @@ class PostgresReviewStore(SqlReviewStore):
             self._conn = self._connect()
             return work(self._conn)
 
-    def record_traffic(self, row: TrafficRow) -> None:
-        """Store a decision's row unless its item id is stored already (NUL as U+FFFD)."""
-        texts = {k: v.replace("\x00", "\ufffd") for k in ("request_text", "response_text")
-                 if isinstance(v := getattr(row, k), str) and "\x00" in v}
-        super().record_traffic(replace(row, **texts) if texts else row)
+    def record_traffic_many(self, rows: list[TrafficRow]) -> None:
+        """Store each decision's row unless its item id is stored already (NUL as U+FFFD), in
+        one transaction."""
+        super().record_traffic_many([_no_nul(row) for row in rows])
+
+    def _run_many(self, sql: str, seq: list[tuple]) -> None:
+        def work(conn):
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(self._q(sql), seq)
+
+        self._call(work)
 
     def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
         return self._call(lambda c: c.execute(self._q(sql), args).fetchall())
@@ -102,3 +108,10 @@ class PostgresReviewStore(SqlReviewStore):
         """Close the connection; safe to call twice."""
         with self._lock:
             self._conn.close()
+
+
+def _no_nul(row: TrafficRow) -> TrafficRow:
+    """``row`` with NUL in its texts as U+FFFD (PostgreSQL's text holds no NUL)."""
+    texts = {k: v.replace("\x00", "\ufffd") for k in ("request_text", "response_text")
+             if isinstance(v := getattr(row, k), str) and "\x00" in v}
+    return replace(row, **texts) if texts else row

@@ -193,11 +193,17 @@ class Review:
     def observe(self, request_id: str, kind: str, answer: dict[str, Any], seen: Seen,
                 session_id: str | None = None, step: int | None = None) -> None:
         """Store a decision's row (its text when kept: module docstring); blocking."""
+        self.store.record_traffic(self.traffic_row(request_id, kind, answer, seen, session_id,
+                                                   step))
+
+    def traffic_row(self, request_id: str, kind: str, answer: dict[str, Any], seen: Seen,
+                    session_id: str | None = None, step: int | None = None) -> TrafficRow:
+        """A decision's row as `observe` stores it (its text when kept)."""
         draw = audit_draw(seen.audit_id, self.policy.audit.seed)
         kept = answer["action"] == "human_review" or draw < self.retain
         score = answer.get("p_cal") if self.policy.score == "p_cal" else answer.get("p_raw")
         parts = parts_of(seen.messages) if kept else []
-        self.store.record_traffic(TrafficRow(
+        return TrafficRow(
             item_id=item_id_of(request_id), request_id=request_id, kind=kind,
             session_id=session_id, step=step, received_at=time.time(),
             policy_hash=answer.get("policy_hash", self.policy_hash), action=answer["action"],
@@ -207,7 +213,7 @@ class Review:
             request_text=seen.request if kept else None,
             response_text=seen.response if kept else None,
             parts=json.dumps(parts) if parts else None,
-            evidence=json.dumps(answer.get("evidence") or []) if kept else None))
+            evidence=json.dumps(answer.get("evidence") or []) if kept else None)
 
     # -- state -------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

@@ -8,7 +8,8 @@ has the API, the fault behaviour and the measured figures.
 
 Modules: `settings` (what a server is started with), `loading` (policy -> monitor), `batcher`
 (the bounded queue, shared forward passes), `kv` and `sessions` (session caches), `steps`,
-`service` (scoring once, the answer), `decision_log` (with `pg_log`, the log in PostgreSQL),
+`service` (scoring once, the answer), `external` (a policy whose monitor's score comes with each
+request), `decision_log` (with `pg_log`, the log in PostgreSQL; `log_writer`, its group commits),
 `metrics`, `security`, `errors`, `schemas`, `messages`, `app` (the FastAPI routes), `runner`
 (startup) and `ray_serve` (`--replicas N`: the app as a Ray Serve deployment). The review loop
 is its own package, `calimon.review`, which `app` and `runner` attach.

@@ -181,6 +181,8 @@ def _info(service: Service) -> dict:
     rows = getattr(served.backend, "max_batch_size", None)
     mode = (f"gathered: up to {b.max_batch} per monitor call within {b.wait_ms:g} ms, "
             f"{rows} per forward pass" if served.gathers
+            else f"external score: no model; up to {b.max_queue} decisions waiting for the "
+                 "log's group commit" if served.external
             else f"passed through: up to {b.max_batch} in flight")
     lim = service.limits
     return {"policy": p.name, "policy_hash": served.policy_hash, "model": key.model,

@@ -22,6 +22,8 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,10 +35,11 @@ from calimon.serve.policy_log import PolicyChange, m004_shadow_and_changes
 from calimon.serve.session_log import (
     LoggedStep,
     Statements,
+    StepTaken,
     m002_session_steps,
     m003_replica_metrics,
     snapshot_rows,
-    write_decision,
+    write_group,
 )
 
 TABLE_SQL = """
@@ -79,7 +82,9 @@ class LoggedDecision:
     only), when it arrived (unix seconds), the sha256 of its body (a reused id with another
     body is refused) and the response answered, as JSON (the other columns are read from it).
     ``body``: a step's task text and messages (`calimon.serve.session_log.step_body`), kept in
-    ``session_steps`` so that any server can continue the session; None for a score."""
+    ``session_steps`` so that any server can continue the session; None for a score.
+    ``shadow_row``: the shadow policy's decision on the same request
+    (`calimon.serve.policy_log.shadow_values`), logged with it when it is new."""
 
     request_id: str
     kind: str
@@ -89,6 +94,7 @@ class LoggedDecision:
     step: int | None = None
     received_at: float = 0.0
     body: dict[str, Any] | None = None
+    shadow_row: tuple | None = None
 
     def row(self) -> tuple:
         """The row's values, in `COLUMNS` order."""
@@ -116,9 +122,19 @@ class DecisionLog(Protocol):
         """The entry logged under ``request_id``; None when there is none."""
         ...
 
+    def lookup_many(self, request_ids: list[str]) -> dict[str, LoggedDecision]:
+        """The entries logged under any of ``request_ids`` (at most a few hundred), by id."""
+        ...
+
     def record(self, entry: LoggedDecision) -> LoggedDecision:
         """Log ``entry`` durably unless its id is logged already; return the entry the log
         holds under the id afterwards (``entry``, or the earlier one)."""
+        ...
+
+    def record_many(self, entries: list[LoggedDecision]) -> list[LoggedDecision | StepTaken]:
+        """`record` for each of ``entries`` in one transaction, committed durably before this
+        returns (a group commit, `calimon.serve.log_writer`); a session step another request
+        id holds is `StepTaken` in its place, and leaves the others logged."""
         ...
 
     def count(self) -> int:
@@ -158,6 +174,10 @@ class DecisionLog(Protocol):
         """``(replica, written at, snapshot)`` of every replica of ``deployment``."""
         ...
 
+    def durability(self) -> str:
+        """What a commit waits for, read from the database's own settings (one line)."""
+        ...
+
     def close(self) -> None:
         """Release the connection; safe to call twice."""
         ...
@@ -171,30 +191,46 @@ class SQLiteDecisionLog:
         self._lock = threading.Lock()
         self._db = open_durable(self.path, SCHEMA)
         self._sql = Statements("?")
+        # lookups read on a connection of their own: under WAL a reader never waits for the
+        # writer's commit (its fsync), and sees every commit made before its read began
+        self._read_lock = threading.Lock()
+        self._reader = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
+                                       check_same_thread=False)
 
     def lookup(self, request_id: str) -> LoggedDecision | None:
         """The entry logged under ``request_id``; None when there is none."""
-        with self._lock:
-            row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM decisions WHERE "
-                                   "request_id = ?", (request_id,)).fetchone()
-        return None if row is None else LoggedDecision.from_row(row)
+        return self.lookup_many([request_id]).get(request_id)
+
+    def lookup_many(self, request_ids: list[str]) -> dict[str, LoggedDecision]:
+        """The entries logged under any of ``request_ids``, by id (one read)."""
+        marks = ", ".join("?" * len(request_ids))
+        with self._read_lock:
+            rows = self._reader.execute(f"SELECT {', '.join(COLUMNS)} FROM decisions WHERE "
+                                        f"request_id IN ({marks})", request_ids).fetchall()
+        return {row[0]: LoggedDecision.from_row(row) for row in rows}
 
     def record(self, entry: LoggedDecision) -> LoggedDecision:
         """Log ``entry`` (committed before this returns) unless its id is logged already;
         returns what the log holds under the id."""
-        marks = ", ".join("?" * len(COLUMNS))
-        insert = (f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES ({marks}) "
-                  "ON CONFLICT (request_id) DO NOTHING")
-        select = f"SELECT {', '.join(COLUMNS)} FROM decisions WHERE request_id = ?"
+        [got] = self.record_many([entry])
+        if isinstance(got, StepTaken):
+            raise got
+        return got
+
+    def record_many(self, entries: list[LoggedDecision]) -> list[LoggedDecision | StepTaken]:
+        """`record` for each of ``entries`` in one transaction, one commit (``synchronous=FULL``:
+        the WAL is on disk before this returns); a session step another request id holds is
+        `StepTaken` in its place."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                row = write_decision(self._db, self._sql, insert, select, entry)
+                rows = write_group(self._db, self._sql, _INSERT, _SELECT, entries,
+                                   lambda: _savepoint(self._db))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-        return LoggedDecision.from_row(row)
+        return [r if isinstance(r, StepTaken) else LoggedDecision.from_row(r) for r in rows]
 
     def steps(self, session_id: str, since: int = 0) -> list[LoggedStep]:
         """The logged steps of a session from index ``since`` on, in order."""
@@ -255,10 +291,43 @@ class SQLiteDecisionLog:
             rows = self._db.execute(policy_log.SELECT_CHANGES).fetchall()
         return [PolicyChange.from_row(r) for r in rows]
 
+    def durability(self) -> str:
+        """The journal mode and synchronous setting this connection commits under: with WAL
+        and ``synchronous=FULL`` a commit returns once the WAL is on disk (fsync)."""
+        with self._lock:
+            mode = str(self._db.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            sync = int(self._db.execute("PRAGMA synchronous").fetchone()[0])
+        level = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(sync, str(sync))
+        said = f"SQLite journal_mode={mode}, synchronous={level}"
+        if mode == "wal" and sync >= 2:
+            return said + ": a commit is on disk (fsync) before it returns"
+        return said + ": NOT durable, a commit may be lost in a power cut"
+
     def close(self) -> None:
-        """Close the connection; safe to call twice."""
+        """Close the connections; safe to call twice."""
+        with self._read_lock:
+            self._reader.close()
         with self._lock:
             self._db.close()
+
+
+_INSERT = (f"INSERT INTO decisions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
+           "ON CONFLICT (request_id) DO NOTHING")
+_SELECT = f"SELECT {', '.join(COLUMNS)} FROM decisions WHERE request_id = ?"
+
+
+@contextmanager
+def _savepoint(db: sqlite3.Connection) -> Iterator[None]:
+    """A savepoint of ``db``'s open transaction: released on success, rolled back to (and
+    released) when the block raises."""
+    db.execute("SAVEPOINT entry")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK TO entry")
+        db.execute("RELEASE entry")
+        raise
+    db.execute("RELEASE entry")
 
 
 def open_log(target: str) -> DecisionLog:

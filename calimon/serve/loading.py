@@ -7,7 +7,9 @@ scored with and its calibration map, so the server decides the same from any fol
 prompt given beside it must be the pinned one; the monitor built must be the pinned one
 (`calimon.provenance`: model, revision, prompt, template hash, readout, defenses). A mismatch
 is refused unless ``force``, and what was let through is kept in ``forced``. The truncation policy is pinned too (head_tail, or the window
-policy, which applies to session steps as well: `calimon.serve.probe_steps`).
+policy, which applies to session steps as well: `calimon.serve.probe_steps`). A policy whose
+monitor is external (model ``external``, a ``score:NAME`` readout) loads no model: its monitor
+is the readout (`calimon.serve.external.ExternalMonitor`), and each request carries the score.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from calimon.deploy.pinned import monitor_identity, resolve_policy
 from calimon.deploy.policy_file import Policy, apply_policy
 from calimon.errors import ModelNotAvailableError
 from calimon.samples import Sample
+from calimon.serve.external import ExternalMonitor, is_external_pin
 from calimon.serve.settings import ServeSettings
 from calimon.verdict import Verdict
 
@@ -54,6 +57,11 @@ class ServedMonitor:
         resolved = resolve_policy(settings.policy, calibration_map=settings.calibration_map,
                                   prompt=settings.prompt, force=settings.force)
         pinned = resolved.monitor
+        if is_external_pin(pinned):
+            monitor = ExternalMonitor.of(pinned, str(settings.policy))
+            forced = resolved.meet(monitor.identity(), force=settings.force)
+            return cls(monitor, resolved.policy, resolved.sha256, resolved.stored_map,
+                       resolved.map_source, forced)
         spec = settings.backend.monitor_spec(pinned.model, resolved.prompt, pinned.readout)
         limit = settings.max_input_tokens or pinned.max_input_tokens
         spec = replace(spec, max_input_tokens=int(limit) if limit else None,
@@ -67,6 +75,12 @@ class ServedMonitor:
         forced = resolved.meet(monitor_identity(monitor, spec.defenses), force=settings.force)
         return cls(monitor, resolved.policy, resolved.sha256, resolved.stored_map,
                    resolved.map_source, forced, spec)
+
+    @property
+    def external(self) -> bool:
+        """Whether the policy's monitor is external: each request carries its score
+        (`calimon.serve.external`)."""
+        return isinstance(self.monitor, ExternalMonitor)
 
     @property
     def backend(self):

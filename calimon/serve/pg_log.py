@@ -20,8 +20,9 @@ transaction-scoped advisory lock, so servers starting together on an empty datab
 once; a database whose version is higher than this calimon knows is refused
 (`calimon.migrations.NewerStoreError`), as a newer SQLite file is.
 
-Durability and idempotency: each `record` is one transaction (``synchronous_commit = on`` for the
-session, whatever the server's default), so a decision answered is on PostgreSQL's disk. Under
+Durability and idempotency: each `record` (and each group of `record_many`) is one transaction
+(``synchronous_commit = on`` for the session, whatever the server's default), so a decision
+answered is on PostgreSQL's disk. Under
 READ COMMITTED, an insert racing another writer's uncommitted insert of the same id waits for it
 and then does nothing; the ``SELECT`` after it reads the row that won, so two replicas scoring one
 request id answer the client with the same logged decision. One connection per log, used by one
@@ -42,7 +43,13 @@ from calimon.errors import InputError, MissingExtraError
 from calimon.migrations import NewerStoreError, Schema
 from calimon.serve import policy_log
 from calimon.serve.policy_log import PolicyChange, pg_sql
-from calimon.serve.session_log import LoggedStep, Statements, snapshot_rows, write_decision
+from calimon.serve.session_log import (
+    LoggedStep,
+    Statements,
+    StepTaken,
+    snapshot_rows,
+    write_group,
+)
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 VERSION_TABLE_SQL = ("CREATE TABLE IF NOT EXISTS calimon_schema_version (name TEXT PRIMARY "
@@ -143,7 +150,7 @@ class PostgresDecisionLog:
         self._insert = (f"INSERT INTO decisions ({', '.join(columns)}) VALUES "
                         f"({', '.join(['%s'] * len(columns))}) ON CONFLICT (request_id) DO "
                         "NOTHING")
-        self._sql = Statements("%s")
+        self._sql = Statements("%s", returning=", ".join(columns))
         self._lock = threading.Lock()
         self._conn = self._connect()
         try:
@@ -186,14 +193,31 @@ class PostgresDecisionLog:
         row = self._call(lambda c: c.execute(self._select, (request_id,)).fetchone())
         return None if row is None else self._from_row(row)
 
+    def lookup_many(self, request_ids: list[str]) -> dict[str, Any]:
+        """The entries logged under any of ``request_ids``, by id (one query)."""
+        select = self._select.replace("= %s", "= ANY(%s)")
+        rows = self._call(lambda c: c.execute(select, (list(request_ids),)).fetchall())
+        return {row[0]: self._from_row(row) for row in rows}
+
     def record(self, entry: Entry) -> Any:
         """Log ``entry`` (committed before this returns) unless its id is logged already;
         returns what the log holds under the id."""
+        [got] = self.record_many([entry])
+        if isinstance(got, StepTaken):
+            raise got
+        return got
+
+    def record_many(self, entries: list[Entry]) -> list:
+        """`record` for each of ``entries`` in one transaction, one commit (``synchronous_commit
+        = on``: on PostgreSQL's disk before this returns); a session step another request id
+        holds is `StepTaken` in its place (its savepoint rolled back), the others logged."""
         def work(conn):
             with conn.transaction():
-                return write_decision(conn, self._sql, self._insert, self._select, entry)
+                return write_group(conn, self._sql, self._insert, self._select, entries,
+                                   conn.transaction)
 
-        return self._from_row(self._call(work))
+        rows = self._call(work)
+        return [r if isinstance(r, StepTaken) else self._from_row(r) for r in rows]
 
     def steps(self, session_id: str, since: int = 0) -> list[LoggedStep]:
         """The logged steps of a session from index ``since`` on, in order."""
@@ -250,6 +274,23 @@ class PostgresDecisionLog:
         """Every change of the live policy, in order."""
         rows = self._call(lambda c: c.execute(policy_log.SELECT_CHANGES).fetchall())
         return [PolicyChange.from_row(r) for r in rows]
+
+    def durability(self) -> str:
+        """The server's settings a commit waits under: with ``synchronous_commit = on`` (set
+        for this session) and ``fsync = on`` a commit returns once its WAL is on the server's
+        disk (and on a synchronous standby's, where the server names one)."""
+        rows = self._call(lambda c: c.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', "
+            "'synchronous_commit', 'wal_sync_method', 'synchronous_standby_names')").fetchall())
+        got = dict(rows)
+        said = (f"PostgreSQL synchronous_commit={got.get('synchronous_commit')}, "
+                f"fsync={got.get('fsync')}, wal_sync_method={got.get('wal_sync_method')}")
+        if got.get("fsync") == "on" and got.get("synchronous_commit") in ("on", "remote_apply",
+                                                                          "remote_write"):
+            standby = " and a synchronous standby's" if got.get("synchronous_standby_names") \
+                else ""
+            return said + f": a commit is on the server's disk{standby} before it returns"
+        return said + ": NOT durable, a commit may be lost when PostgreSQL's machine fails"
 
     def close(self) -> None:
         """Close the connection; safe to call twice."""

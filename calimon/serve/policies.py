@@ -10,7 +10,10 @@ answer never mixes two policies. `start_policy` reads the log when a server star
 policy the log says is live, or refuses, naming the file, when that file is gone or changed.
 
 A candidate that pins the live policy's monitor shares its reading (one forward pass decides
-both); one with another monitor reads each request on its own queue.
+both); one with another monitor reads each request on its own queue. Beside an externally
+scored policy the candidate must be one too, reading the same score from each request through
+its own readout (`calimon.serve.external`). The shadow's decision is logged in the transaction
+of the live one's (`calimon.serve.decision_log.LoggedDecision.shadow_row`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from calimon.errors import InputError
 from calimon.samples import Sample
 from calimon.serve.batcher import Batcher
 from calimon.serve.errors import ApiError
+from calimon.serve.external import check_pair
 from calimon.serve.loading import ServedMonitor
 from calimon.serve.metrics import Counter
 from calimon.serve.policy_log import PolicyChange, Served, history
@@ -83,16 +87,18 @@ class Policies:
 
     def set_shadow(self, served: ServedMonitor, path: str) -> None:
         """Run ``served`` (the policy at ``path``) in shadow; its own queue unless it shares
-        the live policy's monitor."""
+        the live policy's monitor. A candidate that could not read the live policy's requests
+        is refused (`calimon.serve.external.check_pair`)."""
         if served.policy_hash == self.service.served.policy_hash:
             raise InputError("the shadow policy is the live policy (same sha256)", path=path,
                              field="shadow")
+        check_pair(self.service.served, served, path)
         self.shadow = Slot(served, self._queue_for(served), path, served.policy_hash,
                            served.policy.name)
 
     def _queue_for(self, served: ServedMonitor) -> Batcher | None:
         s = self.service
-        if served.monitor is s.served.monitor:
+        if served.monitor is s.served.monitor or served.external:
             return None
         batcher = Batcher(served.score, s.settings.batching, s.metrics, gather=served.gathers)
         self._batchers.append(batcher)
@@ -109,16 +115,19 @@ class Policies:
             await b.stop()
 
     # -- shadow ------------------------------------------------------------------------------
-    async def shadow_answer(self, sample: Sample, verdict: Verdict,
-                            audit_id: str) -> dict[str, Any] | None:
-        """The shadow policy's decision on a request the live one read as ``verdict`` (None
-        without a shadow, or when its monitor failed: counted, and the live answer goes on)."""
+    async def shadow_answer(self, sample: Sample, verdict: Verdict, audit_id: str,
+                            score: float | None = None) -> dict[str, Any] | None:
+        """The shadow policy's decision on a request the live one read as ``verdict`` (an
+        external shadow reads the request's ``score`` through its own readout); None without
+        a shadow, or when its monitor failed: counted, and the live answer goes on."""
         slot = self.shadow
         if slot is None:
             return None
         live = self.service.served
         try:
-            if slot.batcher is not None:
+            if slot.served.external:
+                verdict = slot.served.monitor.reading(score, sample.transcript_hash)
+            elif slot.batcher is not None:
                 verdict = await slot.batcher.score(sample)
                 if verdict.status == "error":
                     raise RuntimeError("the shadow monitor failed on this transcript")
@@ -130,15 +139,6 @@ class Policies:
         except Exception:  # noqa: BLE001 - the shadow never fails a live answer
             self.service.metrics.errors.inc("shadow")
             return None
-
-    async def log_shadow(self, request_id: str, answer: dict[str, Any]) -> None:
-        """Log a shadow decision; a log that cannot take it is counted, the answer stands."""
-        try:
-            await asyncio.to_thread(self.service.log.record_shadow, request_id, answer)
-        except Exception:  # noqa: BLE001 - the live answer is logged already
-            self.service.metrics.errors.inc("shadow_log")
-            return
-        self.shadow_decisions.inc(answer["decision"])
 
     # -- changes -----------------------------------------------------------------------------
     async def record(self, kind: str, slot: Slot, by: str, detail: dict[str, Any]
@@ -193,6 +193,7 @@ class Policies:
         try:
             check_file(Served(slot.path, slot.sha256, slot.name), "the policy to roll back to")
             served = self.loader(slot.path, self.service.served)
+            check_pair(self.service.served, served, slot.path)
         except InputError as exc:
             raise ApiError(409, "not_loadable", str(exc), "policy") from None
         return Slot(served, None, slot.path, slot.sha256, slot.name)

@@ -20,16 +20,11 @@ def startup_lines(service) -> list[str]:
     from calimon.serve.pg_log import redact
 
     served, s = service.served, service.settings
-    key = served.monitor.key
     lines = [f"policy {served.policy.name!r} (sha256 {served.policy_hash[:12]}), "
              f"{served.policy.score} through {served.map_path or 'no map'}",
-             f"monitor {key.model} (revision {key.model_revision}), prompt {key.prompt}, "
-             f"readout {key.readout}; "
-             + ("requests gathered into shared forward passes" if served.gathers else
-                "requests passed through to the backend")
-             + ("; sessions extend a cached KV" if service.kv else
-                "; sessions extend the probe's states" if service.probe_kv else ""),
-             f"decision log {redact(s.log)}",
+             monitor_line(service),
+             f"decision log {redact(s.log)} ({log_durability(service.log)}; decisions "
+             "committed in groups, each before it is answered)",
              auth_line(service)]
     if getattr(service, "review", None) is not None:
         rv = service.review
@@ -39,6 +34,32 @@ def startup_lines(service) -> list[str]:
     lines += policy_lines(service.policies)
     lines += [f"WARNING: applied with --force: {m}" for m in served.forced]
     return lines
+
+
+def monitor_line(service) -> str:
+    """What scores the requests: the monitor the server runs, or an external one's score."""
+    from calimon.serve.external import FIELD
+
+    served = service.served
+    key = served.monitor.key
+    if served.external:
+        return (f"monitor external: {key.readout}, its score read from each request's "
+                f"{FIELD!r} (no model loaded)")
+    return (f"monitor {key.model} (revision {key.model_revision}), prompt {key.prompt}, "
+            f"readout {key.readout}; "
+            + ("requests gathered into shared forward passes" if served.gathers else
+               "requests passed through to the backend")
+            + ("; sessions extend a cached KV" if service.kv else
+               "; sessions extend the probe's states" if service.probe_kv else ""))
+
+
+def log_durability(log) -> str:
+    """What a commit of the decision log waits for (`durability` of the log), or why that is
+    unknown."""
+    try:
+        return log.durability()
+    except Exception as exc:  # noqa: BLE001 - a line of the startup output, never fatal
+        return f"durability not read: {type(exc).__name__}"
 
 
 def policy_lines(pol) -> list[str]:
@@ -195,10 +216,13 @@ def _policies(service, settings: ServeSettings, start) -> None:
     pol.loader = lambda path, reuse: ServedMonitor.load(_policy_settings(settings, path), reuse)
     pol.started_by = change
     if settings.shadow is not None:
+        from calimon.serve.external import check_pair
+
         candidate = pol.loader(str(settings.shadow), service.served)
         if candidate.policy_hash == service.served.policy_hash:
             pol.note = f"--shadow {settings.shadow} is the live policy: no shadow"
             return
+        check_pair(service.served, candidate, str(settings.shadow))  # before any model loads
         if candidate.monitor is not service.served.monitor:
             candidate.warm()
         pol.set_shadow(candidate, str(settings.shadow))

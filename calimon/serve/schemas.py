@@ -10,6 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 MAX_STEP = 2**31 - 1  # the decision log's step column is a 32-bit INTEGER in PostgreSQL
 Decision = Literal["pass", "review", "block"]
+ExternalScore = Field(None, strict=True, description="The monitor's score, in its own units, "
+                      "for a policy whose monitor is external (a score:NAME readout; "
+                      "docs/serve.md, 'Externally scored policies'): a JSON number, required "
+                      "there and refused (422) for a policy whose monitor the server runs. A "
+                      "session step's is the score of the trajectory so far.")
 RequestId = Field(None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@/+=-]+$",
                   description="The client's id of this request: a retry with the same id is "
                               "answered from the decision log, never scored twice.")
@@ -68,7 +73,8 @@ class Message(BaseModel):
 class ScoreRequest(BaseModel):
     """One transcript: ``request`` and ``response`` text, or chat ``messages`` (the task is
     the text of the messages before the first assistant message, the response everything from
-    it on, rendered as `calimon.data.trajectory` does)."""
+    it on, rendered as `calimon.data.trajectory` does). ``score``: an external monitor's score
+    (externally scored policies only)."""
 
     model_config = ConfigDict(extra="forbid")
     request_id: str | None = RequestId
@@ -78,6 +84,7 @@ class ScoreRequest(BaseModel):
     request: str | None = None
     response: str | None = None
     messages: list[Message] | None = None
+    score: float | None = ExternalScore
 
 
 class StepRequest(BaseModel):
@@ -93,6 +100,7 @@ class StepRequest(BaseModel):
     step: StrictInt | None = Field(None, ge=0, le=MAX_STEP)
     request: str | None = None
     messages: list[Message] = Field(min_length=1)
+    score: float | None = ExternalScore
 
 
 class EvidenceSpan(BaseModel):

@@ -25,8 +25,10 @@ from calimon.serve.batcher import Batcher, QueueFull
 from calimon.serve.decision_log import DecisionLog, LoggedDecision
 from calimon.serve.deployment_metrics import SharedMetrics
 from calimon.serve.errors import ApiError
+from calimon.serve.external import FIELD, check_score
 from calimon.serve.kv import HeadCache
 from calimon.serve.loading import ServedMonitor
+from calimon.serve.log_writer import GroupReader, GroupWriter
 from calimon.serve.messages import text_fields, transcript
 from calimon.serve.metrics import Metrics
 from calimon.serve.policies import Policies
@@ -39,8 +41,10 @@ from calimon.verdict import Verdict
 
 
 def body_hash(payload: dict[str, Any]) -> str:
-    """sha256 of a request body's canonical JSON (its request id left out)."""
-    data = {k: v for k, v in payload.items() if k != "request_id"}
+    """sha256 of a request body's canonical JSON (its request id left out, and an external
+    score when none was sent, so a body hashes as it did before requests could carry one)."""
+    data = {k: v for k, v in payload.items()
+            if k != "request_id" and not (k == FIELD and v is None)}
     return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False)
                           .encode()).hexdigest()
 
@@ -160,6 +164,10 @@ class Service:
         self.heads = HeadCache()  # the template head's KV, which every new session starts from
         self.prefixes = PrefixPool(settings.prefix_pool_mib)  # ended sessions' caches
         self._inflight: dict[str, tuple[str, asyncio.Future]] = {}
+        self.writer = GroupWriter(log)  # decisions committed in groups, each before its answer
+        self.reader = GroupReader(log)  # request ids looked up in groups
+        self.groups = [self.writer, self.reader]  # started and stopped with the service
+        self.metrics.extra.append(self.writer.groups)
         self.replica = f"{socket.gethostname()}-{os.getpid()}"  # its name in a deployment
         self.shared: SharedMetrics | None = None
         self.policies = Policies(self, str(path or settings.policy))
@@ -168,6 +176,8 @@ class Service:
         """Start the queues' consumers (on the server's event loop) and, in a named deployment,
         the writes of its metrics to the log."""
         await self.batcher.start()
+        for group in self.groups:
+            await group.start()
         await self.policies.start()
         if self.settings.deployment:
             self.shared = SharedMetrics(self.metrics, self.log, self.settings.deployment,
@@ -178,6 +188,8 @@ class Service:
         """Stop the queues and close the log."""
         await self.batcher.stop()
         await self.policies.stop()
+        for group in self.groups:
+            await group.stop()
         if self.shared is not None:
             await self.shared.stop()
         self.log.close()
@@ -203,7 +215,7 @@ class Service:
         if request_id is None:
             return await produce(f"srv-{uuid.uuid4().hex}"), False
         try:
-            logged = await asyncio.to_thread(self.log.lookup, request_id)
+            logged = await self.reader.lookup(request_id)
         except Exception as exc:  # noqa: BLE001 - a log that cannot be read answers nothing
             self.metrics.errors.inc("log")
             raise ApiError(503, "log_unavailable", f"the decision log could not be read "
@@ -242,19 +254,34 @@ class Service:
         """Answer a `/v1/score` body (module docstring); ``received``: its arrival
         (``time.perf_counter``)."""
         request, response = score_transcript(req, self.limits)
+        served, batcher = self.served, self.batcher  # a promotion meanwhile changes neither
+        check_score(served, req.score)
         digest = body_hash(req.model_dump(mode="json"))
 
         async def produce(rid: str) -> dict:
             sample = sample_of(request, response, req.id)
-            served, batcher = self.served, self.batcher  # a promotion meanwhile changes neither
-            verdict = await self.reading(sample, batcher)
+            verdict = await self.read(served, sample, batcher, req.score)
             audit_id = req.id or sample.transcript_hash
             answer = self.answer(rid, verdict, response, audit_id, received, served)
-            shadow = await self.policies.shadow_answer(sample, verdict, audit_id)
+            shadow = await self.policies.shadow_answer(sample, verdict, audit_id, req.score)
             return await self.commit(LoggedDecision(rid, "score", digest, answer),
                                      (request, response, audit_id, req.messages), shadow)
 
         return await self.once(req.request_id, digest, produce)
+
+    async def read(self, served: ServedMonitor, sample: Sample, batcher: Batcher | None,
+                   score: float | None) -> Verdict:
+        """The reading of ``sample`` under ``served``: the score sent with the request, read
+        through an external policy's readout (`calimon.serve.external`), or the monitor's
+        (`reading`). An external score waits for no model, only for the log: past
+        ``--max-queue`` decisions waiting for a commit, 429."""
+        if not served.external:
+            return await self.reading(sample, batcher)
+        if self.writer.waiting() >= self.settings.batching.max_queue:
+            self.metrics.rejected.inc()
+            raise ApiError(429, "queue_full", "too many decisions waiting for the decision "
+                           "log; retry later", headers={"Retry-After": "1"})
+        return served.monitor.reading(score, sample.transcript_hash)
 
     async def reading(self, sample: Sample, batcher: Batcher | None = None) -> Verdict:
         """The monitor's reading through the queue (``batcher``, default the live policy's);
@@ -286,7 +313,8 @@ class Service:
             self.metrics.truncations.inc()
         return {"request_id": rid, "status": verdict.status,
                 **served.decide(verdict, audit_id),
-                "evidence": evidence(verdict, response, served.monitor),
+                "evidence": [] if served.external else evidence(verdict, response,
+                                                                 served.monitor),
                 "truncation": verdict.truncation,
                 "tokens": verdict.tokens, "model": key.model,
                 "model_revision": key.model_revision, "readout": key.readout,
@@ -302,8 +330,10 @@ class Service:
         never answered)."""
         if seen is not None and self.observer is not None:
             await self.observer(self, entry, *seen)
+        if shadow is not None:
+            entry = self._with_shadow(entry, shadow)
         try:
-            stored = await asyncio.to_thread(self.log.record, entry)
+            stored = await self.writer.record(entry)
         except StepTaken:  # another server logged this step first: the caller follows the log
             raise
         except Exception as exc:  # noqa: BLE001 - nothing unlogged is answered
@@ -315,9 +345,22 @@ class Service:
             raise ApiError(409, "request_id_reused", f"request id {entry.request_id!r} was "
                            "used for another request", "request_id")
         self.metrics.decisions.inc(stored.response["decision"])
-        if shadow is not None:
-            await self.policies.log_shadow(entry.request_id, shadow)
+        if entry.shadow_row is not None:
+            self.policies.shadow_decisions.inc(shadow["decision"])
         return stored.response
+
+    def _with_shadow(self, entry: LoggedDecision, shadow: dict) -> LoggedDecision:
+        """``entry`` carrying the shadow decision's row, logged in its transaction; a shadow
+        decision that cannot be logged is counted and left out, and the live answer stands."""
+        from dataclasses import replace
+
+        from calimon.serve.policy_log import shadow_values
+
+        try:
+            return replace(entry, shadow_row=shadow_values(entry.request_id, shadow))
+        except Exception:  # noqa: BLE001 - the shadow never fails a live answer
+            self.metrics.errors.inc("shadow_log")
+            return entry
 
 
 def _model_supports_kv(backend) -> bool:

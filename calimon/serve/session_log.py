@@ -14,15 +14,20 @@ Two tables beside ``decisions``, created by the decision log's numbered migratio
   gauges (`calimon.serve.metrics.Metrics.snapshot`) as JSON, and when they were written.
 
 `Statements` holds the SQL of both, with the placeholder of each driver (``?`` for sqlite3,
-``%s`` for psycopg); `write_decision` is the one write of a decision (and its step), run by both
-logs inside their transaction.
+``%s`` for psycopg); `write_decision` is the one write of a decision (and its step, and the
+shadow policy's decision on the same request), run by both logs inside their transaction, and
+`write_group` writes the decisions of one group commit (`calimon.serve.log_writer`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
 from typing import Any
+
+from calimon.serve.policy_log import INSERT_SHADOW
 
 STEPS_SQL = """
 CREATE TABLE IF NOT EXISTS session_steps (
@@ -84,10 +89,13 @@ def step_body(request: str | None, messages: list[dict[str, Any]]) -> dict[str, 
 
 
 class Statements:
-    """The SQL of the two tables with one driver's placeholder ``mark``."""
+    """The SQL of the two tables with one driver's placeholder ``mark``. ``returning``: the
+    decision columns an insert returns (``INSERT ... RETURNING``, PostgreSQL's log: a new
+    decision is written and read in one round trip); None reads it back with a select."""
 
-    def __init__(self, mark: str):
+    def __init__(self, mark: str, returning: str | None = None):
         m = mark
+        self.returning = returning
         self.insert_step = (f"INSERT INTO session_steps (session_id, step, request_id, body) "
                             f"VALUES ({m}, {m}, {m}, {m}) ON CONFLICT (session_id, step) DO "
                             "NOTHING")
@@ -101,21 +109,49 @@ class Statements:
                      "SET updated_at = EXCLUDED.updated_at, snapshot = EXCLUDED.snapshot")
         self.pull = (f"SELECT replica, updated_at, snapshot FROM replica_metrics WHERE "
                      f"deployment = {m} ORDER BY replica")
+        self.insert_shadow = INSERT_SHADOW.replace("?", m)
 
 
 def write_decision(conn, sql: Statements, insert: str, select: str, entry) -> tuple:
     """Inside the caller's transaction: insert ``entry``'s decision row (``insert``: ``ON
-    CONFLICT (request_id) DO NOTHING``) and, when it is new and a session's step, the step's
-    row; return the decision row the log holds under the id (``select``). Raises `StepTaken`
-    (the caller rolls back) when another request id holds the step."""
-    new = conn.execute(insert, entry.row()).rowcount == 1
+    CONFLICT (request_id) DO NOTHING``) and, when it is new, a session step's row and the shadow
+    policy's decision (``entry.shadow_row``); return the decision row the log holds under the
+    id (``select``). Raises `StepTaken` (the caller rolls back) when another request id holds
+    the step."""
+    row = None
+    if sql.returning:
+        row = conn.execute(f"{insert} RETURNING {sql.returning}", entry.row()).fetchone()
+        new = row is not None
+    else:
+        new = conn.execute(insert, entry.row()).rowcount == 1
     if new and entry.body is not None:
         values = (entry.session_id, entry.step, entry.request_id,
                   json.dumps(entry.body, sort_keys=True, ensure_ascii=False, allow_nan=False))
         if conn.execute(sql.insert_step, values).rowcount != 1:
             owner = conn.execute(sql.step_owner, (entry.session_id, entry.step)).fetchone()
             raise StepTaken(entry.session_id, entry.step, owner[0] if owner else "?")
-    return conn.execute(select, (entry.request_id,)).fetchone()
+    if new and getattr(entry, "shadow_row", None) is not None:
+        conn.execute(sql.insert_shadow, entry.shadow_row)
+    return row if row is not None else conn.execute(select, (entry.request_id,)).fetchone()
+
+
+def write_group(conn, sql: Statements, insert: str, select: str, entries: list,
+                savepoint: Callable[[], ContextManager]) -> list:
+    """Inside the caller's transaction (one commit for all): `write_decision` for each of
+    ``entries``, in order; a session step's in a savepoint (``savepoint()``), so that a step
+    another request id holds (`StepTaken`, put in that entry's place) rolls back that entry
+    alone. Any other error stops the group (the caller rolls the transaction back)."""
+    out: list = []
+    for entry in entries:
+        if entry.body is None:
+            out.append(write_decision(conn, sql, insert, select, entry))
+            continue
+        try:
+            with savepoint():
+                out.append(write_decision(conn, sql, insert, select, entry))
+        except StepTaken as exc:
+            out.append(exc)
+    return out
 
 
 def snapshot_rows(rows: list[tuple]) -> list[tuple[str, float, dict]]:

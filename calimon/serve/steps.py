@@ -7,6 +7,9 @@ tokens and the question after them; with a probe head or bundle, its new tokens 
 probe's layer (`calimon.serve.probe_steps`); the reading equals the whole trajectory's
 (`/v1/score`) up to float rounding. Otherwise, or when the prompt is over the model's input limit
 (it is cut head_tail and the cut recorded), the whole prompt is scored (``kv.mode`` ``full``).
+For an externally scored policy each step carries the score of the trajectory so far
+(`calimon.serve.external`); its messages are kept as any step's are (``kv.mode`` ``full``,
+no tokens).
 
 Steps of one session run one at a time, in arrival order; the ``step`` field, when sent, must
 be the session's next index (409 otherwise). The decision log keeps every step's messages with
@@ -30,6 +33,7 @@ from calimon.numerics.readouts import answer_token_ids, read_distribution
 from calimon.samples import Sample
 from calimon.serve.decision_log import LoggedDecision
 from calimon.serve.errors import ApiError
+from calimon.serve.external import check_score
 from calimon.serve.kv import extend, full_use
 from calimon.serve.messages import transcript
 from calimon.serve.probe_steps import probe_step
@@ -87,6 +91,7 @@ async def _read_steps(service: Service, session_id: str, since: int) -> list:
 async def step(service: Service, session_id: str, req: StepRequest, received: float
                ) -> tuple[dict, bool]:
     """Answer one step (module docstring): ``(answer, replayed)``."""
+    check_score(service.served, req.score)
     digest = body_hash({"session_id": session_id, **req.model_dump(mode="json")})
 
     async def produce(rid: str) -> dict:
@@ -138,12 +143,17 @@ async def _locked_step(service: Service, session: Session, req: StepRequest, rid
     check_total(request, response, service.limits, "messages")
     check_not_empty(request, response, "messages")
     sample = sample_of(request, response)
-    verdict, kv = await _reading(service, session, sample)
+    served = service.served
+    if served.external:  # the score of the trajectory so far came with the step
+        verdict = await service.read(served, sample, None, req.score)
+        kv = full_use(service, 0)
+    else:
+        verdict, kv = await _reading(service, session, sample)
     index = session.steps
     audit_id = f"{session.id}#{index}"
-    answer = service.answer(rid, verdict, response, audit_id, received)
+    answer = service.answer(rid, verdict, response, audit_id, received, served)
     answer.update(session_id=session.id, step=index, kv=kv)
-    shadow = await service.policies.shadow_answer(sample, verdict, audit_id)
+    shadow = await service.policies.shadow_answer(sample, verdict, audit_id, req.score)
     body = step_body(req.request, [m.model_dump(mode="json", exclude_unset=True)
                                    for m in req.messages])
     logged = await service.commit(LoggedDecision(rid, "step", digest, answer,
