@@ -111,6 +111,18 @@ def test_installed_from_a_wheel_new_heads_go_to_the_user_folder(places, monkeypa
     assert heads_dir() == places / "xdg" / "calimon" / "heads"
     monkeypatch.setenv("CALIMON_HEADS_DIR", str(places / "h"))
     assert heads_dir() == places / "h"
+    # amb-open's source files: the flag, the variable or ../shared/sources of the working folder
+    # (never beside the installed package)
+    from calimon.data.paths import sources_dir
+    from calimon.errors import DataSourceError
+
+    monkeypatch.delenv("CALIMON_SOURCES", raising=False)
+    (places / "work").mkdir()
+    monkeypatch.chdir(places / "work")
+    with pytest.raises(DataSourceError, match="no source directory"):
+        sources_dir()
+    (places / "shared" / "sources").mkdir(parents=True)
+    assert sources_dir() == (places / "shared" / "sources").resolve()
 
 
 def test_the_version_is_the_installed_packages(monkeypatch):
