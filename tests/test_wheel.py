@@ -212,7 +212,10 @@ def _post(args: list[str], server: subprocess.Popen) -> dict:
             time.sleep(1)
     req = urllib.request.Request(url, data=body, headers={"content-type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())
+        answer = json.loads(r.read())
+    with urllib.request.urlopen(url.split("/v1/")[0] + "/openapi.json", timeout=30) as r:
+        answer["openapi_version"] = json.loads(r.read())["info"]["version"]
+    return answer
 
 
 def test_the_readme_quickstart_runs_from_the_wheel_outside_any_checkout(quickstart, user):
@@ -228,6 +231,7 @@ def test_the_readme_quickstart_runs_from_the_wheel_outside_any_checkout(quicksta
     answer = quickstart["answer"]
     assert answer["status"] == "ok" and answer["decision"] in ("pass", "review", "block")
     assert math.isfinite(answer["p_raw"]) and answer["readout"] == "probe:amb-open-monitor"
+    assert answer["openapi_version"] == VERSION  # the service's version: the package's
     assert "listening on" in quickstart["served"]
     assert not (user["work"] / "configs").exists() and not (user["work"] / "heads").exists()
 
