@@ -159,6 +159,10 @@ def quickstart(user, tmp_path_factory):
     the server's port is a free one. Returns what each line printed and the served answer."""
     install = [shlex.split(ln, comments=True) for ln in readme_block("## Install")]
     assert install[0][:2] == ["pip", "install"] and install[0][2].startswith("calimon")
+    # the extras the README installs are the ones the venv has (the default lock's)
+    said = re.fullmatch(r"calimon(?:\[([a-z,-]+)\])?", install[0][2]).group(1) or ""
+    locked = re.search(r"\.\[([a-z,-]+)\]", (ROOT / "requirements/default.in").read_text())
+    assert set(filter(None, said.split(","))) <= set(locked.group(1).split(","))
     audit, data = tmp_path_factory.mktemp("audit"), user["package"] / "shipped"
     env = audited(user["env"], audit, data)
     work, outputs, answer, server = user["work"], {}, None, None
