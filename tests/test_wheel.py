@@ -46,6 +46,7 @@ from wheel_env import (
     user_env,
     wheel_files,
 )
+from wheel_scripts import EXTRAS, INSPECT, LOOKUPS
 
 pytestmark = pytest.mark.package
 
@@ -299,54 +300,6 @@ def _scores(path: Path) -> dict[tuple[str, str], tuple[float | None, float | Non
     return {(r["id"], r["split"]): (num(r["p_raw"]), num(r["p_cal"])) for r in rows}
 
 
-LOOKUPS = r'''
-import json, os, sys
-from pathlib import Path
-from calimon import resources
-from calimon.config import config_names, named_config_path
-from calimon.data.amb_open import SOURCE_TABLE
-from calimon.data.amb_open.frames import SOURCE_TABLE as FRAMES_TABLE
-from calimon.errors import CalimonError
-from calimon.scoring.probes.artifacts import find_head_card, heads_dir
-from calimon.scoring.probes.bundle import find_bundle
-
-shipped = resources.SHIPPED
-ref = lambda model: type("Ref", (), {"name": model})()
-def lookups():
-    out = {}
-    for p in sorted((shipped / "configs").glob("*/*.yaml")):
-        out[f"configs/{p.parent.name}/{p.name}"] = str(named_config_path(p.parent.name, p.stem))
-    for p in sorted((shipped / "heads").glob("*/*.card.yaml")):
-        name = p.name.removesuffix(".card.yaml")
-        out[f"heads/{p.parent.name}/{p.name}"] = str(find_head_card(name, ref(p.parent.name), None))
-    for p in sorted((shipped / "heads").glob("*/*.bundle.yaml")):
-        name = p.name.removesuffix(".bundle.yaml")
-        out[f"heads/{p.parent.name}/{p.name}"] = str(find_bundle(name, p.parent.name))
-    return out
-def error(call):
-    try:
-        call()
-    except CalimonError as exc:
-        return str(exc)
-result = {"shipped": str(shipped), "checkout": resources.checkout_root(),
-          "files": sorted(p.relative_to(shipped).as_posix() for p in shipped.rglob("*")
-                          if p.is_file()),
-          "package": lookups(), "sources": [str(SOURCE_TABLE), str(FRAMES_TABLE)],
-          "write": str(heads_dir()),
-          "no_model": error(lambda: named_config_path("models", "nope")),
-          "no_head": error(lambda: find_head_card("nope", ref("smollm2-135m"), None))}
-mine = Path(sys.argv[1])
-os.environ["CALIMON_CONFIGS"], os.environ["CALIMON_HEADS_DIR"] = str(mine / "c"), str(mine / "h")
-result["told"] = {"model": str(named_config_path("models", "smollm2-135m")),
-                  "prompt": str(named_config_path("prompts", "direct")),
-                  "head": str(find_head_card("amb-open-seq", ref("smollm2-135m"), None)),
-                  "user-model": str(named_config_path("models", "my-model")),
-                  "listed": "my-model" in config_names("models"), "write": str(heads_dir()),
-                  "no_model": error(lambda: named_config_path("models", "nope"))}
-print(json.dumps(result))
-'''
-
-
 def test_every_lookup_resolves_inside_the_package_unless_told_otherwise(user, tmp_path):
     """Every shipped config and head, looked up by name from the installed wheel, resolves in
     the package; a folder named by $CALIMON_CONFIGS / $CALIMON_HEADS_DIR comes first, then the
@@ -387,33 +340,6 @@ def test_every_lookup_resolves_inside_the_package_unless_told_otherwise(user, tm
     assert f"{mine / 'c' / 'models'} ($CALIMON_CONFIGS)" in told["no_model"]
 
 
-EXTRAS = r'''
-import importlib, json, sys
-for name in filter(None, sys.argv[1].split(",")):
-    sys.modules[name] = None  # as if the extra were not installed
-from typer.testing import CliRunner
-from calimon.cli import app
-from calimon.errors import MissingExtraError
-result = {}
-for spec in sys.argv[2:]:
-    extra, how, *args = json.loads(spec)
-    if how == "cli":
-        r = CliRunner().invoke(app, args)
-        result[extra] = [r.exit_code, [ln for ln in r.output.splitlines() if ln.strip()][-1:],
-                         type(r.exception).__name__]
-        continue
-    try:
-        if how == "import":
-            importlib.import_module(args[0])
-        else:
-            from calimon.studies.heads.lora import load_lora_verdict
-            load_lora_verdict(None, args[0])
-    except MissingExtraError as exc:
-        result[extra] = [exc.exit_code, [f"calimon: error: {exc}"], "SystemExit"]
-print(json.dumps(result))
-'''
-
-
 def test_each_missing_extra_is_one_line_naming_its_pip_install(user, quickstart, tmp_path):
     """From the wheel's venv (the default lock: serve, postgres and inspect are there, and are
     hidden from the import system for their check; the others are absent)."""
@@ -443,20 +369,6 @@ def test_each_missing_extra_is_one_line_naming_its_pip_install(user, quickstart,
         assert code == 4 and exc == "SystemExit" and len(lines) == 1, (extra, code, lines, exc)
         assert lines[0].startswith("calimon: error:"), (extra, lines)
         assert re.search(rf"pip install '?calimon\[[a-z,-]*\b{extra}\b", lines[0]), (extra, lines)
-
-
-INSPECT = r'''
-import sys
-import calimon
-from inspect_ai._util.registry import registry_info, registry_lookup
-from inspect_ai.approval import read_approval_policies
-first, second = read_approval_policies(sys.argv[1])
-print(calimon.__file__)
-print(registry_info(first.approver).name, registry_info(second.approver).name)
-import inspect_scout
-print(registry_lookup("scorer", "calimon/monitor_scorer") is not None,
-      registry_lookup("scanner", "calimon/monitor_scanner") is not None)
-'''
 
 
 def test_inspect_finds_calimons_scorer_approver_and_scanner_from_the_wheel(
