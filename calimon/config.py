@@ -1,11 +1,11 @@
 """YAML configs loaded into pydantic models (extra fields forbidden, versioned).
 
-Configs live in the top-level `configs/` folder of the checkout, or in $CALIMON_CONFIGS.
+Configs are looked up by name in $CALIMON_CONFIGS, then the user folder's ``configs/``, then the
+installed package's (`calimon.resources`: a wheel's copy, or ``configs/`` of the checkout).
 """
 
 from __future__ import annotations
 
-import os
 import reprlib
 from pathlib import Path
 from typing import TypeVar
@@ -14,25 +14,29 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from calimon.errors import ConfigError
+from calimon.resources import CONFIGS_ENV, config_roots, package_folder, searched
 
-CONFIGS_ENV = "CALIMON_CONFIGS"
 M = TypeVar("M", bound=BaseModel)
+__all__ = ["CONFIGS_ENV", "config_names", "configs_root", "load_yaml_model", "named_config_path"]
 
 
 def configs_root() -> Path:
-    """The configs folder: $CALIMON_CONFIGS if set, else ``configs/`` of the checkout."""
-    if os.environ.get(CONFIGS_ENV):
-        return Path(os.environ[CONFIGS_ENV])
-    return Path(__file__).resolve().parents[1] / "configs"
+    """The installed package's configs folder (a wheel's ``calimon/shipped/configs``, or
+    ``configs/`` of the checkout); lookups by name search `config_roots` instead."""
+    return package_folder("configs")
 
 
 def config_names(kind: str, *, hidden: bool = True) -> list[str]:
-    """Names (file stems) of the YAML configs in ``configs/<kind>/``, sorted; [] if no such
-    folder. ``hidden=False`` leaves out the configs marked ``hidden: true`` (test-only ones,
-    such as the tiny-qwen3 model: usable by name, never listed or suggested to a user)."""
-    folder = configs_root() / kind
-    paths = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
-    return [p.stem for p in paths if hidden or not _marked_hidden(p)]
+    """Names (file stems) of the YAML configs in ``<root>/<kind>/`` of every configs root,
+    sorted; [] if there are none. ``hidden=False`` leaves out the configs marked ``hidden: true``
+    (test-only ones, such as the tiny-qwen3 model: usable by name, never listed or suggested to
+    a user); of two files with one name, the one found first decides."""
+    found: dict[str, Path] = {}
+    for _, root in config_roots():
+        folder = root / kind
+        for p in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+            found.setdefault(p.stem, p)
+    return sorted(n for n, p in found.items() if hidden or not _marked_hidden(p))
 
 
 def _marked_hidden(path: Path) -> bool:
@@ -45,22 +49,35 @@ def _marked_hidden(path: Path) -> bool:
     return isinstance(doc, dict) and doc.get("hidden") is True
 
 
-def named_config_path(kind: str, name: str) -> Path:
-    """configs/<kind>/<name>.yaml; a name that would leave the folder is refused."""
+def find_config(kind: str, name: str) -> Path | None:
+    """``<root>/<kind>/<name>.yaml`` of the first configs root that has it, or None; a name
+    that would leave the folder, or a link that does, is refused."""
     if not name or "/" in name or "\\" in name or name.startswith("."):
         raise ConfigError(f"invalid {kind} config name {name!r}", field=kind)
-    path = configs_root() / kind / f"{name}.yaml"
-    folder = (configs_root() / kind).resolve()
-    if path.is_file() and not path.resolve().is_relative_to(folder):
-        raise ConfigError(f"{kind} config {name!r} is a link that leaves {folder}", field=kind)
-    if not path.is_file():
+    for _, root in config_roots():
+        path = root / kind / f"{name}.yaml"
+        if path.is_file():
+            folder = (root / kind).resolve()
+            if not path.resolve().is_relative_to(folder):
+                raise ConfigError(f"{kind} config {name!r} is a link that leaves {folder}",
+                                  field=kind)
+            return path
+    return None
+
+
+def named_config_path(kind: str, name: str) -> Path:
+    """``<kind>/<name>.yaml`` of the first configs root that has it; ConfigError naming the
+    known names and the folders searched when none has."""
+    path = find_config(kind, name)
+    if path is None:
         import difflib
 
         known = config_names(kind, hidden=False)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
-        raise ConfigError(f"unknown {kind.removesuffix('s')} {name!r}{hint}; known: {known}",
-                          field=kind)
+        folders = [(what, root / kind) for what, root in config_roots()]
+        raise ConfigError(f"unknown {kind.removesuffix('s')} {name!r}{hint}; known: {known}; "
+                          f"{searched(folders, CONFIGS_ENV)}", field=kind)
     return path
 
 

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from calimon.config import config_names, configs_root, load_yaml_model
+from calimon.config import find_config, load_yaml_model
 from calimon.errors import ConfigError, InputError
 
 DECODINGS = ("free", "json")
@@ -88,9 +88,12 @@ def check_decoding(decoding: str, readout: str) -> None:
 def answer_schema(prompt_name: str) -> dict:
     """The JSON schema of ``prompt_name``'s binary answer (`MINIMAL_SCHEMA` when
     ``configs/schemas/`` has none for it)."""
-    if prompt_name not in config_names("schemas"):
+    try:
+        path = find_config("schemas", prompt_name)
+    except ConfigError:  # not a config name (or a link that leaves the folder): none is read
+        path = None
+    if path is None:
         return dict(MINIMAL_SCHEMA)
-    path = configs_root() / "schemas" / f"{prompt_name}.yaml"
     return load_yaml_model(path, AnswerSchema).answer
 
 

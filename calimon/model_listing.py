@@ -28,6 +28,8 @@ def list_models(*, hidden: bool = False) -> list[dict[str, str]]:
         elif cfg.source.kind in ("wheel-gguf", "built"):
             converted = (calimon_home() / "models" / name / "calimon-conversion.json").is_file()
             installed = importlib.util.find_spec(cfg.source.package or "") is not None
+            # a wheel's model resolves only while its package is installed, converted or not
+            converted = converted and (installed or cfg.source.kind == "built")
             status = "ready" if converted else ("available" if installed else "missing")
             verb = "built" if cfg.source.kind == "built" else "converted"
             detail = (f"{verb} cache" if converted else

@@ -48,7 +48,7 @@ def heads_train(
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the calib/test figures on the card.")] = False,
     augment: Annotated[list[str] | None, typer.Option(help="Add rewritten copies of the train transcripts (both classes) with text of this kind added (end, start, paragraph or top-level code comment): neutral, note, verdict, instruction, role or all; repeatable. Recorded on the card.")] = None,
     augment_copies: Annotated[int, typer.Option(help="Rewritten copies per train transcript with --augment.")] = 1,
-    out: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Heads folder to write to (default: $CALIMON_HEADS_DIR, else heads/ of a source checkout, else the user folder's heads/; docs/install.md).")] = None,
     from_review: Annotated[str | None, typer.Option(help="Reviewed labels to train on with the train split: a review export file (calimon review-export) or a running server's URL (its export is saved as heads/<model>/<name>.reviews.jsonl; key in $CALIMON_API_KEY). Split by pair and time: the latest --review-eval-share of the pairs are held out and scored on the card; every label that trained the head is recorded on it.")] = None,
     review_weight: Annotated[float, typer.Option(help="With --from-review: the reviewed training labels of each class together weigh this many times the original train rows of that class.")] = 1.0,
     review_eval_share: Annotated[float, typer.Option(help="With --from-review: share of the reviewed pairs (the latest by time) held out for evaluation.")] = 0.3,
@@ -98,7 +98,7 @@ def _reviews(source: str | None, model: str, name: str, root: Path | None, sampl
 @cli_errors
 def heads_list(
     model: Annotated[str | None, typer.Option(help="Only heads of this model.")] = None,
-    root: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
+    root: Annotated[Path | None, typer.Option(help="Heads folder to list (default: every folder of the lookup order, docs/install.md).")] = None,
     as_json: JsonOpt = False,
 ):
     """Trained heads with their layer, pooling and metrics."""
@@ -140,7 +140,7 @@ def heads_bundle(
     calibration_map: Annotated[Path | None, typer.Option(help="A map file of a curve run (runs/NAME/calibration/<method>.json), copied next to the heads.")] = None,
     metrics_from: Annotated[Path | None, typer.Option(help="The curve.json of a run of the sequence head whose figures the card records.")] = None,
     model: ModelOpt = DEFAULT_MODEL,
-    root: Annotated[Path | None, typer.Option(help="Heads folder (default: heads/ of the checkout).")] = None,
+    root: Annotated[Path | None, typer.Option(help="Heads folder the heads are in and the bundle goes to (default: as heads train --out).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Bind a --calibration-map or --metrics-from made for another model, revision, prompt, readout or defense than the sequence head anyway (what differed is recorded on the card).")] = False,
 ):
     """Bind saved heads and a calibration map into one shipped monitor (a bundle card). The map

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from calimon.config import configs_root, load_yaml_model
+from calimon.config import load_yaml_model, named_config_path
 from calimon.errors import InputError
 from calimon.jsonio import json_error_where
 from calimon.samples import CATEGORIES, TASKS, Sample, write_samples
@@ -79,8 +79,8 @@ class AdapterConfig(BaseModel):
 
 
 def default_config_path() -> Path:
-    """``configs/adapters/automonitor-bench.yaml`` under the configs root."""
-    return configs_root() / "adapters" / "automonitor-bench.yaml"
+    """``adapters/automonitor-bench.yaml`` of the first configs root that has it."""
+    return named_config_path("adapters", "automonitor-bench")
 
 
 def load_config(path: str | Path | None = None) -> AdapterConfig:

@@ -29,7 +29,8 @@ def benchmark_dir(name: str) -> Path:
 
 def sources_dir(explicit: str | os.PathLike | None = None) -> Path:
     """The folder of public source files: the flag, then $CALIMON_SOURCES, then ../shared/sources
-    (relative to the working directory, then to the project checkout)."""
+    (relative to the working directory, then, when calimon runs from a source checkout, to the
+    checkout)."""
     if explicit is not None:
         path = Path(explicit)
         if not path.is_dir():
@@ -40,8 +41,11 @@ def sources_dir(explicit: str | os.PathLike | None = None) -> Path:
         if not path.is_dir():
             raise DataSourceError(f"${SOURCES_ENV}={path}: no such directory")
         return path
+    from calimon.resources import checkout_root
+
+    checkout = checkout_root()
     candidates = [Path.cwd() / ".." / "shared" / "sources",
-                  Path(__file__).resolve().parents[2] / ".." / "shared" / "sources"]
+                  *([checkout / ".." / "shared" / "sources"] if checkout else [])]
     for path in candidates:
         if path.is_dir():
             return path.resolve()

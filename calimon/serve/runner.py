@@ -231,11 +231,11 @@ def _policies(service, settings: ServeSettings, start) -> None:
 def serve(settings: ServeSettings, *, echo: Callable[[str], None] = print) -> None:
     """Run `calimon serve` in the foreground until interrupted: the port is taken first, and
     "listening on" is said once uvicorn serves it."""
+    require_extra()  # before the imports that need the extra: one line naming it, not a traceback
     import uvicorn
 
     from calimon.serve.app import create_app
 
-    require_extra()
     settings.check_exposure()
     sockets = listen(settings.host, settings.port)
     try:

@@ -25,20 +25,22 @@ from calimon.data.sources import SourceFile, load_source_table, sha256_file, ver
 from calimon.data.splits import split_by_pair, split_counts
 from calimon.errors import CalimonError, DataSourceError, InputError
 from calimon.progress import pulsing
+from calimon.resources import benchmark_file
 from calimon.samples import Sample, sample_from_dict, write_samples
 
 NAME = "amb-open"
 VERSION = 2  # the default; every version in VERSIONS stays buildable
 VERSIONS = (1, 2)
-SOURCE_TABLE = Path(__file__).resolve().parents[3] / "benchmarks" / "amb-open" / "sources.json"
+SOURCE_TABLE = benchmark_file("amb-open/sources.json")  # shipped with the package
 
 
 def source_table() -> dict[str, SourceFile]:
     """The amb-open source table (``benchmarks/amb-open/sources.json``) by relative path; raises
     DataSourceError when the file is missing."""
     if not SOURCE_TABLE.is_file():
-        raise DataSourceError(f"source table missing: {SOURCE_TABLE} (it ships with the "
-                              "calimon repository, benchmarks/amb-open/sources.json)")
+        raise DataSourceError(f"source table missing: {SOURCE_TABLE} (it ships with calimon: "
+                              "benchmarks/amb-open/sources.json of the repository, "
+                              "calimon/shipped/benchmarks/ of the wheel; reinstall calimon)")
     return load_source_table(SOURCE_TABLE)
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 from calimon.data.sources import SourceFile, load_source_table, verified_path
 from calimon.errors import DataSourceError
+from calimon.resources import benchmark_file
 from calimon.samples import Sample
 
-SOURCE_TABLE = Path(__file__).resolve().parents[3] / "benchmarks" / "amb-open" / "sources.json"
+SOURCE_TABLE = benchmark_file("amb-open/sources.json")  # shipped with the package
 
 # --- helpers -------------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -20,9 +19,9 @@ from pydantic import BaseModel, ConfigDict
 
 from calimon.config import load_yaml_model
 from calimon.errors import CalimonError, InputError
+from calimon.resources import HEADS_ENV, heads_roots, heads_write_dir, searched
 from calimon.scoring.probes.head import ProbeHead
 
-HEADS_ENV = "CALIMON_HEADS_DIR"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -129,10 +128,21 @@ class HeadCard(BaseModel):
 
 
 def heads_dir() -> Path:
-    """$CALIMON_HEADS_DIR, else the ``heads/`` folder of the checkout."""
-    if os.environ.get(HEADS_ENV):
-        return Path(os.environ[HEADS_ENV])
-    return Path(__file__).resolve().parents[3] / "heads"
+    """Where new heads are written when no folder is given: $CALIMON_HEADS_DIR, else ``heads/``
+    of the source checkout, else the user folder's ``heads/`` (`calimon.resources`)."""
+    return heads_write_dir()
+
+
+def head_search_path(root: str | Path | None = None) -> list[tuple[str, Path]]:
+    """The heads folders a name is looked up in, in order: ``root`` alone when given, else
+    `calimon.resources.heads_roots` ($CALIMON_HEADS_DIR, the user folder, the package)."""
+    return [("given folder", Path(root))] if root else heads_roots()
+
+
+def not_found(model: str, root: str | Path | None) -> str:
+    """The end of a 'no such head' message: the ``<model>/`` folders searched."""
+    return searched([(w, f / model) for w, f in head_search_path(root)],
+                    None if root else HEADS_ENV)
 
 
 def check_name(name: str) -> str:
@@ -239,32 +249,45 @@ def find_head_card(path_or_name: str | Path, model_ref, root) -> Path:
     if model_ref is None:
         raise InputError(f"head {path_or_name!r}: pass a card path, or a model to look the "
                          "name up under heads/<model>/", field="head")
-    _, card = head_paths(model_ref.name, str(path_or_name), root)
-    if not card.is_file():
-        known = [c["name"] for c in list_heads(model_ref.name, root)]
-        raise InputError(f"no head {path_or_name!r} for model {model_ref.name} in "
-                         f"{card.parent}; known: {known}", field="head")
-    return card
+    for _, folder in head_search_path(root):
+        _, card = head_paths(model_ref.name, str(path_or_name), folder)
+        if card.is_file():
+            return card
+    known = [c["name"] for c in list_heads(model_ref.name, root)]
+    raise InputError(f"no head {path_or_name!r} for model {model_ref.name}; known: {known}; "
+                     f"{not_found(model_ref.name, root)}", field="head")
 
 
 def list_heads(model: str | None = None, root: str | Path | None = None) -> list[dict]:
-    """One row per head card: model, name, kind, layer, pooling, metrics, path."""
-    base = Path(root or heads_dir())
+    """One row per head card: model, name, kind, layer, pooling, metrics, path; over every
+    folder of `head_search_path`, a card hidden by one of the same name found earlier left
+    out."""
     rows = []
-    folders = [base / model] if model else sorted(p for p in base.glob("*") if p.is_dir())
-    for folder in folders:
-        for card_path in sorted(folder.glob("*.card.yaml")):
-            try:
-                card = load_yaml_model(card_path, HeadCard)
-            except InputError as exc:
-                rows.append({"model": folder.name, "name": card_path.name, "error": str(exc)})
-                continue
-            rows.append({"model": card.base_model.name, "name": card.name, "kind": card.kind,
-                         "estimator": card.estimator, "layer": card.layer,
-                         "pooling": card.pooling, "aggregate": card.aggregate,
-                         "prompt": card.prompt.name, "benchmark": card.training.benchmark,
-                         "metrics": card.metrics, "path": str(card_path)})
+    for card_path in model_files(model, "*.card.yaml", root):
+        try:
+            card = load_yaml_model(card_path, HeadCard)
+        except InputError as exc:
+            rows.append({"model": card_path.parent.name, "name": card_path.name,
+                         "error": str(exc)})
+            continue
+        rows.append({"model": card.base_model.name, "name": card.name, "kind": card.kind,
+                     "estimator": card.estimator, "layer": card.layer,
+                     "pooling": card.pooling, "aggregate": card.aggregate,
+                     "prompt": card.prompt.name, "benchmark": card.training.benchmark,
+                     "metrics": card.metrics, "path": str(card_path)})
     return rows
+
+
+def model_files(model: str | None, pattern: str, root: str | Path | None = None) -> list[Path]:
+    """The files matching ``pattern`` in ``<folder>/<model>/`` (every model's folder when
+    ``model`` is None) of each folder of `head_search_path`; of two with one model folder and
+    file name, the first found."""
+    seen: dict[tuple[str, str], Path] = {}
+    for _, base in head_search_path(root):
+        folders = [base / model] if model else sorted(p for p in base.glob("*") if p.is_dir())
+        for path in (p for f in folders for p in sorted(f.glob(pattern))):
+            seen.setdefault((path.parent.name, path.name), path)
+    return [seen[k] for k in sorted(seen)]
 
 
 def now() -> str:

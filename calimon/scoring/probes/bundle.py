@@ -28,8 +28,10 @@ from calimon.scoring.probes.artifacts import (
     HeadMismatchError,
     check_name,
     head_provenance,
+    head_search_path,
     heads_dir,
     load_head,
+    model_files,
 )
 from calimon.scoring.probes.head import ProbeHead
 
@@ -85,14 +87,16 @@ class Bundle:
 
 
 def bundle_path(model: str, name: str, root: str | Path | None = None) -> Path:
-    """``heads/<model>/<name>.bundle.yaml`` under ``root`` (default: `heads_dir`)."""
+    """``<model>/<name>.bundle.yaml`` under ``root`` (default: `heads_dir`, where new heads are
+    written)."""
     return Path(root or heads_dir()) / model / f"{check_name(name)}{SUFFIX}"
 
 
 def find_bundle(path_or_name: str | Path, model_name: str | None,
                 root: str | Path | None = None) -> Path | None:
     """The bundle card that ``path_or_name`` names (a card path, or a name under
-    ``heads/<model_name>/``), or None when it names no bundle."""
+    ``<folder>/<model_name>/`` of the first folder of `head_search_path` that has it), or None
+    when it names no bundle."""
     p = Path(path_or_name)
     if p.name.endswith(SUFFIX):
         if not p.is_file():
@@ -100,11 +104,14 @@ def find_bundle(path_or_name: str | Path, model_name: str | None,
         return p
     if model_name is None or "/" in str(path_or_name) or p.suffix in (".yaml", ".safetensors"):
         return None
-    try:
-        card = bundle_path(model_name, str(path_or_name), root)
-    except InputError:
-        return None
-    return card if card.is_file() else None
+    for _, folder in head_search_path(root):
+        try:
+            card = bundle_path(model_name, str(path_or_name), folder)
+        except InputError:
+            return None
+        if card.is_file():
+            return card
+    return None
 
 
 def load_bundle(card_path: str | Path, *, model_ref=None, hidden_size: int | None = None,
@@ -274,11 +281,10 @@ def make_bundle(name: str, model: str, sequence_head: str, *, recipe: str, comma
 
 
 def list_bundles(model: str | None = None, root: str | Path | None = None) -> list[dict]:
-    """One row per bundle card: model, name, the heads it binds, its map and AUROC."""
-    base = Path(root or heads_dir())
-    folders = [base / model] if model else sorted(p for p in base.glob("*") if p.is_dir())
+    """One row per bundle card (over every folder of `head_search_path`, as `list_heads`):
+    model, name, the heads it binds, its map and AUROC."""
     rows = []
-    for path in (p for f in folders for p in sorted(f.glob(f"*{SUFFIX}"))):
+    for path in model_files(model, f"*{SUFFIX}", root):
         try:
             card = load_yaml_model(path, BundleCard)
         except InputError as exc:
