@@ -11,6 +11,7 @@ into the same cache.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -232,6 +233,32 @@ def _resolve_wheel_gguf(cfg: ModelConfig) -> ResolvedModel:
     marker = target / CONVERSION_MARKER
     if marker.is_file():
         return ResolvedModel(cfg.name, target, json.loads(marker.read_text())["revision"], cfg)
+    with _conversion_lock(target):
+        if marker.is_file():  # another process converted it while this one waited
+            return ResolvedModel(cfg.name, target, json.loads(marker.read_text())["revision"],
+                                 cfg)
+        return _convert_wheel_gguf(cfg, spec, target, marker)
+
+
+@contextlib.contextmanager
+def _conversion_lock(target: Path):
+    """Hold an exclusive lock on ``<target>.lock`` so that processes resolving the same model at
+    once (test workers, replicas) convert it once and never see each other's scratch files."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(f".{target.name}.lock"), "a") as fh:
+        try:
+            import fcntl
+        except ImportError:  # no POSIX locks: the rename below still keeps one copy
+            yield
+            return
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _convert_wheel_gguf(cfg: ModelConfig, spec, target: Path, marker: Path) -> ResolvedModel:
     folder = Path(list(spec.submodule_search_locations)[0])
     gguf = folder / (cfg.source.file or "")
     if not cfg.source.assemble and not gguf.is_file():
