@@ -14,7 +14,6 @@ from typing import Annotated
 
 import typer
 
-from calimon.calibration.direction import run_inversion_note
 from calimon.cli.common import cli_errors, json_ready, num, table
 from calimon.cli.options import RATE, SHARE, JsonOpt
 
@@ -61,6 +60,7 @@ def thresholds_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Certify thresholds (FAR or MR <= alpha at 1 - delta) on calib; report rates on test."""
+    from calimon.calibration.direction import run_inversion_note
     from calimon.deploy.guarantees import threshold_text, thresholds_run
 
     def run() -> None:
@@ -173,6 +173,7 @@ def escalate_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Design an auto-pass / review / auto-block policy on calib; report it on test; save it."""
+    from calimon.calibration.direction import run_inversion_note
     from calimon.deploy.guarantees import threshold_text
     from calimon.deploy.policies import escalate_run
 
