@@ -46,21 +46,23 @@ def _marked_hidden(path: Path) -> bool:
 
 
 def named_config_path(kind: str, name: str) -> Path:
-    """configs/<kind>/<name>.yaml; a name that would leave the folder is refused."""
+    """configs/<kind>/<name>.yaml; a name that would leave the folder is refused. An error
+    names the field as a command's flag does: ``model`` for configs/models."""
+    field = kind.removesuffix("s")
     if not name or "/" in name or "\\" in name or name.startswith("."):
-        raise ConfigError(f"invalid {kind} config name {name!r}", field=kind)
+        raise ConfigError(f"invalid {kind} config name {name!r}", field=field)
     path = configs_root() / kind / f"{name}.yaml"
     folder = (configs_root() / kind).resolve()
     if path.is_file() and not path.resolve().is_relative_to(folder):
-        raise ConfigError(f"{kind} config {name!r} is a link that leaves {folder}", field=kind)
+        raise ConfigError(f"{kind} config {name!r} is a link that leaves {folder}",
+                          field=field)
     if not path.is_file():
         import difflib
 
         known = config_names(kind, hidden=False)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
-        raise ConfigError(f"unknown {kind.removesuffix('s')} {name!r}{hint}; known: {known}",
-                          field=kind)
+        raise ConfigError(f"unknown {field} {name!r}{hint}; known: {known}", field=field)
     return path
 
 
