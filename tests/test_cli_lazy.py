@@ -138,3 +138,21 @@ def test_a_broken_plugin_is_named_and_the_rest_still_runs(monkeypatch):
     assert "command plugin 'bad'" in r.stderr
     r = CliRunner().invoke(cli.app, ["nope"])
     assert r.exit_code == 2 and "No such command 'nope'" in r.output
+
+
+def test_a_help_or_usage_error_imports_no_heavy_package():
+    """typer would build a pydantic coercion even for an option left out; calimon's
+    conventions build one only for a value given (`calimon.cli.conventions`)."""
+    for args in ("'--help'", "'curve', '--help'", "'curve', '--no-such-flag'",
+                 "'thresholds'", "'nope'"):
+        code = SHOW.replace("m.startswith('calimon.cli.')", f"m in {HEAVY!r}").format(args=args)
+        assert _run(code) == [], args
+
+
+def test_a_value_given_is_still_coerced_and_checked(tmp_path):
+    from calimon.cli import app
+
+    r = CliRunner().invoke(app, ["curve", "--n-boot", "many"])
+    assert r.exit_code == 2 and "'--n-boot'" in r.output
+    r = CliRunner().invoke(app, ["thresholds", str(tmp_path / "nowhere"), "--delta", "x"])
+    assert r.exit_code == 2 and "'--delta'" in r.output
