@@ -185,6 +185,19 @@ def policy_shift(policy_path: str | Path, scored: str | Path,
     return "\n".join(lines), targets
 
 
+def _run_score(run_dir: Path) -> str:
+    """The score a run's curve.json names (``p_raw`` when it fitted no calibration map), else
+    ``p_cal``."""
+    from calimon.errors import InputError
+    from calimon.run_folder import read_curve_json
+
+    try:
+        named = read_curve_json(run_dir).score
+    except InputError:
+        return "p_cal"
+    return named if named in ("p_cal", "p_raw") else "p_cal"
+
+
 def run_check_line(run: str | Path, *, permutations: int = DEFAULT_PERMUTATIONS,
                    seed: int = 0) -> str:
     """The report's line: within one run, its calibration rows (``split == calib``) against
@@ -195,7 +208,8 @@ def run_check_line(run: str | Path, *, permutations: int = DEFAULT_PERMUTATIONS,
 
     try:
         csv_path = resolve_run(run)
-        scored = read_scored_csv(csv_path, require_labels=False)
+        scored = read_scored_csv(csv_path, score=_run_score(csv_path.parent),
+                                 require_labels=False)
         in_cal = scored.splits == "calib"
         if not in_cal.any() or in_cal.all():
             return ("shift check: not run (the run has no separate calibration rows: its maps "
