@@ -181,3 +181,13 @@ def test_models_check_says_the_exit_code_it_gives_when_the_weights_are_missing(
     assert code == ExitCode.MISSING
     help_text = " ".join(invoke("models", "check", "--help")[1].split())
     assert f"{int(ExitCode.MISSING)} when the weights are not here" in help_text
+
+
+def test_a_limit_that_gives_fewer_samples_says_why_where_the_count_is_printed():
+    from calimon.studies.curve.run import CurveSettings, plan_line
+
+    line = plan_line(CurveSettings(limit=8), [object()] * 7, [], 7)
+    assert line.startswith("curve: 7 samples judged on all splits (cross-fitted) (--limit 8 "
+                           "takes whole pairs, balanced over cells: 7 here)"), line
+    line = plan_line(CurveSettings(limit=48, split="test"), [object()] * 23, [object()] * 24, 0)
+    assert "(--limit 48 takes whole pairs, balanced over cells: 47 here)" in line
