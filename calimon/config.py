@@ -52,15 +52,16 @@ def _marked_hidden(path: Path) -> bool:
 def find_config(kind: str, name: str) -> Path | None:
     """``<root>/<kind>/<name>.yaml`` of the first configs root that has it, or None; a name
     that would leave the folder, or a link that does, is refused."""
+    field = kind.removesuffix("s")
     if not name or "/" in name or "\\" in name or name.startswith("."):
-        raise ConfigError(f"invalid {kind} config name {name!r}", field=kind)
+        raise ConfigError(f"invalid {kind} config name {name!r}", field=field)
     for _, root in config_roots():
         path = root / kind / f"{name}.yaml"
         if path.is_file():
             folder = (root / kind).resolve()
             if not path.resolve().is_relative_to(folder):
                 raise ConfigError(f"{kind} config {name!r} is a link that leaves {folder}",
-                                  field=kind)
+                                  field=field)
             return path
     return None
 
@@ -77,7 +78,7 @@ def named_config_path(kind: str, name: str) -> Path:
         hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
         folders = [(what, root / kind) for what, root in config_roots()]
         raise ConfigError(f"unknown {kind.removesuffix('s')} {name!r}{hint}; known: {known}; "
-                          f"{searched(folders, CONFIGS_ENV)}", field=kind)
+                          f"{searched(folders, CONFIGS_ENV)}", field=kind.removesuffix("s"))
     return path
 
 

@@ -15,6 +15,7 @@ class ExitCode(IntEnum):
     INFEASIBLE = 3  # the input is fine but no result meets the constraints asked for
     MISSING = 4  # this machine lacks something: model weights, an optional extra, source files
     UNREACHABLE = 5  # a service (a model server, a calimon serve) did not answer
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports it): one line, no traceback
 
 
 class CalimonError(Exception):

@@ -174,3 +174,17 @@ def test_a_scoring_command_help_fits_100_lines_at_80_columns_in_panels(command, 
     panels = _panels(text)
     assert {"Monitor", "Backend"} <= set(panels) and "Options" not in panels
     assert not re.search(r"<\w+(\[\w+\])?>", text)  # no <str>, <int>, <list[str]>
+
+
+def test_every_help_fits_100_lines_at_80_columns(monkeypatch):
+    """The project's rule for every command, plugins' aside: ``--help`` fits 100 lines on an
+    80-column terminal (the longest ones, `serve`, `robustness` and `curve`, keep a few lines
+    spare for the next flags)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    lengths = {}
+    for path, _ in _commands(typer.main.get_command(app)):
+        r = CliRunner().invoke(app, [*path, "--help"])
+        assert r.exit_code == 0, (path, r.output)
+        lengths[" ".join(path)] = len(ANSI.sub("", r.output).splitlines())
+    assert len(lengths) >= 30, sorted(lengths)
+    assert max(lengths.values()) <= 100, sorted(lengths.items(), key=lambda kv: -kv[1])[:5]

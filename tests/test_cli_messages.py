@@ -153,3 +153,41 @@ def test_the_console_table_shows_one_auroc_per_figure(tmp_path):
     assert f"AUROC raw 0.518 · calibrated ({method}) 0.613 ·" in text
     rows = {ln.split()[0]: ln.split() for ln in text.splitlines() if ln.split()}
     assert rows["raw"][5] == "0.518" and rows[method][5] == "0.613"
+
+
+def test_an_unknown_model_prompt_or_readout_is_named_as_its_flag(tmp_path):
+    for flag, field in (("--model", "model"), ("--prompt", "prompt")):
+        code, out = invoke("curve", flag, "x", "--store", tmp_path / "s.sqlite",
+                           "--out", tmp_path / "o")
+        assert code == 2 and f"field '{field}': unknown {field} 'x'" in out, out
+
+
+def test_a_bad_split_of_the_span_study_offers_what_its_help_offers(tmp_path):
+    code, out = invoke("spans", "--split", "nope", "--out", tmp_path / "o")
+    assert code == 2 and "expected train, calib, test or all, got 'nope'" in out, out
+    assert "None" not in out
+    help_text = invoke("spans", "--help")[1]
+    assert "train, calib, test, or all" in help_text
+
+
+def test_models_check_says_the_exit_code_it_gives_when_the_weights_are_missing(
+        tmp_path, monkeypatch):
+    from calimon.errors import ExitCode
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.delenv("CALIMON_MODELS_DIR", raising=False)
+    code, _ = invoke("models", "check", "qwen3-4b")
+    assert code == ExitCode.MISSING
+    help_text = " ".join(invoke("models", "check", "--help")[1].split())
+    assert f"{int(ExitCode.MISSING)} when the weights are not here" in help_text
+
+
+def test_a_limit_that_gives_fewer_samples_says_why_where_the_count_is_printed():
+    from calimon.studies.curve.run import CurveSettings, plan_line
+
+    line = plan_line(CurveSettings(limit=8), [object()] * 7, [], 7)
+    assert line.startswith("curve: 7 samples judged on all splits (cross-fitted) (--limit 8 "
+                           "takes whole pairs, balanced over cells: 7 here)"), line
+    line = plan_line(CurveSettings(limit=48, split="test"), [object()] * 23, [object()] * 24, 0)
+    assert "(--limit 48 takes whole pairs, balanced over cells: 47 here)" in line

@@ -78,6 +78,31 @@ def test_doc_commands_and_examples_reproduce(tmp_path, monkeypatch):
     assert committed == _approx(fresh)
 
 
+OUTPUT_FLAGS = ("--out", "--html", "--markdown", "--report", "--screenshot")
+
+
+def _git(*args: str) -> int:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True).returncode
+
+
+@pytest.mark.skipif(_git("rev-parse") != 0, reason="not a git checkout")
+def test_every_file_the_doc_writes_is_ignored_or_tracked():
+    """Running the doc's commands from the checkout leaves it clean: each output goes under an
+    ignored folder (runs/) or rewrites a committed example (configs/policies/synthetic-demo.yaml,
+    compared with a fresh one above)."""
+    written = []
+    for command, _ in _console_blocks(DOC.read_text(encoding="utf-8")):
+        args = shlex.split(command)
+        written += [b for a, b in zip(args, args[1:], strict=False) if a in OUTPUT_FLAGS]
+    assert len(written) >= 5
+    for path in written:
+        ignored = _git("check-ignore", "-q", "--no-index", path) == 0
+        tracked = _git("ls-files", "--error-unmatch", path) == 0
+        assert ignored or tracked, path
+
+
 def _approx(value):
     """``value`` with every float wrapped in pytest.approx (nested dicts and lists kept)."""
     if isinstance(value, dict):

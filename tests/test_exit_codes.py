@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _table_codes(text: str) -> list[int]:
     """The first column of the markdown table that starts with ``| code | meaning``."""
     table = text.split("| code | meaning", 1)[1].split("\n\n", 1)[0]
-    return [int(m) for m in re.findall(r"^\| (\d) \|", table, flags=re.M)]
+    return [int(m) for m in re.findall(r"^\| (\d+) \|", table, flags=re.M)]
 
 
 def test_the_readme_and_the_reliability_page_list_every_code_once():

@@ -19,6 +19,7 @@ from calimon.samples import Sample, write_samples
 from calimon.scoring.backends import BACKENDS
 from calimon.scoring.store import RunStore
 from calimon.selection import select_pairs
+from calimon.studies.curve.format_check import CHECK_TOKENS
 from calimon.studies.curve.run import FREE_CHECK, CurveSettings, _eval_and_fit_sets, run_curve
 
 
@@ -85,13 +86,16 @@ def stand_in(monkeypatch):
 
 class MumblingBackend(StandInBackend):
     """The stand-in; with ``mumbles``, its generated replies hold no JSON (a model that does
-    not follow the free binary format), counting the prompts it generated for."""
+    not follow the free binary format), counting the prompts it generated for and recording
+    each call's token budget."""
 
     mumbles = False
     generated = 0
+    budgets: list[int] = []
 
     def generate(self, prompts, max_new_tokens):
         MumblingBackend.generated += len(prompts)
+        MumblingBackend.budgets.append(max_new_tokens)
         if not self.mumbles:
             return super().generate(prompts, max_new_tokens)
         self.forward_calls += 1
@@ -130,6 +134,7 @@ def test_the_free_protocol_stops_after_a_few_unparsed_replies_and_says_so(smol, 
 
     monkeypatch.setattr(MumblingBackend, "mumbles", True)
     monkeypatch.setattr(MumblingBackend, "generated", 0)
+    monkeypatch.setattr(MumblingBackend, "budgets", [])
     bench = write_samples(toy_samples(20), tmp_path / "toy.jsonl")
     run = run_curve(_settings(smol, bench, tmp_path))
     assert run.summary["binary_points"] == []
@@ -137,15 +142,27 @@ def test_the_free_protocol_stops_after_a_few_unparsed_replies_and_says_so(smol, 
         {"name": f"binary/{p}", "tried": FREE_CHECK, "parsed": 0, "drawn": False}
         for p in ("direct", "evidence")]
     assert MumblingBackend.generated == 2 * FREE_CHECK  # not the 40 of each prompt
+    # short replies: one first, then the rest at once, each capped (evidence writes up to 160)
+    assert MumblingBackend.budgets == [CHECK_TOKENS] * 4
     assert run.summary["provenance"]["binary_template_hashes"] == {}
+    # the store remembers the verdict: the same monitor and template decide at once
+    monkeypatch.setattr(MumblingBackend, "generated", 0)
+    again = run_curve(_settings(smol, bench, tmp_path, out=tmp_path / "again"))
+    assert again.summary["binary_checks"] == run.summary["binary_checks"]
+    assert MumblingBackend.generated == 0
     # the command line says so on its own line; a decoding named explicitly scores them all
     args = ["curve", "--model", str(smol.path), "--benchmark", str(bench), "--backend",
             "stand-in", "--n-boot", "10", "--allow-inverted", "--store",
             str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "cli")]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert (f"binary/direct, binary/evidence: none of {FREE_CHECK} free-form replies parsed "
-            "on this model, so no point is drawn") in res.stdout
+    said = [ln for ln in res.stdout.splitlines() if "free binary format" in ln]
+    assert said == [f"binary/direct, binary/evidence: this model does not follow the free "
+                    f"binary format (none of {FREE_CHECK} short replies gave the boolean; the "
+                    "run store keeps this verdict for the model and template), so no point is "
+                    "drawn; --binary-decoding json holds the answer to the prompt's JSON schema "
+                    "(--binary-decoding free scores every sample anyway)"]  # said once
+    assert "free binary format" not in res.stderr
     res = CliRunner().invoke(app, [*args, "--binary-decoding", "free", "--json"])
     assert res.exit_code == 0, res.output
     points = json.loads(res.stdout)["binary_points"]
@@ -153,9 +170,13 @@ def test_the_free_protocol_stops_after_a_few_unparsed_replies_and_says_so(smol, 
         ("binary/direct", 40), ("binary/evidence", 40)]
 
 
-def test_a_model_that_follows_the_free_format_gets_its_points(smol, stand_in, tmp_path):
+def test_a_model_that_follows_the_free_format_gets_its_points(smol, stand_in, tmp_path,
+                                                             monkeypatch):
+    monkeypatch.setattr(MumblingBackend, "generated", 0)
     bench = write_samples(toy_samples(20), tmp_path / "toy.jsonl")
     run = run_curve(_settings(smol, bench, tmp_path))
+    # one short reply decided each prompt's check; then its point was scored in full
+    assert MumblingBackend.generated == 2 * (1 + 40)
     assert [b["name"] for b in run.summary["binary_points"]] == ["binary/direct",
                                                                 "binary/evidence"]
     assert run.summary["binary_checks"] == []

@@ -536,3 +536,25 @@ def test_the_reliability_diagram_draws_a_calibrated_series_only_when_the_run_has
     assert calibrated_series({"calibration_method": None}, figs) == {}  # was labelled "None"
     got = calibrated_series({"calibration_method": "platt"}, figs)
     assert list(got) == ["platt"] and got["platt"] is figs.p_cal
+
+
+def test_a_run_below_the_class_size_rule_is_reported_plainly(tmp_path):
+    """`--limit 8` on a balanced benchmark gives a run with no curve: the report says so in
+    words (no `None`, no empty figure list, no shift line that reads like a corrupt file) and
+    its page holds every transcript."""
+    from report_runs import synthetic_run
+
+    run = synthetic_run(tmp_path, 7)
+    res = CliRunner().invoke(_app(), ["report", str(run), "--quiet"])
+    assert res.exit_code == 0, res.output
+    said = [ln for ln in res.stdout.splitlines() if not ln.startswith("note:")]
+    assert "None" not in res.stdout, res.stdout
+    assert said[0].endswith("7 of 7 transcripts; no curve (too few of a class: the page says "
+                            "why); viewer flags at p_raw >= 0.5)"), said[0]
+    assert said[1] == "figures: none (a run without a curve draws no figure)"
+    assert said[2].startswith("shift check: not run (the run has no separate calibration rows")
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert page.count('<article class="cm-card"') == 7 and "None" not in page
+    assert "curve and AUROC" in page and "AUROC calibrated" not in page
+    out = json.loads(CliRunner().invoke(_app(), ["report", str(run), "--json"]).stdout)
+    assert (out["has_curve"], out["viewer"], out["pngs"]) == (False, "p_raw >= 0.5", [])

@@ -205,3 +205,24 @@ def test_the_line_names_a_driver_only_for_a_found_shift_above_chance():
     assert found.driver == "text" and "driven by text;" in found.line()
     quiet = replace(base, by_group={"score": 0.55, "text": 0.41})
     assert quiet.driver == "score" and "driven by" not in quiet.line()  # no shift: no driver
+
+
+def test_the_test_shows_its_progress_one_tick_per_classifier_fit():
+    """`calimon apply-policy` and `calimon shift` spend minutes here on thousands of
+    transcripts: the bar counts the out-of-fold fits (the observed one, each permutation, each
+    feature group alone, the density ratio's other regularizations)."""
+    from calimon.studies.shift.detect import WEIGHT_CS
+
+    bars, ticks = [], []
+
+    def progress(label, total):
+        bars.append((label, total))
+        return ticks.append
+
+    rng = np.random.default_rng(0)
+    words = "one two three four five six seven eight".split()
+    view = build_view(_side(rng, 60, words), _side(rng, 60, words))
+    rep = two_sample_test(view, permutations=7, seed=0, progress=progress)
+    fits = 1 + 7 + len(view.groups) + len(WEIGHT_CS) - 1
+    assert bars == [("shift check: domain classifier fits", fits)]
+    assert sum(ticks) == fits and rep.permutations == 7

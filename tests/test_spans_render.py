@@ -80,3 +80,15 @@ def test_render_validates_spans():
         render_html("abc", [(0, 9)])
     with pytest.raises(InputError, match="gold"):
         render_terminal("abc", [], gold=[(2, 1)], color=False)
+
+
+def test_html_legend_names_only_the_kinds_of_mark_drawn():
+    def legend(out: str) -> list[str]:
+        found = re.search(r'<div class="calimon-spans-legend">(.*?)</div>', out)
+        return re.findall(r'<mark class="(\w+)">', found.group(1)) if found else []
+
+    assert legend(render_html("plain text", [])) == []  # nothing drawn: no legend at all
+    assert legend(render_html("plain text", [], gold=[(0, 5)])) == ["gold"]
+    assert legend(render_html("abcdefghij", [(0, 6, 0.5)], gold=[(3, 9)])) == [
+        "pred", "gold", "both"]
+    assert legend(render_html("abcdefghij", [(0, 3, 0.5)])) == ["pred"]

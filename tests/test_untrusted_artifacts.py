@@ -219,7 +219,7 @@ def configs(tmp_path, monkeypatch):
 def test_config_names_cannot_leave_their_folder(configs, name):
     with pytest.raises(ConfigError) as info:
         named_config_path("models", name)
-    assert info.value.field == "models" and "\n" not in str(info.value)
+    assert info.value.field == "model" and "\n" not in str(info.value)
 
 
 def test_a_symlink_that_leaves_the_folder_is_refused(configs):

@@ -1,5 +1,5 @@
 """``python -m calimon.cli ...`` runs the same commands as ``calimon ...``."""
 
-from calimon.cli import app
+from calimon.__main__ import main
 
-app(prog_name="calimon")
+main()

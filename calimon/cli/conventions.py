@@ -63,7 +63,29 @@ def _default_text(value) -> str | None:
     return str(value)
 
 
+class _CoerceWhenGiven:
+    """A parameter's coercion built only for a value to coerce: typer builds it (a pydantic
+    TypeAdapter, pydantic imported) even for an option left out, which would cost every help
+    and usage error that import. A missing value stays None (``()`` when repeatable), as
+    typer's own coercion leaves it."""
+
+    def __init__(self, param):
+        self.param, self.built = param, None
+
+    def coerce(self, value, param, ctx):
+        """``value`` coerced as typer would; a missing one as it is."""
+        if value is None:
+            return () if param.multiple or param.nargs == -1 else None
+        if self.built is None:
+            from typer._coercion import build_runtime_param
+
+            self.built = build_runtime_param(self.param.type_descriptor)
+        return self.built.coerce(value, param=param, ctx=ctx)
+
+
 def _conform_param(param) -> None:
+    if getattr(param, "_runtime_param", False) is None:
+        param._runtime_param = _CoerceWhenGiven(param)
     if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
         param.metavar = ""  # rich help prints the metavar, when set, in place of <bool>
     elif isinstance(param, TyperOption) and param.metavar is None:

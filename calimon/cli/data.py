@@ -14,10 +14,7 @@ from pathlib import Path
 import typer
 
 from calimon.cli.common import cli_errors, progress_factory, table
-from calimon.data import registry
-from calimon.data.paths import benchmark_dir
 from calimon.errors import InputError
-from calimon.samples import CATEGORIES, TASKS
 
 
 def data_build(
@@ -38,6 +35,9 @@ def data_build(
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
     """Build a benchmark from its sources and print its pair counts per cell and split."""
+    from calimon.data import registry
+    from calimon.data.paths import benchmark_dir
+
     build = registry.builder(name)
     folder = registry.folder_name(name, version)
     target = Path(out) if out is not None else benchmark_dir(folder)
@@ -93,7 +93,9 @@ def data_audit(
     json_out: bool = typer.Option(False, "--json", help="Print JSON rows."),
 ) -> None:
     """Shortcut audit: AUROC of length-only and TF-IDF baselines per cell (train -> test)."""
+    from calimon.data import registry
     from calimon.data.amb_open.audit import audit_markdown, shortcut_audit
+    from calimon.samples import CATEGORIES, TASKS
 
     cells = {f"{c}/{t}" for c in CATEGORIES for t in TASKS}
     unknown = sorted(set(without) - cells)
@@ -119,6 +121,9 @@ def data_audit(
 def benchmark_rows() -> list[dict]:
     """One row per registered benchmark: whether it is built, its path and, when built, its
     sample, pair and per-split pair counts."""
+    from calimon.data import registry
+    from calimon.data.paths import benchmark_dir
+
     rows = []
     for name in sorted(registry.available()):
         path = benchmark_dir(name)
@@ -164,6 +169,8 @@ def counts_markdown(manifest: dict) -> str:
 
 def _ordered(counts: dict) -> list[tuple[str, dict]]:
     """Cells in category x task order (the manifest stores them sorted by name)."""
+    from calimon.samples import CATEGORIES, TASKS
+
     order = [f"{c}/{t}" for c in CATEGORIES for t in TASKS]
     return sorted(counts.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order
                                                   else len(order), kv[0]))

@@ -14,9 +14,8 @@ from typing import Annotated
 
 import typer
 
-from calimon.calibration.direction import run_inversion_note
-from calimon.cli.common import cli_errors, json_ready, num, table
-from calimon.cli.options import RATE, SHARE, JsonOpt
+from calimon.cli.common import cli_errors, json_ready, num, progress_factory, table
+from calimon.cli.options import RATE, SHARE, JsonOpt, QuietOpt
 
 _RATE_NAMES = {"far": "FAR (benign auto-blocked)", "mr": "MR (misbehaving auto-passed)",
                "block_rate": "auto-blocked, unlabelled rows"}
@@ -61,6 +60,7 @@ def thresholds_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Certify thresholds (FAR or MR <= alpha at 1 - delta) on calib; report rates on test."""
+    from calimon.calibration.direction import run_inversion_note
     from calimon.deploy.guarantees import threshold_text, thresholds_run
 
     def run() -> None:
@@ -173,6 +173,7 @@ def escalate_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Design an auto-pass / review / auto-block policy on calib; report it on test; save it."""
+    from calimon.calibration.direction import run_inversion_note
     from calimon.deploy.guarantees import threshold_text
     from calimon.deploy.policies import escalate_run
 
@@ -244,6 +245,7 @@ def apply_policy_cmd(
     force: Annotated[bool, typer.Option(
         "--force", help="Apply a policy designed for another model or readout anyway "
                         "(recorded in the output).")] = False,
+    quiet: QuietOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Decide auto_pass / human_review / auto_block for each scored transcript."""
@@ -255,7 +257,8 @@ def apply_policy_cmd(
         rep = apply_policy_file(policy, scored, out, force=force)
         design = rep.design_note()
         line, targets = (("shift check: not run (the scored rows are the policy's own design "
-                          "run)", []) if design else policy_shift(policy, scored, samples))
+                          "run)", []) if design else policy_shift(
+                             policy, scored, samples, progress_factory(quiet or json_out)))
         if json_out:
             typer.echo(json.dumps(json_ready({**rep.to_dict(), "shift_check": line,
                                               "shift_targets": targets}), indent=2))

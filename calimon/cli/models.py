@@ -48,7 +48,7 @@ def models_check(
     as_json: JsonOpt = False,
 ):
     """Load a model, render the prompt, find the answer tokens, score two built-in samples with
-    every readout and compare with vLLM: PASS/FAIL per check; exit 1 when a check fails, 2 when
+    every readout and compare with vLLM: PASS/FAIL per check; exit 1 when a check fails, 4 when
     the weights are not here."""
     from calimon.errors import InputError
     from calimon.studies.model_check import check_all, check_model, format_report

@@ -52,8 +52,9 @@ def report_cmd(
     if result["inverted"]:
         typer.echo(result["inverted"])
     typer.echo(f"wrote {rep.html} ({result['bytes'] // 1024} KiB, {rep.n_transcripts} of "
-               f"{rep.n_rows} transcripts; viewer at {rep.operating_point})")
-    typer.echo("figures: " + ", ".join(str(p) for p in rep.pngs))
+               f"{rep.n_rows} transcripts{_viewer_part(rep)})")
+    typer.echo("figures: " + (", ".join(str(p) for p in rep.pngs) if rep.pngs else
+                              "none (a run without a curve draws no figure)"))
     for note in rep.notes:
         typer.echo(f"note: {note}")
     from calimon.studies.shift.check import run_check_line
@@ -65,6 +66,14 @@ def report_cmd(
         typer.echo(f"browser error: {err}", err=True)
     if result.get("browser_errors"):
         raise typer.Exit(ExitCode.FAILURE)
+
+
+def _viewer_part(rep) -> str:
+    """What the report line says of the viewer: where it flags at first, or why there is no
+    curve."""
+    where = f"; viewer at {rep.viewer}" if rep.viewer else ""
+    return where if rep.has_curve else "; no curve (too few of a class: the page says why)" + (
+        f"; viewer flags at {rep.viewer}" if rep.viewer else "")
 
 
 def register(app: typer.Typer) -> None:

@@ -32,7 +32,6 @@ from calimon.cli.options import (
     backend_flags,
     settings_from,
 )
-from calimon.selection import split_arg
 
 
 @cli_errors
@@ -75,6 +74,7 @@ def robustness_cmd(
             raise InputError("--attack names a fixed attack; --adaptive searches its own "
                              "phrases (drop one of them)", field="attack")
         return _adaptive(ctx, split, fit_split, report, quiet or as_json, as_json)
+    from calimon.selection import split_arg
     from calimon.studies.robustness.attacks import ATTACKS
     from calimon.studies.robustness.report import to_markdown, write_section
     from calimon.studies.robustness.study import RobustnessSettings, run_robustness
@@ -98,6 +98,7 @@ def robustness_cmd(
 def _adaptive(ctx: typer.Context, split: str, fit_split: str, report: Path | None,
               quiet: bool, as_json: bool) -> None:
     """`calimon robustness --adaptive`: the adaptive attacker's study and its report section."""
+    from calimon.selection import split_arg
     from calimon.studies.robustness.adaptive_report import to_markdown
     from calimon.studies.robustness.adaptive_study import AdaptiveSettings, run_adaptive
     from calimon.studies.robustness.report import write_section

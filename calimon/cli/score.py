@@ -64,9 +64,11 @@ def score_cmd(
         from calimon.scoring.backends.offline import offline_line
 
         typer.echo(offline_line(settings.backend, settings.base_url, summary["reused"]))
-    typer.echo(f"{summary['samples']} samples: {summary['scored']} scored, {summary['reused']} "
-               f"from the store; model calls {summary['model_calls']}; statuses "
-               f"{summary['statuses']}")
+    limited = (f" (--limit {settings.limit} takes whole pairs, balanced over cells)"
+               if settings.limit and summary["samples"] < settings.limit else "")
+    typer.echo(f"{summary['samples']} samples{limited}: {summary['scored']} scored, "
+               f"{summary['reused']} from the store; model calls {summary['model_calls']}; "
+               f"statuses {summary['statuses']}")
     if summary.get("api_usage"):
         typer.echo(usage_line(summary["api_usage"]))
     if export:

@@ -45,7 +45,7 @@ def serve_cmd(
     session_memory_mib: Annotated[float, typer.Option(help="Memory for session caches, MiB.", rich_help_panel=LIMITS)] = 512.0,
     prefix_pool_mib: Annotated[float, typer.Option(help="Ended sessions' caches to reuse, MiB (0: off).", rich_help_panel=LIMITS)] = 256.0,
     review: Annotated[bool, typer.Option("--review", help="Serve the review queue at /review (needs a key; docs/review.md).", rich_help_panel=REVIEW)] = False,
-    review_store: Annotated[str, typer.Option(help="Review store: a SQLite file or a postgresql:// URL.", rich_help_panel=REVIEW)] = "runs/serve/review.sqlite",
+    review_store: Annotated[str, typer.Option(help="A SQLite file or a postgresql:// URL.", rich_help_panel=REVIEW)] = "runs/serve/review.sqlite",
     review_retain: Annotated[float | None, typer.Option(help="Automatic decisions kept to label (default: the audit share, >= 0.2).", rich_help_panel=REVIEW, **SHARE)] = None,
     review_lease: Annotated[float, typer.Option(help="Minutes an item shown stays one reviewer's alone.", rich_help_panel=REVIEW)] = 10.0,
     drift_window: Annotated[int, typer.Option(help="Live transcripts the drift watch compares.", rich_help_panel=REVIEW)] = 500,

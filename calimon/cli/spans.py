@@ -31,7 +31,6 @@ from calimon.cli.options import (
     settings_from,
 )
 from calimon.errors import InputError
-from calimon.jsonio import json_error_where
 
 spans_app = typer.Typer(add_completion=False,
                         help="Evidence spans: occlusion spans and grounded quotes vs gold spans.")
@@ -70,6 +69,9 @@ def spans_cmd(
     from calimon.selection import split_arg
     from calimon.studies.spans.study import SpanSettings, run_span_study
 
+    if split_arg(split) not in (None, "train", "calib", "test"):
+        raise typer.BadParameter(f"expected train, calib, test or all, got {split!r}",
+                                 param_hint="'--split'")
     settings = settings_from(SpanSettings, ctx.params, split=split_arg(split),
                              quotes=not no_quotes, share_prefix=not no_share_prefix)
     study = run_span_study(settings, progress=progress_factory(quiet or as_json))
@@ -100,6 +102,8 @@ def read_run(run: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise InputError(f"no spans.jsonl in {run} (run `calimon spans --out {run}` first)",
                          field="run")
+    from calimon.jsonio import json_error_where
+
     records = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if line.strip():

@@ -11,7 +11,14 @@ from typing import Any
 
 from calimon.numerics.curves import BinaryPoint, Curve, OperatingPoint
 from calimon.plotting.intervals import binary_interval
-from calimon.plotting.style import AXIS_PAD, CHANCE_LABEL, MARKERS, band_label, run_color
+from calimon.plotting.style import (
+    AXIS_PAD,
+    CHANCE_LABEL,
+    MARKERS,
+    band_label,
+    run_color,
+    under_label,
+)
 
 __all__ = ["BINARY_NOTE", "axes_style", "binary_color", "draw_binary", "draw_chance",
            "draw_curve", "draw_under", "figure", "note_binary"]
@@ -72,7 +79,7 @@ def draw_under(ax: Any, name: str, curve: Curve, color: Any) -> None:
     if curve.defined:
         ax.step(curve.far, curve.mr, where="post", color=color, linewidth=4.5, alpha=0.4,
                 zorder=1.5, solid_capstyle="butt",
-                label=f"{name} (AUROC {curve.auroc:.3f}, under)")
+                label=under_label(name, curve.auroc))
 
 
 def binary_color(i: int) -> str:

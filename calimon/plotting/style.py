@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["AXIS_PAD", "CHANCE_LABEL", "MARKERS", "PALETTE", "band_label", "distinct_groups",
-           "run_color", "same_curve"]
+           "run_color", "same_curve", "under_label"]
 
 # matplotlib's tab10, written out so that the SVG pages use the very same colours.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -24,6 +24,13 @@ CHANCE_LABEL = "chance (MR = 1 - FAR)"
 def run_color(i: int) -> str:
     """The colour of run (or series) ``i``, the same in every figure and page."""
     return PALETTE[i % len(PALETTE)]
+
+
+def under_label(name: str, auroc: float | None) -> str:
+    """The legend entry of a curve drawn wide and pale under the main one (the raw score under
+    the calibrated curve): what it is, its AUROC and how to tell it on the plot."""
+    shown = "n/a" if auroc is None or auroc != auroc else f"{auroc:.3f}"
+    return f"{name}: AUROC {shown}, the wide pale line beneath"
 
 
 def band_label(band: Any) -> str:

@@ -31,6 +31,8 @@ class Report:
     n_transcripts: int
     operating_point: str | None
     notes: tuple[str, ...]
+    viewer: str | None = None  # what the viewer flags at first: a point's name or a threshold
+    has_curve: bool = True  # False below the class-size rule (calimon.report.limited)
 
     def to_dict(self) -> dict:
         """What was written as a JSON-ready dict (paths as strings, the HTML file's size in
@@ -38,7 +40,7 @@ class Report:
         return {"html": str(self.html), "pngs": [str(p) for p in self.pngs],
                 "bytes": self.html.stat().st_size, "n_rows": self.n_rows,
                 "n_transcripts": self.n_transcripts, "operating_point": self.operating_point,
-                "notes": list(self.notes)}
+                "viewer": self.viewer, "has_curve": self.has_curve, "notes": list(self.notes)}
 
 
 def build_report(run: str | Path, out: str | Path | None = None, *,
@@ -63,10 +65,10 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
                          field="max_transcripts")
     data = gather(run, policies=policies, spans=spans, token_scores=token_scores,
                   benchmark=benchmark, store=store)
-    if not data.result.has_curve:  # below the class-size rule
-        return _limited(data, out)
     if data.result.score == "p_raw":  # no map fitted: the curve is on the raw score
         data = _raw_scored(data)
+    if not data.result.has_curve:  # below the class-size rule
+        return _limited(data, out, max_transcripts, progress)
     point = default_point(data.result.operating_points, operating_point)
     threshold = threshold_of(point)
     rows = choose_rows(data.rows, threshold, max_transcripts)
@@ -83,8 +85,9 @@ def build_report(run: str | Path, out: str | Path | None = None, *,
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(target)
+    name = None if point is None else point.name
     return Report(html=target, pngs=tuple(pngs), n_rows=len(data.rows), n_transcripts=len(rows),
-                  operating_point=None if point is None else point.name, notes=data.notes)
+                  operating_point=name, notes=data.notes, viewer=name)
 
 
 def _raw_scored(data: RunData) -> RunData:
@@ -99,14 +102,21 @@ def _raw_scored(data: RunData) -> RunData:
                    notes=(*data.notes, note))
 
 
-def _limited(data: RunData, out: str | Path | None) -> Report:
-    from calimon.report.limited import render_limited_page
+def _limited(data: RunData, out: str | Path | None, max_transcripts: int | None,
+             progress: Progress | None) -> Report:
+    from calimon.report.limited import render_limited_page, thresholds
+    from calimon.report.viewer import choose_rows
 
+    options = thresholds(data)
+    rows = choose_rows(data.rows, options[0][1] if options else None, max_transcripts)
     target = Path(out) if out is not None else data.run_dir / "report.html"
+    tick = progress("report transcripts", len(rows)) if progress and rows else None
+    page = render_limited_page(data, rows, tick)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_limited_page(data), encoding="utf-8")
-    return Report(html=target, pngs=(), n_rows=len(data.rows), n_transcripts=0,
-                  operating_point=None, notes=data.notes)
+    target.write_text(page, encoding="utf-8")
+    return Report(html=target, pngs=(), n_rows=len(data.rows), n_transcripts=len(rows),
+                  operating_point=None, notes=data.notes, has_curve=False,
+                  viewer=options[0][0] if options and rows else None)
 
 
 __all__ = ["DEFAULT_MAX_TRANSCRIPTS", "Report", "RunData", "build_report", "gather"]

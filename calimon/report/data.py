@@ -213,7 +213,7 @@ def gather(run: str | Path, *, policies: list[str | Path] | None = None,
     samples = _load_samples(bench, {r.id for r in rows}, notes)
     _check_dataset(result, samples, rows, notes)
     readings, binary = _load_readings(result, samples, str(store) if store else None, notes)
-    sources = {"run": str(run_dir), "benchmark": str(bench)}
+    sources = {"run": str(run_dir), **({"benchmark": str(bench)} if bench else {})}
     found_policies = find_policies(run_dir, policies, rows, result, notes)
     span_path = Path(spans) if spans else run_dir / "spans.jsonl"
     span_map: dict[str, SpanRecord] = {}

@@ -22,6 +22,7 @@ from calimon.report.svg import curve_svg, histogram_svg, reliability_svg
 from calimon.report.viewer import OUTCOMES, cards_html
 
 PAGE_SIZE = 50
+THRESHOLD_SIZE = 24  # characters: the longest exact float (repr) a threshold can be
 
 
 def _num(x: Any, digits: int = 3) -> str:
@@ -42,6 +43,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") 
                                     for c in r) + "</tr>" for r in rows)
     return f'<table class="cm-table {cls}"><thead><tr>{head}</tr></thead><tbody>{body}' \
            "</tbody></table>"
+
+
+def shown(value: Any) -> str:
+    """A provenance or settings value as the page shows it: ``not set`` for None."""
+    return "not set" if value is None else str(value)
 
 
 class _Raw(str):
@@ -87,18 +93,27 @@ def markers(data: RunData) -> list[tuple[str, float | None]]:
 def _header(data: RunData, figs: Figures) -> str:
     r, p = data.result, data.result.provenance
     c = r.counts or Counts()
-    title = f"{p.model} · {p.prompt}/{p.readout} · {p.benchmark}"
+    title = f"{shown(p.model)} · {shown(p.prompt)}/{shown(p.readout)} · {shown(p.benchmark)}"
     kpis = [("scored", f"{c.scored} of {c.evaluated}"),
-            ("misbehaving / benign", f"{c.n_pos} / {c.n_neg}"),
-            ("AUROC raw", _num(r.auroc_raw)),
-            (f"AUROC calibrated ({r.calibration_method})", _num(r.auroc)),
+            ("misbehaving / benign", f"{c.n_pos} / {c.n_neg}"), *_auroc_kpis(r),
             ("mean format mass", _num(r.format_mass.mean if r.format_mass else None, 4)),
-            ("status", ", ".join(f"{k} {v}" for k, v in sorted(c.status.items())))]
+            ("status", ", ".join(f"{k} {v}" for k, v in sorted(c.status.items())) or "none")]
     k = "".join(f'<div class="cm-kpi"><div class="cm-dim">{escape(a)}</div><b>{escape(b)}</b>'
                 "</div>" for a, b in kpis)
     return (f'<header class="cm-top"><h1>calimon report: {escape(title)}</h1>'
             f'<div class="cm-dim">run {escape(str(data.run_dir))} · created '
-            f'{escape(str(p.created))}</div><div class="cm-kpis">{k}</div></header>')
+            f'{escape(shown(p.created))}</div><div class="cm-kpis">{k}</div></header>')
+
+
+def _auroc_kpis(r) -> list[tuple[str, str]]:
+    """The header's AUROC figures: raw and calibrated (the map named), raw alone for a run that
+    fitted no map, and for a run without a curve what stands in their place."""
+    if not r.has_curve:
+        return [("curve and AUROC", "not drawn (too few of a class)")]
+    if not r.calibration_method:
+        return [("AUROC (raw score, no map fitted)", _num(r.auroc_raw))]
+    return [("AUROC raw", _num(r.auroc_raw)),
+            (f"AUROC calibrated ({r.calibration_method})", _num(r.auroc))]
 
 
 def benchmark_name(provenance: dict) -> str:
@@ -114,11 +129,9 @@ def _curves(data: RunData, figs: Figures) -> str:
                      binary_points=[b.to_dict() for b in r.binary_points],
                      operating_points=[p.to_dict() for p in r.operating_points],
                      title=f"all samples · {benchmark_name(data.provenance)}")
-    cap = ("Miss rate against false-alarm rate over every threshold; dotted: chance; "
-           "shaded: pair-clustered bootstrap band; wide pale line: the raw score, under the "
-           "calibrated one; markers: the binary (generated JSON) protocol, bars spanning its "
-           "exact 95% interval with parse failures counted either way; dots: operating "
-           "points. PNG: report-curve.png")
+    band = figs.curves["all"].band
+    cap = _curve_caption(bool(band and band.n_used), bool(under), bool(r.binary_points),
+                         bool(r.operating_points))
     panels = distinct_groups(figs.curves)
     same_as_all = next((also for k, _, also in panels if k == "all"), [])
     small = "".join(_figure(curve_svg([(k, c)], title=k, width=420, height=420,
@@ -126,14 +139,32 @@ def _curves(data: RunData, figs: Figures) -> str:
                                       binary_points=figs.binary_by_group.get(k, [])),
                             _group_note(c, figs.binary_by_group.get(k, []), also))
                     for k, c, also in panels if k != "all")
-    note = (f" Same curve as all samples, not drawn again: {', '.join(same_as_all)}."
-            if same_as_all else "")
-    body = (f'<div class="cm-row">{_figure(main, cap)}</div>'
-            '<h3>per category and task</h3><p class="cm-dim">grey: all samples, for '
-            'reference; dotted: chance; markers: the binary protocol on this group\'s '
-            f'samples.{escape(note)} PNG: report-groups.png</p>'
-            f'<div class="cm-grid cm-groups">{small}</div>')
+    said = ["grey: all samples, for reference", "dotted: chance"]
+    if any(figs.binary_by_group.get(k) for k, _, _ in panels if k != "all"):
+        said.append("markers: the binary protocol on this group's samples")
+    text = "; ".join(said) + "." + (f" Same curve as all samples, not drawn again: "
+                                    f"{', '.join(same_as_all)}." if same_as_all else "")
+    groups = ('<h3>per category and task</h3><p class="cm-dim">'
+              f'{escape(text)} PNG: report-groups.png</p>'
+              f'<div class="cm-grid cm-groups">{small}</div>' if small else "")
+    body = f'<div class="cm-row">{_figure(main, cap)}</div>{groups}'
     return _section("curves", "Miss rate / false-alarm rate", body)
+
+
+def _curve_caption(band: bool, raw_under: bool, binary: bool, points: bool) -> str:
+    """The main curve's caption: only what the figure draws."""
+    parts = ["Miss rate against false-alarm rate over every threshold", "dotted: chance"]
+    if band:
+        parts.append("shaded: pair-clustered bootstrap band")
+    if raw_under:
+        parts.append("wide pale line: the raw score before calibration, drawn under the "
+                     "calibrated curve")
+    if binary:
+        parts.append("markers: the binary (generated JSON) protocol, bars spanning its exact "
+                     "95% interval with parse failures counted either way")
+    if points:
+        parts.append("dots: operating points")
+    return "; ".join(parts) + ". PNG: report-curve.png"
 
 
 def _group_note(c: Any, binary: Sequence[dict] = (), also: Sequence[str] = ()) -> str:
@@ -160,9 +191,9 @@ def _points(data: RunData, figs: Figures) -> str:
                      f"{b.n_parse_failure} parse failures"))
     body = table(["operating point", "threshold", "MR", "FAR", "TP", "FP", "TN", "FN", "note"],
                  rows, "cm-ops")
-    body += ('<p class="cm-dim">Flag iff calibrated score &gt;= threshold. Binary rows: '
-             f'{r.binary_sample_count or 0} samples (whole pairs); rates over parsed '
-             'replies.</p>')
+    body += ('<p class="cm-dim">Flag iff calibrated score &gt;= threshold.'
+             + (f' Binary rows: {r.binary_sample_count or 0} samples (whole pairs); rates over '
+                'parsed replies.' if r.binary_points else '') + '</p>')
     grows = [(k, c.n_pos, c.n_neg, c.auroc, "" if c.defined else c.undefined_reason)
              for k, c in figs.curves.items()]
     body += "<h3>per group</h3>" + table(["group", "n+", "n-", "AUROC (calibrated)", "note"],
@@ -262,13 +293,22 @@ def _policy(data: RunData) -> str:
 
 def _viewer(data: RunData, rows: tuple, point: OperatingPoint | None,
             tick: Callable | None) -> str:
-    chosen = None if point is None else point.name
+    options = [(f"{p.name} (t={_num(p.threshold, 4)})", threshold_of(p))
+               for p in data.result.operating_points]
+    chosen = None if point is None else options[data.result.operating_points.index(point)][0]
+    return viewer_section(data, rows, options, chosen, tick)
+
+
+def viewer_section(data: RunData, rows: tuple, options: Sequence[tuple[str, float | None]],
+                   chosen: str | None, tick: Callable | None) -> str:
+    """The transcript viewer: filters (a threshold picked among ``options``, ``(label,
+    threshold)`` with None for flag nothing, or typed), the confusion line and the cards of
+    ``rows`` at the ``chosen`` option's threshold."""
     opts = "".join(
-        f'<option value="{"inf" if threshold_of(p) is None else repr(float(p.threshold))}"'
-        f'{" selected" if p.name == chosen else ""}>{escape(p.name)} '
-        f'(t={_num(p.threshold, 4)})</option>'
-        for p in data.result.operating_points) + '<option value="custom">custom threshold</option>'
-    t0 = threshold_of(point)
+        f'<option value="{"inf" if t is None else repr(float(t))}"'
+        f'{" selected" if label == chosen else ""}>{escape(label)}</option>'
+        for label, t in options) + '<option value="custom">custom threshold</option>'
+    t0 = next((t for label, t in options if label == chosen), None)
 
     def select(fid: str, label: str, values: Sequence[tuple[str, str]]) -> str:
         o = '<option value="">all</option>' + "".join(
@@ -279,8 +319,9 @@ def _viewer(data: RunData, rows: tuple, point: OperatingPoint | None,
     tasks = sorted({r.task for r in rows})
     filters = "".join([
         f'<label>operating point <select id="f-op">{opts}</select></label>',
-        '<label>threshold <input id="f-threshold" type="text" size="8" inputmode="decimal" '
-        f'value="{"" if t0 is None else repr(float(t0))}" placeholder="inf"></label>',
+        f'<label>threshold <input id="f-threshold" type="text" size="{THRESHOLD_SIZE}" '
+        f'inputmode="decimal" value="{"" if t0 is None else repr(float(t0))}" '
+        'placeholder="inf"></label>',
         select("f-category", "category", [(c, c) for c in cats]),
         select("f-task", "task", [(t, t) for t in tasks]),
         select("f-label", "label", [("1", "misbehaving"), ("0", "benign"),
@@ -290,7 +331,7 @@ def _viewer(data: RunData, rows: tuple, point: OperatingPoint | None,
     capped = ""
     if len(rows) < len(data.rows):
         capped = (f'<p class="cm-warn">This report holds {len(rows)} of {len(data.rows)} '
-                  "transcripts (misses and false alarms at the default operating point first); "
+                  "transcripts (misses and false alarms at the starting threshold first); "
                   "raise --max-transcripts to include all.</p>")
     body = (f'{capped}<div class="cm-filters">{filters}</div>'
             '<div class="cm-confusion" id="cm-confusion"></div>'
@@ -302,14 +343,14 @@ def _viewer(data: RunData, rows: tuple, point: OperatingPoint | None,
 
 def _provenance(data: RunData) -> str:
     p = data.provenance
-    rows = [(k, _Raw(f"<code>{escape(str(v))}</code>")) for k, v in p.items()]
+    rows = [(k, _Raw(f"<code>{escape(shown(v))}</code>")) for k, v in p.items()]
     rows += [("curve.json sha256", _Raw(f"<code>{data.curve_sha256}</code>")),
              ("report calimon version", __version__),
              ("report created", dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))]
     rows += [(f"input: {k}", _Raw(f"<code>{escape(v)}</code>")) for k, v in
              data.sources.items()]
     settings = data.result.settings.as_dict()
-    srows = [(k, _Raw(f"<code>{escape(str(v))}</code>")) for k, v in settings.items()]
+    srows = [(k, _Raw(f"<code>{escape(shown(v))}</code>")) for k, v in settings.items()]
     body = table(["provenance", "value"], rows, "cm-kv") + \
         "<details><summary>run settings</summary>" + \
         table(["setting", "value"], srows, "cm-kv") + "</details>"
@@ -328,7 +369,7 @@ def render_page(data: RunData, figs: Figures, rows: tuple, point: OperatingPoint
         ("scores", "scores"), ("policy", "policy"), ("transcripts", "transcripts"),
         ("provenance", "provenance")))
     prov = data.result.provenance
-    title = f"calimon report · {prov.model} · {prov.benchmark}"
+    title = f"calimon report · {shown(prov.model)} · {shown(prov.benchmark)}"
     parts = [_curves(data, figs), _points(data, figs), _calibration(data, figs),
              _scores(data, figs), _policy(data), _viewer(data, rows, None if point is None
                                                          else point, tick),
@@ -343,4 +384,4 @@ def render_page(data: RunData, figs: Figures, rows: tuple, point: OperatingPoint
 
 
 __all__ = ["benchmark_name", "default_point", "markers", "render_page", "table",
-           "threshold_of"]
+           "threshold_of", "viewer_section"]

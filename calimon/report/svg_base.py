@@ -156,6 +156,6 @@ def legend(f: Frame, rows: Sequence[tuple[str, str, str]]) -> list[str]:
     for i, (color, text, kind) in enumerate(rows):
         yy = y + LEGEND_ROW * i
         out.append(_swatch(kind, color, x + 5, yy - 3))
-        out.append(f'<text x="{px(x + 23)}" y="{px(yy)}" font-size="10" fill="#222">'
-                   f'{escape(text)}</text>')
+        out.append(f'<text class="cm-legend-text" x="{px(x + 23)}" y="{px(yy)}" '
+                   f'font-size="10" fill="#222">{escape(text)}</text>')
     return [s for s in out if s]

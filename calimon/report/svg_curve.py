@@ -16,10 +16,17 @@ import numpy as np
 from calimon.numerics.curves import Curve
 from calimon.plotting.intervals import binary_interval
 from calimon.plotting.marks import BINARY_NOTE, binary_color
-from calimon.plotting.style import AXIS_PAD, CHANCE_LABEL, MARKERS, band_label, run_color
+from calimon.plotting.style import (
+    AXIS_PAD,
+    CHANCE_LABEL,
+    MARKERS,
+    band_label,
+    run_color,
+    under_label,
+)
 from calimon.report.svg_base import Frame, axes, num, open_svg, px, shape_points
 from calimon.report.svg_base import legend as draw_legend
-from calimon.report.svg_labels import place_svg_labels, text_box
+from calimon.report.svg_labels import place_svg_labels, text_box, text_width
 
 __all__ = ["curve_svg"]
 
@@ -67,6 +74,24 @@ def _chance(f: Frame) -> str:
             f'<title>{escape(CHANCE_LABEL)}</title></line>')
 
 
+def _undefined_text(f: Frame, text: str, font_size: float = 11) -> str:
+    """Why a curve is not drawn, centred on the axes and wrapped to their width, so that no
+    line runs past them (widths estimated as `text_box` does)."""
+    room = f.x(f.x1) - f.x(f.x0) - 16
+    lines: list[str] = []
+    for word in text.split():
+        if lines and text_width(f"{lines[-1]} {word}", font_size) <= room:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    step = 1.3 * font_size
+    top = f.y(.5) - step * (len(lines) - 1) / 2
+    spans = "".join(f'<tspan x="{px(f.x(.5))}" y="{px(top + i * step)}">{escape(line)}</tspan>'
+                    for i, line in enumerate(lines))
+    return (f'<text class="cm-undefined" font-size="{font_size:g}" text-anchor="middle" '
+            f'fill="#a33" stroke="#fff" stroke-width="3" paint-order="stroke">{spans}</text>')
+
+
 def _series_marks(f: Frame, series: Sequence[tuple[str, Curve]], colors: Sequence[str],
                   under: Sequence[tuple[str, Curve]]) -> tuple[list[str], list[Row]]:
     """Bands first, then the ``under`` curves (wide, pale), then each curve on top; the
@@ -74,9 +99,7 @@ def _series_marks(f: Frame, series: Sequence[tuple[str, Curve]], colors: Sequenc
     bands, lines, rows = [], [], []
     for (name, c), color in zip(series, colors, strict=True):
         if not c.defined:
-            lines.append(f'<text class="cm-undefined" x="{px(f.x(.5))}" y="{px(f.y(.5))}" '
-                         f'font-size="11" text-anchor="middle" fill="#a33">no curve: '
-                         f'{escape(str(c.undefined_reason))}</text>')
+            lines.append(_undefined_text(f, f"no curve: {c.undefined_reason}"))
             rows.append((color, f"{name}: no curve", "line"))
             continue
         bands.append(_band(f, c, color))
@@ -96,7 +119,7 @@ def _series_marks(f: Frame, series: Sequence[tuple[str, Curve]], colors: Sequenc
             color = run_color(len(series) + j)
             wide.append(_curve_path(f, c, color, 6, 0.45, cls="cm-curve-under",
                                     tip=f"{name}: AUROC {num(c.auroc)} (drawn under)"))
-            rows.append((color, f"{name} (AUROC {num(c.auroc)}, under)", "wide"))
+            rows.append((color, under_label(name, c.auroc), "wide"))
     return bands + wide + lines, rows
 
 

@@ -39,6 +39,8 @@ class Monitor:
     held to the template's JSON schema, decoded from the json readout's prompt and prefix; see
     `calimon.decoding`); needs a backend with the `Constrained` capability."""
 
+    token_cap: int | None = None  # set on a copy for short replies (a format check)
+
     def __init__(self, backend, prompt: PromptTemplate, readout: str,
                  max_input_tokens: int | None = None, decoding: str = "free"):
         self.backend = backend
@@ -82,8 +84,10 @@ class Monitor:
 
     @property
     def generation_tokens(self) -> int:
-        """The most tokens a generated readout may write (its format's ``max_new_tokens``)."""
-        return self.prompt.format_for(self.readout).max_new_tokens
+        """The most tokens a generated readout may write (its format's ``max_new_tokens``, at
+        most ``token_cap`` when set)."""
+        most = self.prompt.format_for(self.readout).max_new_tokens
+        return most if self.token_cap is None else min(most, self.token_cap)
 
     def _generate(self, ids: list[list[int]]) -> list[str]:
         """The answer text of each prompt: a greedy generation, held to the constraint (and

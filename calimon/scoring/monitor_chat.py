@@ -39,9 +39,10 @@ def score_messages(monitor, samples: Sequence[Sample]) -> list[Verdict]:
                                    samples=fmt.samples or DEFAULT_SAMPLES,
                                    temperature=fmt.temperature or DEFAULT_TEMPERATURE)
     elif monitor.constraint is not None:  # binary under json decoding: the schema enforced
-        replies = backend.complete(prompts, fmt.max_new_tokens, constraint=monitor.constraint)
+        replies = backend.complete(prompts, monitor.generation_tokens,
+                                   constraint=monitor.constraint)
     else:  # binary, verbal: one greedy answer
-        replies = backend.complete(prompts, fmt.max_new_tokens)
+        replies = backend.complete(prompts, monitor.generation_tokens)
     per_sample = (time.perf_counter() - start) / max(len(samples), 1)
     return [with_defense_record(_verdict(readout, s, r, per_sample), p.defense)
             for s, r, p in zip(samples, replies, prompts, strict=True)]

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from calimon.scoring.probes.steps import cache_nbytes, common_prefix
+
 
 @dataclass
 class KVState:
@@ -31,12 +33,7 @@ class KVState:
     @property
     def nbytes(self) -> int:
         """Bytes of the cached keys and values."""
-        total = 0
-        for layer in getattr(self.cache, "layers", ()):
-            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-                if t is not None:
-                    total += t.numel() * t.element_size()
-        return total
+        return cache_nbytes(self.cache)
 
 
 def full_use(service, tokens: int) -> dict[str, Any]:
@@ -51,15 +48,6 @@ def full_use(service, tokens: int) -> dict[str, Any]:
         encoder = None
     head = getattr(encoder, "prefix_len", 0) or 0
     return {"mode": "full", "reused_tokens": 0, "computed_tokens": max(tokens - head, 0)}
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def supports_kv(model) -> bool:

@@ -15,16 +15,37 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from calimon.progress import Progress
-from calimon.samples import Sample
-from calimon.scoring.backends.options import backend_options
-from calimon.scoring.engines.service import ENGINES, Engine, Scorer
-from calimon.scoring.engines.settings import BackendSettings, RunSettings
-from calimon.scoring.engines.spec import MonitorSpec, make_monitor
-from calimon.scoring.store import RunStore
-from calimon.verdict import Verdict
+if TYPE_CHECKING:
+    from calimon.progress import Progress
+    from calimon.samples import Sample
+    from calimon.scoring.engines.settings import RunSettings
+    from calimon.scoring.engines.spec import MonitorSpec
+    from calimon.scoring.store import RunStore
+    from calimon.verdict import Verdict
+
+# Imported on first use (PEP 562), so that a command's flags, declared from `BackendSettings`,
+# cost no model, store or backend import: ``calimon curve --help`` answers at once.
+_LAZY = {"ENGINES": "service", "Engine": "service", "Scorer": "service",
+         "BackendSettings": "settings", "RunSettings": "settings", "MonitorSpec": "spec",
+         "make_monitor": "spec"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"calimon.scoring.engines.{_LAZY[name]}"), name)
+    if name == "backend_options":
+        from calimon.scoring.backends.options import backend_options
+
+        return backend_options
+    if name == "RunStore":
+        from calimon.scoring.store import RunStore
+
+        return RunStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -51,6 +72,8 @@ def score_samples(spec: MonitorSpec, samples: Sequence[Sample], store: RunStore,
                   workers: int | None = None, chunk_size: int = 32,
                   progress: Callable[[int], None] | None = None, monitor=None) -> ScoreResult:
     """Score what the store lacks with the chosen engine; return every reading."""
+    from calimon.scoring.engines.service import Engine, Scorer
+
     scorer = Scorer(spec, store, engine=Engine(engine, address, workers, chunk_size),
                     backend=monitor.backend if monitor is not None else None)
     monitor = monitor if monitor is not None else scorer.monitor()
@@ -68,6 +91,8 @@ def score_benchmark(settings: RunSettings, *, chunk_size: int = 32,
     settings' monitor into their run store on their backend and engine, optionally export
     every reading as JSONL; returns the run's summary."""
     from calimon.data.registry import load_benchmark
+    from calimon.scoring.engines.service import Scorer
+    from calimon.scoring.store import RunStore
     from calimon.selection import select
 
     prompt, readout, store = settings.prompt, settings.readout, settings.store

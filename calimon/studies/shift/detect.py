@@ -16,12 +16,14 @@ log loss among ``WEIGHT_CS`` (the test itself uses C = 1, fixed, so its p-value 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from calimon.errors import InputError
+from calimon.progress import Progress
 from calimon.studies.shift.features import FeatureView
 
 DEFAULT_PERMUTATIONS = 200
@@ -38,9 +40,12 @@ def _auroc(y: np.ndarray, p: np.ndarray) -> float:
 def oof_domain_probs(X: np.ndarray, d: np.ndarray, *, folds: int = 5, seed: int = 0,
                      C: float = 1.0, groups: np.ndarray | None = None) -> np.ndarray:
     """Out-of-fold ``P(new | x)`` from a logistic regression, K-fold stratified on ``d`` and,
-    with ``groups``, grouped (both members of a pair are always in the same fold)."""
+    with ``groups``, grouped (both members of a pair are always in the same fold:
+    scikit-learn's `StratifiedGroupKFold` folds, computed by `calimon.studies.shift.folds`)."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+    from sklearn.model_selection import StratifiedKFold
+
+    from calimon.studies.shift.folds import stratified_group_splits
 
     k = int(min(folds, np.bincount(d).min()))
     if k < 2:
@@ -53,7 +58,7 @@ def oof_domain_probs(X: np.ndarray, d: np.ndarray, *, folds: int = 5, seed: int 
         if k < 2:
             raise InputError("the shift check needs at least 2 pairs on each side",
                              field="transcripts")
-        splits = StratifiedGroupKFold(k, shuffle=True, random_state=seed).split(X, d, groups)
+        splits = stratified_group_splits(d, groups, k, seed)
     out = np.empty(d.size)
     for tr, te in splits:
         clf = LogisticRegression(C=C, max_iter=500)
@@ -66,7 +71,8 @@ WEIGHT_CS = (0.01, 0.1, 1.0)
 
 
 def _ratio_probs(view: FeatureView, d: np.ndarray, g: np.ndarray | None, folds: int, seed: int,
-                 q1: np.ndarray) -> tuple[np.ndarray, float]:
+                 q1: np.ndarray, tick: Callable[[int], None] = lambda n: None
+                 ) -> tuple[np.ndarray, float]:
     """Out-of-fold domain probabilities for the density ratios: the regularization among
     ``WEIGHT_CS`` with the lowest out-of-fold log loss (an overfitted classifier gives extreme
     probabilities, hence wild weights, even with no shift). ``q1``: the C = 1 probabilities."""
@@ -77,6 +83,7 @@ def _ratio_probs(view: FeatureView, d: np.ndarray, g: np.ndarray | None, folds: 
         if c == 1.0:
             continue
         q = oof_domain_probs(view.X, d, folds=folds, seed=seed, groups=g, C=c)
+        tick(1)
         best = min(best, (log_loss(d, q), c, q), key=lambda t: t[0])
     return best[2], best[1]
 
@@ -154,7 +161,8 @@ class ShiftReport:
 
 def two_sample_test(view: FeatureView, *, permutations: int = DEFAULT_PERMUTATIONS,
                     folds: int = 5, seed: int = 0, alpha_test: float = 0.05,
-                    groups: Any = None, stop_hits: int | None = None) -> ShiftReport:
+                    groups: Any = None, stop_hits: int | None = None,
+                    progress: Progress | None = None) -> ShiftReport:
     """Domain-classifier two-sample test on ``view`` (calibration rows first, then new).
 
     ``stop_hits``: stop permuting once that many relabellings reach the observed AUROC, with
@@ -169,25 +177,32 @@ def two_sample_test(view: FeatureView, *, permutations: int = DEFAULT_PERMUTATIO
 
     Runs with one BLAS thread: the fits are small, and on a shared machine threads spinning
     for a core cost several times the work (measured: 13 s against 113 s wall for 50
-    permutations of 2,000 transcripts)."""
+    permutations of 2,000 transcripts). ``progress``: one bar over the classifier's
+    out-of-fold fits (`calimon.progress`)."""
     from threadpoolctl import threadpool_limits
+
+    from calimon.progress import ticker
 
     d = view.domain.astype(int)
     g = None
     if groups is not None:
         g = np.asarray([f"{k}\x00{dom}" for k, dom in zip(groups, d, strict=True)], dtype=object)
+    fits = 1 + max(permutations, 0) + len(view.groups) + len(WEIGHT_CS) - 1
+    tick = ticker(progress, "shift check: domain classifier fits", fits)
     with threadpool_limits(1):
-        return _two_sample_test(view, d, g, permutations, folds, seed, alpha_test, stop_hits)
+        return _two_sample_test(view, d, g, permutations, folds, seed, alpha_test, stop_hits,
+                                tick or (lambda n: None))
 
 
 def _two_sample_test(view: FeatureView, d: np.ndarray, g: np.ndarray | None, permutations: int,
                      folds: int, seed: int, alpha_test: float,
-                     stop_hits: int | None = None) -> ShiftReport:
+                     stop_hits: int | None, tick: Callable[[int], None]) -> ShiftReport:
     if permutations < 0:
         raise InputError(f"expected permutations >= 0, got {permutations}",
                          field="permutations")
     q = oof_domain_probs(view.X, d, folds=folds, seed=seed, groups=g)
     obs = _auroc(d, q)
+    tick(1)
     rng = np.random.default_rng(seed)
     hits, ran, p_value = 0, 0, None
     for _ in range(permutations):
@@ -198,13 +213,16 @@ def _two_sample_test(view: FeatureView, d: np.ndarray, g: np.ndarray | None, per
         else:
             hits += _auroc(dp, oof_domain_probs(view.X, dp, folds=folds, seed=seed,
                                                 groups=g)) >= obs
+        tick(1)
         if stop_hits is not None and hits >= stop_hits:
             p_value = hits / ran
             break
-    by_group = {k: _auroc(d, oof_domain_probs(view.columns([k]), d, folds=folds, seed=seed,
-                                              groups=g))
-                for k in view.groups}
-    q, weights_c = _ratio_probs(view, d, g, folds, seed, q)
+    by_group = {}
+    for k in view.groups:
+        by_group[k] = _auroc(d, oof_domain_probs(view.columns([k]), d, folds=folds, seed=seed,
+                                                 groups=g))
+        tick(1)
+    q, weights_c = _ratio_probs(view, d, g, folds, seed, q, tick)
     qc = np.clip(q[: view.n_calib], CLIP, 1 - CLIP)
     weights = qc / (1 - qc) * view.n_calib / view.n_new
     q_new = q[view.n_calib:]

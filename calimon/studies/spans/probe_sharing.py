@@ -6,7 +6,8 @@ A probe head reads the hidden states of one layer ``k``; nothing past it changes
 then follow each other, and each shares with the one before it every token up to the first
 place they differ), running each prompt only from that place and only through the first ``k``
 decoder blocks, on the keys, values and held response states of the prompt before it
-(`calimon.serve.probe_kv.extend_probe`, the step of a probe monitor's session). Its readings
+(`calimon.scoring.probes.steps.extend_probe`, the step of a probe monitor, which a service's
+session runs too). Its readings
 equal the probe monitor's own within float rounding and go to the store under the same key.
 The pass stops before the model's last layer, so it reads no verdict (``extra["verdict"]`` is
 None).
@@ -54,7 +55,7 @@ class SharedPrefixProbe:
 
     def score(self, samples: Sequence[Sample]) -> list[Verdict]:
         """The head's readings of ``samples``, in order."""
-        from calimon.serve.probe_kv import extend_probe
+        from calimon.scoring.probes.steps import extend_probe
 
         if not samples:
             return []

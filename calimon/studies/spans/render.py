@@ -107,10 +107,12 @@ def render_terminal(text: str, spans: Iterable[Any], gold: Iterable[Any] = (), *
 def render_html(text: str, spans: Iterable[Any], gold: Iterable[Any] = (),
                 title: str = "") -> str:
     """An HTML fragment: ``<mark class="pred|gold|both" data-score=...>``; everything escaped.
+    Its legend names the kinds of mark drawn, and is left out when none is.
 
     Style it with :data:`HTML_STYLE` (the report includes it once per page)."""
-    body = []
+    body, drawn = [], set()
     for a, b, cls, score in pieces(text, spans, gold):
+        drawn.add(cls)
         chunk = html.escape(text[a:b], quote=True)
         if cls is None:
             body.append(chunk)
@@ -122,10 +124,10 @@ def render_html(text: str, spans: Iterable[Any], gold: Iterable[Any] = (),
         body.append(f"<mark{attrs}>{chunk}</mark>")
     head = (f'<div class="calimon-spans-title">{html.escape(title, quote=True)}</div>\n'
             if title else "")
-    legend = " ".join(f'<mark class="{c}">{LABELS[c]}</mark>' for c in PLAIN)
+    legend = " ".join(f'<mark class="{c}">{LABELS[c]}</mark>' for c in PLAIN if c in drawn)
+    legend = f'<div class="calimon-spans-legend">{legend}</div>\n' if legend else ""
     return (f'<div class="calimon-spans">\n{head}'
-            f'<pre class="calimon-spans-text">{"".join(body)}</pre>\n'
-            f'<div class="calimon-spans-legend">{legend}</div>\n</div>\n')
+            f'<pre class="calimon-spans-text">{"".join(body)}</pre>\n{legend}</div>\n')
 
 
 __all__ = ["HTML_STYLE", "pieces", "render_html", "render_terminal"]
