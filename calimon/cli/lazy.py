@@ -41,9 +41,9 @@ COMMANDS: dict[str, Entry] = {
     "pin-policy": Entry("deploy", "Pin a version-1 policy: embed its design run's calibration "
                         "map and monitor (version 2), so that calimon serve and the "
                         "integrations decide the same from any folder."),
-    "serve": Entry("serve", "Serve POLICY's monitor over HTTP: /v1/score, "
-                   "/v1/sessions/{id}/steps, /healthz, /metrics, /docs; with --review, the "
-                   "review queue at /review (docs/serve.md)."),
+    "serve": Entry("serve", "Serve POLICY's monitor (an external one's: its score in "
+                   "each request) over HTTP: /v1/score, /v1/sessions/{id}/steps, /metrics, "
+                   "/docs; --review: /review (docs/serve.md)."),
     "review-export": Entry("review", "Export a review queue's labelled traffic as a samples "
                            "JSONL, for `calimon curve` and `calimon escalate` to make the next "
                            "policy."),
