@@ -93,12 +93,28 @@ def main(argv=None) -> int:
             monitor_layer=LAYER if args.model == MODEL else None))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    doc["reference"] = reference(args.model)
     doc["seconds"] = round(time.time() - t0, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     args.results.write_text(to_markdown(doc), encoding="utf-8")
     log(f"wrote {args.out} and {args.results}")
     return 0
+
+
+def reference(model: str) -> dict:
+    """The in-source reference per source from the ceiling page's JSON (`ceiling.py`) of the
+    same model, when it was made: ``{source: {"auroc", "layer"}}``."""
+    family = model.split("-")[0].rstrip("0123456789")  # gemma3-270m: -gemma
+    name = "learning-loop-ceiling" + ("" if model == MODEL else f"-{family}")
+    path = HERE / "out" / f"{name}.json"
+    if not path.is_file():
+        return {}
+    doc = json.loads(path.read_text())
+    if doc.get("model") != model:
+        return {}
+    return {r["source"]: {"auroc": r["in_source"]["auroc"], "layer": r["in_source"]["layer"]}
+            for r in doc["rows"]}
 
 
 def command(argv) -> str:
