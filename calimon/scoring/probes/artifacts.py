@@ -290,6 +290,7 @@ def list_heads(model: str | None = None, root: str | Path | None = None) -> list
                 continue
             rows.append({"model": card.base_model.name, "name": card.name, "kind": card.kind,
                          "estimator": card.estimator, "layer": card.layer,
+                         "layers": card.layers,
                          "pooling": card.pooling, "aggregate": card.aggregate,
                          "prompt": card.prompt.name, "benchmark": card.training.benchmark,
                          "metrics": card.metrics, "path": str(card_path)})
