@@ -65,8 +65,9 @@ def test_the_search_finds_max_pooling_at_the_layer_that_carries_the_label():
     assert len(ref.candidates) == len(choice.candidates) and ref.n_splits == 5
 
 
-def test_the_mlp_needs_enough_rows_to_be_a_candidate():
-    choice = search_recipe(_features(_max_at_2, 20), estimators=("logistic", "mlp"))
+def test_the_mlp_needs_enough_rows_to_be_a_candidate_unless_pinned():
+    fs = _features(_max_at_2, 20)
+    choice = search_recipe(fs, estimators=("logistic", "mlp"))
     assert {c.recipe.estimator for c in choice.candidates} == {"logistic"}
 
 
@@ -135,6 +136,9 @@ def test_the_mlp_is_chosen_only_where_cv_says_a_line_is_not_enough():
     choice = search_recipe(linear, estimators=("logistic", "mlp"), mlp_min_rows=0)
     assert any(c.recipe.estimator == "mlp" for c in choice.candidates)
     assert choice.chosen.estimator == "logistic"  # within one SE, the simpler head
+    fit, choice = fit_sequence(_features(_max_at_2, 20), layer=2, pooling="max",
+                               estimator="mlp")  # pinned: an MLP even on 40 rows
+    assert fit.head.estimator == "mlp" and choice is None
 
 
 def test_the_mlp_trains_deterministically_from_its_seed_and_saves_as_safetensors(tmp_path):

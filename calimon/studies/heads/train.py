@@ -166,7 +166,7 @@ def fit_sequence(fs: FeatureSet, layer: int | None = None, pooling: str | None =
             poolings=[pooling] if pooling is not None else POOLINGS,
             estimators=[estimator] if estimator is not None else estimators,
             concat=concat and layer is None, seed=seed, sample_weight=sample_weight,
-            pinned=pinned)
+            pinned=pinned, **({"mlp_min_rows": 0} if estimator == "mlp" else {}))
         recipe = choice.chosen
     from threadpoolctl import threadpool_limits
 
