@@ -119,7 +119,7 @@ def to_markdown(doc: dict) -> str:
         "",
     ]
     if doc["missing"]:
-        lines += [f"**Not run** (features not captured in time): {', '.join(doc['missing'])}. "
+        lines += [f"**Not run** (features not captured in time, or left out by --folds): {', '.join(doc['missing'])}. "
                   "Rerunning the command captures them and completes the table.", ""]
     lines += ["## Targets", "",
               "| held-out source | order | MR before (0 labels) | MR halved at | "
