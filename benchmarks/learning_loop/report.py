@@ -56,7 +56,8 @@ def recipe_section(doc: dict) -> list[str]:
     if not rows:
         return []
     ref = doc.get("reference") or {}
-    lines = ["## The recipe at 200 labels", "",
+    last = max(r["labels"] for _, r in rows)
+    lines = [f"## The recipe at {last} labels", "",
              "Today's recipe: mean pooling, the layer by the unweighted layer sweep, logistic "
              "(the retrained head before the recipe search). The in-source reference is "
              "`benchmarks/results/learning-loop-ceiling.md`'s (it picks layer and pooling on the "
@@ -79,7 +80,7 @@ def recipe_section(doc: dict) -> list[str]:
                      f"{'n/a' if rf is None else _num(rf['auroc'])} | "
                      f"{'n/a' if ok is None else ('yes' if ok else 'no')} |")
     hit = [s for s in TARGET_SOURCES if near.get(s) and all(near[s])]
-    lines += ["", f"Within {TARGET_GAP} AUROC of the in-source reference after 200 labels in "
+    lines += ["", f"Within {TARGET_GAP} AUROC of the in-source reference after {last} labels in "
               f"both orders: {len(hit)} of {len(TARGET_SOURCES)} of "
               f"{', '.join(TARGET_SOURCES)}" + (f" ({', '.join(hit)})" if hit else "") + ". "
               "Below today's recipe beyond the paired interval (the AUROC difference's interval "
@@ -91,10 +92,10 @@ def recipe_section(doc: dict) -> list[str]:
 
         per = statistics.median(s / max(c, 1) for s, c in costs)
         lines += [f"Recipe search cost on these features: median {per:.3f} s per candidate "
-                  f"(with C chosen after, median "
+                  "(a retrained head's whole fit, C's CV included, over its candidates; median "
                   f"{statistics.median(s for s, _ in costs):.1f} s per retrained head, "
-                  f"{statistics.median(c for _, c in costs)} candidates), measured in this run "
-                  "on the shared machine.", ""]
+                  f"{statistics.median(c for _, c in costs)} candidates), wall-clock in this "
+                  "run on the shared 2-core machine.", ""]
     return lines
 
 

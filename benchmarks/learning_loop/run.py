@@ -61,6 +61,8 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true",
                     help="keep the folds already in --out (made with the same settings) and "
                          "run only the others")
+    ap.add_argument("--steps", type=int, nargs="+", default=None,
+                    help="label counts to read (default 0 25 50 100 200)")
     ap.add_argument("--n-boot", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=HERE / "out" / "learning-loop.json")
@@ -84,7 +86,7 @@ def main(argv=None) -> int:
         ready = capture(sel, deadline=deadline, max_input_tokens=args.max_input_tokens,
                         model=args.model)
     doc = {"model": args.model, "prompt": PROMPT, "max_input_tokens": args.max_input_tokens,
-           "candidate_layer": args.candidate_layer,
+           "candidate_layer": args.candidate_layer, "steps": args.steps,
            "seed": args.seed, "n_boot": args.n_boot, "command": command(argv),
            "folds": [], "missing": [f.name for f in sel.folds if f.name not in ready],
            "selection": {f.name: {"traffic": len(f.traffic), "held_out": len(f.held_out)}
@@ -105,7 +107,8 @@ def main(argv=None) -> int:
         doc["folds"].append(run_fold(
             fold_features(sel, fold, args.max_input_tokens, args.model), n_boot=args.n_boot,
             seed=args.seed, candidate_layer=args.candidate_layer,
-            monitor_layer=LAYER if args.model == MODEL else None))
+            monitor_layer=LAYER if args.model == MODEL else None,
+            **({"steps": tuple(args.steps)} if args.steps else {})))
         doc["folds"][-1]["seconds"] = round(time.time() - t_fold, 1)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -119,7 +122,7 @@ def main(argv=None) -> int:
     return 0
 
 
-SAME = ("model", "prompt", "max_input_tokens", "candidate_layer", "seed", "n_boot")
+SAME = ("model", "prompt", "max_input_tokens", "candidate_layer", "seed", "n_boot", "steps")
 
 
 def resumed(args, doc: dict) -> dict:

@@ -162,7 +162,8 @@ def todays_recipe(fs: FeatureSet, layer: int | None, w: np.ndarray, seed: int):
 
 
 def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0,
-             candidate_layer: int | None = None, monitor_layer: int | None = LAYER) -> dict:
+             candidate_layer: int | None = None, monitor_layer: int | None = LAYER,
+             steps: tuple[int, ...] = STEPS) -> dict:
     """The fold's rows: one per order and step (module docstring); ``candidate_layer``: the
     retrained head's layer (``heads train --layer``), default the layer sweep's;
     ``monitor_layer``: the monitor's (None: the sweep's on the base rows)."""
@@ -181,11 +182,11 @@ def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0,
               "uniform": uniform_order(ids, seed)}
     rows = []
     for name, order in orders.items():
-        for n in STEPS:
+        for n in steps:
             if n > len(order):
                 continue
             rows.append(_step(fd, name, order[:n], candidate_layer, p_traffic, p_held, y_h, g_h,
-                              n_boot, seed, last=n == max(STEPS)))
+                              n_boot, seed, last=n == max(steps)))
     return {"fold": fd.name, "thresholds": {"block": th[0], "pass": th[1]},
             "monitor_layer": layer, "monitor_C": monitor.C, "n_base": len(fd.base.samples),
             "n_traffic": len(ids), "n_held_out": int(y_h.size),
