@@ -54,11 +54,13 @@ def _fit(X, y, estimator: str, C: float, seed: int,
 
 def oof_scores(X: np.ndarray, y: np.ndarray, groups: Sequence, *, C: float = SWEEP_C,
                estimator: str = "logistic", n_splits: int = 5, seed: int = 0,
-               sample_weight: np.ndarray | None = None) -> np.ndarray:
+               sample_weight: np.ndarray | None = None,
+               folds: tuple[np.ndarray, int] | None = None) -> np.ndarray:
     """Out-of-fold P(misbehavior) of a sequence head: each sample scored by a head fitted
-    without its pair (weighted by ``sample_weight`` when given; default class-balanced)."""
+    without its pair (weighted by ``sample_weight`` when given; default class-balanced).
+    ``folds``: `make_folds`'s (fold per sample, count) when already made."""
     y = np.asarray(y, dtype=bool)
-    folds, k, _ = make_folds(y, list(groups), n_splits, seed)
+    folds, k = folds or make_folds(y, list(groups), n_splits, seed)[:2]
     out = np.empty(y.shape[0])
     for f in range(k):
         tr, te = folds != f, folds == f
@@ -134,7 +136,8 @@ def fit_sequence_head(fs: FeatureSet, layer: int, pooling: str = "mean", *,
     layers = tuple(layers) if layers and len(layers) > 1 else ()
     X = features_of(fs, Recipe(estimator, layers or (layer,), pooling))
     y, g = fs.y, fs.groups
-    scores = {float(C): auroc(oof_scores(X, y, g, C=C, estimator=estimator, n_splits=n_splits,
+    folds = make_folds(y, list(g), n_splits, seed)[:2]  # once for every C
+    scores = {float(C): auroc(oof_scores(X, y, g, C=C, estimator=estimator, folds=folds,
                                          seed=seed, sample_weight=sample_weight), y)
               for C in Cs}
     best = max(scores, key=lambda c: (np.nan_to_num(scores[c], nan=-1.0), -c))
