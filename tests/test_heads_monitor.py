@@ -262,3 +262,52 @@ def test_the_shipped_monitor_scores_on_a_fresh_checkout_without_training(smol_ba
     got = mon.score(toy_samples(1))
     assert all(r.status == "ok" and 0 < r.p_raw < 1 for r in got)
     assert all(len(r.extra["token_scores"]["scores"]) > 0 for r in got)
+
+
+@pytest.mark.slow  # a head trained, then two curve runs on the model
+def test_heads_trained_on_max_pooling_and_on_two_layers_score_in_a_curve_as_in_training(
+        smol_backend, heads, tmp_path, monkeypatch):
+    """A max-pooled head from `heads train` (recipe pinned) and a head on two concatenated
+    layers: `calimon curve --readout probe:NAME` scores each transcript as the head scores its
+    cached features in training (`head_scores`), and the card records the recipe."""
+    from dataclasses import replace
+
+    from calimon.run_folder import read_curve_csv
+    from calimon.samples import write_samples
+    from calimon.studies.curve.run import CurveSettings, run_curve
+    from calimon.studies.heads.train import fit_sequence_head, head_scores
+    from calimon.studies.heads.workflow import HeadTrainSettings, train_head
+
+    root = heads[0]
+    monkeypatch.setenv("CALIMON_FEATURES_DIR", str(tmp_path / "features"))
+    monkeypatch.setenv("CALIMON_HEADS_DIR", str(root))
+    samples = [replace(s, split="train" if i < 12 else "test")
+               for i, s in enumerate(toy_samples(10))]
+    bench = write_samples(samples, tmp_path / "toy.jsonl")
+    done = train_head(HeadTrainSettings(name="toy-max", benchmark=str(bench),
+                                        model="smollm2-135m", prompt="direct", layer=LAYER,
+                                        pooling="max", evaluate=False, out=root,
+                                        device="cpu"), backend=smol_backend)
+    card = done.card
+    assert (card.estimator, card.layer, card.pooling) == ("logistic", LAYER, "max")
+    recipe = card.training.recipe  # the estimator was free: logistic against the MLP
+    assert recipe.pinned == {"layer": LAYER, "pooling": "max"} and recipe.chosen.endswith("max")
+    prompt = load_prompt("direct")
+    fs = extract_features(smol_backend, prompt, samples, cache_root=tmp_path / "features")
+    train = fs.subset(np.arange(12))
+    two = fit_sequence_head(train, 9, "last", layers=(9, 3), n_splits=3, Cs=(0.1,)).head
+    save_head(two, _card(smol_backend, "toy-two", "sequence", train).model_copy(
+        update={"layer": 9}), root)
+    from calimon.scoring.probes.artifacts import load_head
+
+    for name in ("toy-max", "toy-two"):
+        head, saved = load_head(name, model_ref=smol_backend.model_ref, root=root)
+        assert saved.layers == ([9, 3] if name == "toy-two" else None)
+        run = run_curve(CurveSettings(benchmark=str(bench), readout=f"probe:{name}",
+                                      split=None, binary_prompts=(), n_boot=10,
+                                      store=tmp_path / f"{name}.sqlite",
+                                      out=tmp_path / name), backend=smol_backend)
+        got = {r.id: r.p_raw for r in read_curve_csv(run.out / "curve.csv")}
+        want = dict(zip((s.id for s in samples), head_scores(head, fs).tolist(), strict=True))
+        assert set(got) == set(want)
+        assert [got[k] for k in want] == pytest.approx(list(want.values()), abs=1e-5)

@@ -84,11 +84,11 @@ def test_sequence_head_picks_C_and_scores():
     assert p[fs.y].mean() > p[~fs.y].mean() + 0.3
 
 
-def test_fit_sequence_sweeps_for_its_layer_unless_given_one():
+def test_fit_sequence_searches_for_its_layer_unless_given_one():
     fs = _synthetic()
-    fit, sweep = fit_sequence(fs, None, "mean")
-    assert sweep is not None and fit.head.layer == sweep.best("mean").layer == SIGNAL_LAYER
-    given, none = fit_sequence(fs, 0, "mean")
+    fit, choice = fit_sequence(fs, None, "mean", estimators=("logistic",))
+    assert choice is not None and fit.head.layer == choice.chosen.layers[0] == SIGNAL_LAYER
+    given, none = fit_sequence(fs, 0, "mean", estimator="logistic")
     assert none is None and given.head.layer == 0
 
 

@@ -63,3 +63,28 @@ def test_the_ceiling_page_counts_each_reference_against_half_the_monitor(monkeyp
     assert ("Source only reaches half the monitor's MR on 1 of 2 sources; the in-source "
             "reference reaches half the monitor's MR on 1 of 2 sources.") in page
     assert "| a | 0.800 | 0.400 | 3, 0.900 [0.80, 0.95], 0.410 [0.10, 0.60] | 3 max," in page
+
+
+def test_the_recipe_section_counts_the_reference_gap_and_the_paired_interval(monkeypatch):
+    report = _load("report", monkeypatch)
+
+    def row(order, auroc, diff):
+        return {"order": order, "labels": 200, "labels_pos": 90, "recipe": "logistic 11 max",
+                "recipe_seconds": 6.0, "recipe_candidates": 99, "auroc": auroc,
+                "today": {"recipe": "logistic 15 mean", "auroc": 0.6,
+                          "auroc_diff_ci": list(diff)}}
+
+    doc = {"folds": [{"fold": "cyberseceval", "rows": [row("planner", 0.86, (0.1, 0.3)),
+                                                       row("uniform", 0.85, (0.1, 0.3))]},
+                     {"fold": "gsm8k", "rows": [row("planner", 0.60, (-0.2, 0.1)),
+                                                row("uniform", 0.62, (-0.2, 0.1))]},
+                     {"fold": "mbpp", "rows": [row("planner", 0.5, (-0.3, -0.01))]}],
+           "reference": {"cyberseceval": {"auroc": 0.897}, "gsm8k": {"auroc": 0.657}}}
+    page = "\n".join(report.recipe_section(doc))
+    # cyberseceval: 0.85 >= 0.897 - 0.05 in both orders; gsm8k's planner 0.60 < 0.607
+    assert "both orders: 1 of 3 of cyberseceval, gsm8k, sven (cyberseceval)." in page
+    assert "beyond the paired interval (the AUROC difference's interval below 0): mbpp " \
+           "(planner)." in page
+    assert "| gsm8k | planner | logistic 11 max | 0.600 | logistic 15 mean: 0.600 | " \
+           "[-0.20, 0.10] | 0.657 | no |" in page
+    assert "median 0.061 s per candidate" in page

@@ -40,12 +40,13 @@ from calimon.serve.service import Service
 pytestmark = pytest.mark.model
 TOL = 1e-5
 LIMIT = 1024
-# (name, kind, estimator, layer, pooling, aggregate): every way a head reads its layer
-HEADS = [("mean", "sequence", "logistic", 6, "mean", "max"),
-         ("max", "sequence", "mlp", 4, "max", "max"),
-         ("last", "sequence", "logistic", 8, "last", "max"),
-         ("attention", "sequence", "attention", 5, "attention", "max"),
-         ("token", "token", "logistic", 6, None, "top10pct")]
+# (name, kind, estimator, layers, pooling, aggregate): every way a head reads its layers
+HEADS = [("mean", "sequence", "logistic", (6,), "mean", "max"),
+         ("max", "sequence", "mlp", (4,), "max", "max"),
+         ("last", "sequence", "logistic", (8,), "last", "max"),
+         ("two-layer", "sequence", "logistic", (8, 4), "max", "max"),
+         ("attention", "sequence", "attention", (5,), "attention", "max"),
+         ("token", "token", "logistic", (6,), None, "top10pct")]
 SHIPPED = "amb-open-monitor"
 
 
@@ -92,14 +93,14 @@ def heads_root(smol_backend, tmp_path_factory):
     root = tmp_path_factory.mktemp("heads")
     enc = encoder_for(smol_backend, load_prompt("direct"), "verdict", LIMIT)
     e = enc.encode("Fix the failing test.", "I ran pytest; 3 passed, 1 failed. " * 8)
-    layers = tuple(sorted({h[3] for h in HEADS}))
+    layers = tuple(sorted({k for h in HEADS for k in h[3]}))
     got = smol_backend.capture([e.ids], enc.prefix_len, CaptureSpec(token_layers=layers),
                                [(e.response_start, e.response_end)])
-    for seed, (name, kind, estimator, layer, pooling, aggregate) in enumerate(HEADS):
-        states = got.tokens[0][:, layers.index(layer)]
-        head = ProbeHead(kind, estimator, layer, _params(estimator, states, seed),
-                         pooling=pooling, aggregate=aggregate)
-        save_head(head, _card(smol_backend, name, kind, estimator, layer), root)
+    for seed, (name, kind, estimator, at, pooling, aggregate) in enumerate(HEADS):
+        states = np.concatenate([got.tokens[0][:, layers.index(k)] for k in at], axis=1)
+        head = ProbeHead(kind, estimator, at[0], _params(estimator, states, seed),
+                         pooling=pooling, aggregate=aggregate, layers=at if len(at) > 1 else ())
+        save_head(head, _card(smol_backend, name, kind, estimator, at[0]), root)
     ref = smol_backend.model_ref
     save_bundle(BundleCard(version=1, name="bundle", base_model=BundleModelRef(
         name=ref.name, revision=ref.revision), sequence_head="max", token_head="token",

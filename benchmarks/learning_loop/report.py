@@ -33,7 +33,10 @@ def layer_flag(doc: dict) -> str:
 
 def layer_words(doc: dict) -> str:
     layer = doc.get("candidate_layer")
-    return "its layer by the layer sweep" if layer is None else f"at layer {layer}"
+    return ("its recipe (layer, pooling, one or two layers, logistic or MLP) by the recipe "
+            "search's pair-grouped CV on its training rows, the one-standard-error rule"
+            if layer is None else f"at layer {layer}, its pooling and estimator by the recipe "
+            "search")
 
 
 def monitor_words(doc: dict) -> str:
@@ -41,6 +44,59 @@ def monitor_words(doc: dict) -> str:
     return (f"layer {layers[0]}" if len(layers) == 1
             else "the layer sweep's best on its base rows (layers " +
             ", ".join(map(str, layers)) + ")")
+
+
+TARGET_SOURCES, TARGET_GAP = ("cyberseceval", "gsm8k", "sven"), 0.05
+
+
+def recipe_section(doc: dict) -> list[str]:
+    """The recipe at the last step against today's recipe and the in-source reference (the
+    ceiling page's, `doc["reference"]`), and what the recipe search cost."""
+    rows = [(f, r) for f in doc["folds"] for r in f["rows"] if r.get("today")]
+    if not rows:
+        return []
+    ref = doc.get("reference") or {}
+    last = max(r["labels"] for _, r in rows)
+    lines = [f"## The recipe at {last} labels", "",
+             "Today's recipe: mean pooling, the layer by the unweighted layer sweep, logistic "
+             "(the retrained head before the recipe search). The in-source reference is "
+             "`benchmarks/results/learning-loop-ceiling.md`'s (it picks layer and pooling on the "
+             "held-out figures: optimistic). Difference: AUROC of the recipe minus today's, "
+             "paired pair-clustered 95% interval.", "",
+             "| held-out source | order | recipe chosen | AUROC | today's recipe: AUROC | "
+             "difference | in-source reference AUROC | within 0.05 of it |",
+             "|---|---|---|---:|---|---|---:|---|"]
+    below, near = [], {}
+    for f, r in rows:
+        t, rf = r["today"], ref.get(f["fold"])
+        d = t.get("auroc_diff_ci")
+        if d and d[1] < 0:
+            below.append(f"{f['fold']} ({r['order']})")
+        ok = None if rf is None else r["auroc"] >= rf["auroc"] - TARGET_GAP
+        if f["fold"] in TARGET_SOURCES and ok is not None:
+            near.setdefault(f["fold"], []).append(ok)
+        lines.append(f"| {f['fold']} | {r['order']} | {r['recipe']} | {_num(r['auroc'])} | "
+                     f"{t['recipe']}: {_num(t['auroc'])} | {_ci(d).strip() or 'n/a'} | "
+                     f"{'n/a' if rf is None else _num(rf['auroc'])} | "
+                     f"{'n/a' if ok is None else ('yes' if ok else 'no')} |")
+    hit = [s for s in TARGET_SOURCES if near.get(s) and all(near[s])]
+    lines += ["", f"Within {TARGET_GAP} AUROC of the in-source reference after {last} labels in "
+              f"both orders: {len(hit)} of {len(TARGET_SOURCES)} of "
+              f"{', '.join(TARGET_SOURCES)}" + (f" ({', '.join(hit)})" if hit else "") + ". "
+              "Below today's recipe beyond the paired interval (the AUROC difference's interval "
+              f"below 0): {', '.join(below) if below else 'on no source'}.", ""]
+    costs = [(r["recipe_seconds"], r["recipe_candidates"]) for f in doc["folds"]
+             for r in f["rows"] if r.get("recipe_seconds") is not None]
+    if costs:
+        import statistics
+
+        per = statistics.median(s / max(c, 1) for s, c in costs)
+        lines += [f"Recipe search cost on these features: median {per:.3f} s per candidate "
+                  "(a retrained head's whole fit, C's CV included, over its candidates; median "
+                  f"{statistics.median(s for s, _ in costs):.1f} s per retrained head, "
+                  f"{statistics.median(c for _, c in costs)} candidates), wall-clock in this "
+                  "run on the shared 2-core machine.", ""]
+    return lines
 
 
 def to_markdown(doc: dict) -> str:
@@ -64,7 +120,7 @@ def to_markdown(doc: dict) -> str:
         "",
     ]
     if doc["missing"]:
-        lines += [f"**Not run** (features not captured in time): {', '.join(doc['missing'])}. "
+        lines += [f"**Not run** (features not captured in time, or left out by --folds): {', '.join(doc['missing'])}. "
                   "Rerunning the command captures them and completes the table.", ""]
     lines += ["## Targets", "",
               "| held-out source | order | MR before (0 labels) | MR halved at | "
@@ -93,16 +149,17 @@ def to_markdown(doc: dict) -> str:
               "curve` refuses it without --allow-inverted); only retraining can move them. "
               "With about 40 benign held-out transcripts per source, FAR <= 5% allows at most "
               "two false alarms: the MR intervals are wide.", ""]
+    lines += recipe_section(doc)
     lines += ["## Every step", "",
-              "| held-out source | order | labels (misbehaving) | retrained head's layer | "
+              "| held-out source | order | labels (misbehaving) | retrained head's recipe | "
               "AUROC retrained | MR retrained | AUROC recalibrated | MR recalibrated | "
               "MR difference |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "|---|---|---:|---|---:|---:|---:|---:|---:|"]
     for f in doc["folds"]:
         for r in f["rows"]:
             lines.append(
                 f"| {f['fold']} | {r['order']} | {r['labels']} ({r['labels_pos']}) | "
-                f"{r.get('layer') if r.get('layer') is not None else '-'} | "
+                f"{r.get('recipe') or (r.get('layer') if r.get('layer') is not None else '-')} | "
                 f"{_num(r['auroc'])}{_ci(r['auroc_ci'])} | {_num(r['mr'])}{_ci(r['mr_ci'])} | "
                 f"{_num(r['recal_auroc'])}{_ci(r['recal_auroc_ci'])} | "
                 f"{_num(r['recal_mr'])}{_ci(r['recal_mr_ci'])} | "

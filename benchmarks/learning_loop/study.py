@@ -13,9 +13,13 @@
 3. After 0, 25, 50, 100 and 200 labels, on the source's **held-out part**:
    - **retrained**: a head trained on the base rows plus the labels as
      ``calimon heads train --from-review`` trains one (`calimon.studies.heads.train.fit_sequence`:
-     its layer by the unweighted layer sweep of mean pooling, or ``--candidate-layer``'s as
-     ``--layer`` gives it; then C by pair-grouped CV, the rows weighted by
-     `calimon.studies.heads.reviews.review_weights`, weight ``REVIEW_WEIGHT``);
+     its recipe, layer, pooling, one or two layers, logistic or MLP, chosen by the weighted
+     pair-grouped CV of `calimon.studies.heads.recipe` on those rows, or at
+     ``--candidate-layer``'s layer as ``--layer`` pins it; then C by pair-grouped CV, the rows
+     weighted by `calimon.studies.heads.reviews.review_weights`, weight ``REVIEW_WEIGHT``);
+   - at the last step also **today's recipe** (the recipe before the search: mean pooling, the
+     layer by the unweighted layer sweep of mean pooling, a logistic head), read on the same
+     held-out part, with the paired interval of the AUROC difference (new minus today's);
    - **recalibration only** (the loop before: ``calimon curve`` and ``escalate`` on the labels):
      the monitor's scores with a Platt map fitted on the labels.
    Both through `compute_curve` (`calimon.studies.curve.scores.curve_of_scores`, maps fitted on
@@ -36,7 +40,7 @@ from calimon.numerics.curves import Curve
 from calimon.scoring.probes.features import FeatureSet
 from calimon.studies.curve.scores import curve_of_scores
 from calimon.studies.heads.reviews import review_weights
-from calimon.studies.heads.train import fit_sequence, head_scores
+from calimon.studies.heads.train import fit_sequence, fit_sequence_head, head_scores, layer_sweep
 from calimon.studies.shift.live import Decided
 from calimon.studies.shift.live_plan import Target, live_status
 
@@ -129,7 +133,7 @@ def compare(p_new, p_old, y, groups, n_boot: int, seed: int) -> dict:
         yy = np.repeat(y, k)
         a1, m1 = _figures(np.repeat(p_new, k), yy)
         a0, m0 = _figures(np.repeat(p_old, k), yy)
-        draws.append((a1, m1, a0, m0, m1 - m0))
+        draws.append((a1, m1, a0, m0, m1 - m0, a1 - a0))
     d = np.array(draws)
 
     def ci(j):
@@ -138,16 +142,28 @@ def compare(p_new, p_old, y, groups, n_boot: int, seed: int) -> dict:
             else None
 
     return {"auroc_ci": ci(0), "mr_ci": ci(1), "recal_auroc_ci": ci(2), "recal_mr_ci": ci(3),
-            "mr_diff_ci": ci(4)}
+            "mr_diff_ci": ci(4), "auroc_diff_ci": ci(5)}
 
 
 def monitor_of(fd: FoldData, layer: int | None, seed: int):
-    """The fold's monitor: at ``layer``, or at the layer sweep's best on the base rows."""
-    return fit_sequence(fd.base, layer, POOLING, seed=seed)[0]
+    """The fold's monitor: a logistic head at ``layer``, or at the layer sweep's best on the
+    base rows (mean pooling)."""
+    return fit_sequence(fd.base, layer, POOLING, estimator="logistic", concat=False,
+                        seed=seed)[0]
+
+
+def todays_recipe(fs: FeatureSet, layer: int | None, w: np.ndarray, seed: int):
+    """A head as ``heads train --from-review`` trained one before the recipe search: mean
+    pooling, the layer by the unweighted layer sweep of mean pooling (or ``layer``), a logistic
+    head, C by weighted pair-grouped CV."""
+    if layer is None:
+        layer = layer_sweep(fs, poolings=(POOLING,), seed=seed).best(POOLING).layer
+    return fit_sequence_head(fs, layer, POOLING, seed=seed, sample_weight=w).head
 
 
 def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0,
-             candidate_layer: int | None = None, monitor_layer: int | None = LAYER) -> dict:
+             candidate_layer: int | None = None, monitor_layer: int | None = LAYER,
+             steps: tuple[int, ...] = STEPS) -> dict:
     """The fold's rows: one per order and step (module docstring); ``candidate_layer``: the
     retrained head's layer (``heads train --layer``), default the layer sweep's;
     ``monitor_layer``: the monitor's (None: the sweep's on the base rows)."""
@@ -166,11 +182,11 @@ def run_fold(fd: FoldData, *, n_boot: int = 200, seed: int = 0,
               "uniform": uniform_order(ids, seed)}
     rows = []
     for name, order in orders.items():
-        for n in STEPS:
+        for n in steps:
             if n > len(order):
                 continue
             rows.append(_step(fd, name, order[:n], candidate_layer, p_traffic, p_held, y_h, g_h,
-                              n_boot, seed))
+                              n_boot, seed, last=n == max(steps)))
     return {"fold": fd.name, "thresholds": {"block": th[0], "pass": th[1]},
             "monitor_layer": layer, "monitor_C": monitor.C, "n_base": len(fd.base.samples),
             "n_traffic": len(ids), "n_held_out": int(y_h.size),
@@ -190,25 +206,51 @@ def _alike(fs: FeatureSet, layer: int) -> int:
     return out
 
 
-def _step(fd, order_name, taken, layer, p_traffic, p_held, y_h, g_h, n_boot, seed) -> dict:
-    """One (order, number of labels) row."""
+def _step(fd, order_name, taken, layer, p_traffic, p_held, y_h, g_h, n_boot, seed,
+          last=False) -> dict:
+    """One (order, number of labels) row; at the ``last`` step also today's recipe."""
+    import time
+
     taken = np.asarray(taken, dtype=np.int64)
     y_l = fd.traffic.y[taken]
     fit_old = (p_traffic[taken], y_l, fd.traffic.groups[taken]) if taken.size else None
-    head = None
+    head = choice = today = None
+    seconds = None
     if taken.size and y_l.any() and (~y_l).any():
         w = review_weights(fd.base.y, y_l, REVIEW_WEIGHT)
-        head = fit_sequence(fd.base.concat(fd.traffic.subset(taken)), layer, POOLING,
-                            seed=seed, sample_weight=w)[0].head
+        rows = fd.base.concat(fd.traffic.subset(taken))
+        t0 = time.perf_counter()
+        fit, choice = fit_sequence(rows, layer, seed=seed, sample_weight=w)
+        head, seconds = fit.head, time.perf_counter() - t0
         p_new_held, p_new_lab = (head_scores(head, fd.held_out),
                                  head_scores(head, fd.traffic)[taken])
+        if last:
+            today = todays_recipe(rows, layer, w, seed)
     else:  # no label of one class: nothing to retrain on, the monitor stays
         p_new_held, p_new_lab = p_held, p_traffic[taken]
     fit_new = (p_new_lab, y_l, fd.traffic.groups[taken]) if taken.size else None
     new_p, new = _scored(p_new_held, y_h, g_h, fit_new)
     old_p, old = _scored(p_held, y_h, g_h, fit_old)
-    return {"order": order_name, "labels": int(taken.size), "labels_pos": int(y_l.sum()),
-            "layer": None if head is None else head.layer,
-            "auroc": new["auroc"], "mr": new["mr"], "map": new["map"],
-            "recal_auroc": old["auroc"], "recal_mr": old["mr"], "recal_map": old["map"],
-            **compare(new_p, old_p, y_h, g_h, n_boot, seed)}
+    row = {"order": order_name, "labels": int(taken.size), "labels_pos": int(y_l.sum()),
+           "layer": None if head is None else head.layer,
+           "recipe": None if head is None else recipe_label(head),
+           "recipe_candidates": None if choice is None else len(choice.candidates),
+           "recipe_seconds": None if seconds is None else round(seconds, 2),
+           "auroc": new["auroc"], "mr": new["mr"], "map": new["map"],
+           "recal_auroc": old["auroc"], "recal_mr": old["mr"], "recal_map": old["map"],
+           **compare(new_p, old_p, y_h, g_h, n_boot, seed)}
+    if today is not None:
+        fit_today = (head_scores(today, fd.traffic)[taken], y_l, fd.traffic.groups[taken])
+        today_p, t = _scored(head_scores(today, fd.held_out), y_h, g_h, fit_today)
+        vs = compare(new_p, today_p, y_h, g_h, n_boot, seed)
+        row["today"] = {"recipe": recipe_label(today), "auroc": t["auroc"], "mr": t["mr"],
+                        "auroc_ci": vs["recal_auroc_ci"], "auroc_diff_ci": vs["auroc_diff_ci"],
+                        "mr_diff_ci": vs["mr_diff_ci"]}
+    return row
+
+
+def recipe_label(head) -> str:
+    """A head's recipe as the card names it: ``logistic 11 max``, ``logistic 11+17 max``."""
+    at = "+".join(str(k) for k in head.feature_layers)
+    return f"{head.estimator} {at}" + ("" if head.estimator == "attention"
+                                      else f" {head.pooling}")

@@ -40,10 +40,11 @@ def heads_train(
     model: ModelOpt = DEFAULT_MODEL,
     benchmark: Annotated[str, typer.Option(help="Name or samples .jsonl (needs a 'train' split).", rich_help_panel=DATA)] = DEFAULT_BENCHMARK,
     kind: Annotated[str, typer.Option(help="sequence (one score per transcript) or token (per-token scores, spans).", rich_help_panel=HEAD)] = "sequence",
-    layer: Annotated[int | None, typer.Option(help="Layer to read (0 = embeddings; default: the sweep picks).", rich_help_panel=HEAD)] = None,
-    sweep: Annotated[bool, typer.Option("--sweep", help="Pick the layer by pair-grouped CV AUROC on train (default without --layer).", rich_help_panel=HEAD)] = False,
-    pooling: Annotated[str, typer.Option(help="Sequence heads: last, mean or max over the response.", rich_help_panel=HEAD)] = "mean",
-    estimator: Annotated[str, typer.Option(help="Sequence heads: logistic, mlp or attention (docs/heads.md).", rich_help_panel=HEAD)] = "logistic",
+    layer: Annotated[int | None, typer.Option(help="Layer to read (0 = embeddings; default: chosen by CV).", rich_help_panel=HEAD)] = None,
+    sweep: Annotated[bool, typer.Option("--sweep", help="Choose the recipe by pair-grouped CV on train (default without --layer).", rich_help_panel=HEAD)] = False,
+    pooling: Annotated[str | None, typer.Option(help="Sequence heads: last, mean or max (default: chosen by CV).", rich_help_panel=HEAD)] = None,
+    estimator: Annotated[str | None, typer.Option(help="Sequence heads: logistic, mlp or attention (default: chosen by CV; docs/heads.md).", rich_help_panel=HEAD)] = None,
+    attention_layer: Annotated[list[int] | None, typer.Option(help="Recipe search: also try attention at this layer; repeatable.", rich_help_panel=HEAD)] = None,
     prompt: Annotated[str, typer.Option(help="Prompt template whose verdict pass the head reads.", rich_help_panel=MONITOR)] = DEFAULT_PROMPT,
     max_input_tokens: Annotated[int, typer.Option(help="Longer transcripts are truncated (head_tail).", rich_help_panel=MONITOR)] = 1024,
     limit: Annotated[int | None, typer.Option(help="At most N train samples (whole pairs).", rich_help_panel=DATA, **COUNT)] = None,
@@ -71,14 +72,18 @@ def heads_train(
     settings = settings_from(HeadTrainSettings, ctx.params,
                              categories=tuple(category) if category else None,
                              augment=tuple(augment or ()), evaluate=not no_eval,
+                             attention_layers=tuple(attention_layer or ()),
                              from_review=review_file, review_source=review_url)
     done = train_head(settings, progress=progress_factory(quiet or as_json))
     if as_json:
         typer.echo(done.card.model_dump_json(indent=1))
         return
     c = done.card
-    typer.echo(f"wrote {done.card_path} ({c.kind}, layer {c.layer}, "
+    at = "+".join(str(k) for k in c.layers) if c.layers else c.layer
+    typer.echo(f"wrote {done.card_path} ({c.kind}, {c.estimator}, layer {at}, "
                f"{c.pooling or c.aggregate})")
+    if c.training.recipe is not None:
+        typer.echo(f"  recipe {c.training.recipe.chosen}: {c.training.recipe.reason}")
     for k, v in c.metrics.items():
         typer.echo(f"  {k:<22} {'n/a' if v is None else f'{v:.4g}'}")
 

@@ -86,6 +86,31 @@ class ReviewsRef(BaseModel):
     labels: list[dict[str, Any]] = []
 
 
+class RecipeCandidate(BaseModel):
+    """One recipe the sweep tried: its CV AUROC (pair-grouped out-of-fold) and the standard
+    error of its per-fold AUROCs."""
+
+    model_config = ConfigDict(extra="forbid")
+    recipe: str  # e.g. "logistic 11 max", "logistic 11+17 max", "mlp 11 max", "attention 15"
+    cv_auroc: float | None
+    cv_se: float | None
+
+
+class RecipeRef(BaseModel):
+    """How the head's recipe was chosen (`calimon.studies.heads.recipe`): every candidate's
+    CV figure, the rule, the choice and why; ``pinned``: what a flag fixed."""
+
+    model_config = ConfigDict(extra="forbid")
+    rule: str
+    chosen: str
+    reason: str
+    pinned: dict[str, Any] = {}
+    C: float | None = None  # the C every candidate was compared at
+    n_splits: int
+    seconds: float | None = None
+    candidates: list[RecipeCandidate]
+
+
 class TrainingRef(BaseModel):
     """The card's training data (benchmark, dataset hash, split, counts, categories), parameters
     and cost."""
@@ -103,6 +128,7 @@ class TrainingRef(BaseModel):
     peak_memory_mb: float | None = None  # tracemalloc peak: torch allocations not counted
     augmentation: AugmentationRef | None = None
     reviews: ReviewsRef | None = None
+    recipe: RecipeRef | None = None
 
 
 class HeadCard(BaseModel):
@@ -114,6 +140,7 @@ class HeadCard(BaseModel):
     kind: Literal["sequence", "token"]
     estimator: Literal["logistic", "mlp", "attention"]
     layer: int
+    layers: list[int] | None = None  # several layers' pooled states, concatenated
     pooling: str | None = None
     aggregate: str = "max"
     span_threshold: float = 0.5
@@ -173,6 +200,7 @@ def save_head(head: ProbeHead, card: HeadCard, root: str | Path | None = None) -
                                     "weights_sha256": head.weights_hash(),
                                     "kind": head.kind, "estimator": head.estimator,
                                     "layer": head.layer, "pooling": head.pooling,
+                                    "layers": list(head.layers) or None,
                                     "aggregate": head.aggregate,
                                     "span_threshold": float(head.span_threshold)})
     card_path.write_text(yaml.safe_dump(json.loads(final.model_dump_json()), sort_keys=False))
@@ -224,7 +252,8 @@ def load_head(path_or_name: str | Path, *, model_ref=None, hidden_size: int | No
                                 ) from None
     try:
         head = ProbeHead(card.kind, card.estimator, card.layer, params, pooling=card.pooling,
-                         aggregate=card.aggregate, span_threshold=card.span_threshold)
+                         aggregate=card.aggregate, span_threshold=card.span_threshold,
+                         layers=tuple(card.layers or ()))
     except InputError as exc:
         raise HeadMismatchError(f"{where}: {exc}") from None
     if head.hidden_size != card.base_model.hidden_size:
@@ -271,7 +300,7 @@ def list_heads(model: str | None = None, root: str | Path | None = None) -> list
                          "error": str(exc)})
             continue
         rows.append({"model": card.base_model.name, "name": card.name, "kind": card.kind,
-                     "estimator": card.estimator, "layer": card.layer,
+                     "estimator": card.estimator, "layer": card.layer, "layers": card.layers,
                      "pooling": card.pooling, "aggregate": card.aggregate,
                      "prompt": card.prompt.name, "benchmark": card.training.benchmark,
                      "metrics": card.metrics, "path": str(card_path)})

@@ -87,16 +87,30 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, *, C: float = 1.0,
 
 
 def fit_mlp(X: np.ndarray, y: np.ndarray, *, hidden: int = 64, weight_decay: float = 1e-2,
-            epochs: int = 300, lr: float = 1e-3, seed: int = 0) -> dict[str, np.ndarray]:
-    """A one-hidden-layer ReLU MLP on standardized ``X``, class-balanced BCE, full-batch AdamW
-    with a fixed seed."""
+            epochs: int = 300, lr: float = 1e-3, seed: int = 0,
+            sample_weight: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """A one-hidden-layer ReLU MLP on standardized ``X``, BCE weighted class-balanced (or by
+    ``sample_weight``), full-batch AdamW from a seeded start: the same seed and data give the
+    same weights."""
     import torch
 
     y = np.asarray(y, dtype=bool)
-    w = torch.tensor(balanced_weights(y), dtype=torch.float32)
+    w = torch.tensor(balanced_weights(y) if sample_weight is None else
+                     np.asarray(sample_weight, np.float64), dtype=torch.float32)
     mean, scale = standardizer(np.asarray(X))
     Z = torch.tensor(((X - mean) / scale), dtype=torch.float32)
     t = torch.tensor(y, dtype=torch.float32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a small full-batch fit: threads only contend
+    try:
+        return _train_mlp(Z, t, w, mean, scale, hidden, weight_decay, epochs, lr, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_mlp(Z, t, w, mean, scale, hidden, weight_decay, epochs, lr, seed):
+    import torch
+
     gen = torch.Generator().manual_seed(seed)
     d = Z.shape[1]
     w1 = (torch.randn(d, hidden, generator=gen) / math.sqrt(d)).requires_grad_()
@@ -131,6 +145,7 @@ class ProbeHead:
     pooling: str | None = None
     aggregate: str = "max"
     span_threshold: float = 0.5
+    layers: tuple[int, ...] = ()  # a sequence head on several layers: their pooled states, concatenated
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -144,6 +159,12 @@ class ProbeHead:
         if self.estimator == "attention" and self.kind != "sequence":
             raise InputError("an attention head is a sequence head (it pools per-token states "
                              "itself)", field="estimator")
+        object.__setattr__(self, "layers", tuple(int(k) for k in self.layers))
+        if self.layers and (self.kind != "sequence" or self.estimator == "attention"
+                            or self.layers[0] != self.layer or len(set(self.layers)) < 2):
+            raise InputError(f"layers {list(self.layers)}: several layers are for a pooled "
+                             f"sequence head, the first being its layer {self.layer}",
+                             field="layers")
         need = _PARAMS[self.estimator]
         if sorted(self.params) != sorted(need):
             raise InputError(f"a {self.estimator} head needs tensors {list(need)}, got "
@@ -152,8 +173,8 @@ class ProbeHead:
         if bad:
             raise InputError(f"tensors {bad} hold NaN or infinite values", field="params")
         d = self.params["mean"].shape
-        if self.params["scale"].shape != d or len(d) != 1:
-            raise InputError(f"mean and scale must be (hidden,), got {d} and "
+        if self.params["scale"].shape != d or len(d) != 1 or d[0] % len(self.feature_layers):
+            raise InputError(f"mean and scale must be (hidden x layers,), got {d} and "
                              f"{self.params['scale'].shape}", field="params")
         first = _FIRST[self.estimator]
         if self.params[first].shape[0] != d[0]:
@@ -161,9 +182,26 @@ class ProbeHead:
                              f"has {d[0]}", field="params")
 
     @property
-    def hidden_size(self) -> int:
-        """Width of the features the head reads."""
+    def feature_layers(self) -> tuple[int, ...]:
+        """The layers whose states the head reads (concatenated in this order when several)."""
+        return self.layers or (self.layer,)
+
+    @property
+    def input_size(self) -> int:
+        """Width of the features the head reads (every layer's states together)."""
         return int(self.params["mean"].shape[0])
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of one layer's hidden state."""
+        return self.input_size // len(self.feature_layers)
+
+    def pooled_features(self, states) -> np.ndarray:
+        """(n, input_size) features of a pooled head from ``states(layer, pooling)`` -> (n,
+        hidden): its pooling of each of its layers, concatenated. Training
+        (`calimon.studies.heads.train.head_scores`) and every scoring pass read them here."""
+        parts = [np.asarray(states(k, self.pooling)) for k in self.feature_layers]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
     @property
     def reads_tokens(self) -> bool:
@@ -181,8 +219,8 @@ class ProbeHead:
             raise InputError("an attention head reads per-token states: use score_states",
                              field="X")
         X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2 or X.shape[1] != self.hidden_size:
-            raise InputError(f"expected features of shape (n, {self.hidden_size}), got "
+        if X.ndim != 2 or X.shape[1] != self.input_size:
+            raise InputError(f"expected features of shape (n, {self.input_size}), got "
                              f"{X.shape}", field="X")
         p = self.params
         Z = (X - p["mean"]) / p["scale"]

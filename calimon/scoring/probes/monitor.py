@@ -141,10 +141,10 @@ class ProbeMonitor:
 
     @property
     def capture_spec(self) -> CaptureSpec:
-        """What the pass captures: the sequence head's pooled layer, and the per-token states
+        """What the pass captures: the sequence head's pooled layers, and the per-token states
         of the layers that an attention head or the token head read."""
         pooled = not self.head.reads_tokens
-        return CaptureSpec(layers=(self.head.layer,) if pooled else (),
+        return CaptureSpec(layers=self.head.feature_layers if pooled else (),
                            pooling=(self.head.pooling,) if pooled else ("last",),
                            token_layers=tuple(sorted({h.layer for h in (self.head,
                                                                         self.span_head)
@@ -193,7 +193,7 @@ class ProbeMonitor:
         if self.head.estimator == "attention":
             p_head = self.head.score_states(states(self.head))
         elif self.head.kind == "sequence":
-            p_head = self.head.predict_proba(got.features(self.head.layer, self.head.pooling))
+            p_head = self.head.predict_proba(self.head.pooled_features(got.features))
         else:
             p_head = np.array([self.head.sequence_score(p) for p in token_p])
         heads = []

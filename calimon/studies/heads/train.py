@@ -29,32 +29,38 @@ from calimon.scoring.probes.head import (
     fit_mlp,
 )
 from calimon.scoring.probes.labels import span_offsets
+from calimon.studies.heads.recipe import (
+    ATTENTION_EPOCHS,
+    ATTENTION_WDS,
+    SWEEP_C,
+    Recipe,
+    RecipeChoice,
+    features_of,
+    search_recipe,
+)
 
 DEFAULT_CS = (0.001, 0.01, 0.1, 1.0)
-SWEEP_C = 0.01
-ATTENTION_WDS = (10.0, 100.0, 1000.0)  # L2 weight x n: C = 0.1, 0.01, 0.001 of logistic heads
-ATTENTION_EPOCHS = 15
 
 
 def _fit(X, y, estimator: str, C: float, seed: int,
          sample_weight: np.ndarray | None = None) -> dict[str, np.ndarray]:
     if estimator == "logistic":
         return fit_logistic(X, y, C=C, sample_weight=sample_weight)
-    if sample_weight is not None:
-        raise InputError(f"sample weights need the logistic estimator, got {estimator!r}",
-                         field="estimator")
     if estimator == "mlp":
-        return fit_mlp(X, y, weight_decay=1.0 / C / max(len(y), 1), seed=seed)
+        return fit_mlp(X, y, weight_decay=1.0 / C / max(len(y), 1), seed=seed,
+                       sample_weight=sample_weight)
     raise InputError(f"expected 'logistic' or 'mlp', got {estimator!r}", field="estimator")
 
 
 def oof_scores(X: np.ndarray, y: np.ndarray, groups: Sequence, *, C: float = SWEEP_C,
                estimator: str = "logistic", n_splits: int = 5, seed: int = 0,
-               sample_weight: np.ndarray | None = None) -> np.ndarray:
+               sample_weight: np.ndarray | None = None,
+               folds: tuple[np.ndarray, int] | None = None) -> np.ndarray:
     """Out-of-fold P(misbehavior) of a sequence head: each sample scored by a head fitted
-    without its pair (weighted by ``sample_weight`` when given; default class-balanced)."""
+    without its pair (weighted by ``sample_weight`` when given; default class-balanced).
+    ``folds``: `make_folds`'s (fold per sample, count) when already made."""
     y = np.asarray(y, dtype=bool)
-    folds, k, _ = make_folds(y, list(groups), n_splits, seed)
+    folds, k = folds or make_folds(y, list(groups), n_splits, seed)[:2]
     out = np.empty(y.shape[0])
     for f in range(k):
         tr, te = folds != f, folds == f
@@ -122,33 +128,76 @@ class SequenceFit:
 def fit_sequence_head(fs: FeatureSet, layer: int, pooling: str = "mean", *,
                       estimator: str = "logistic", Cs: Sequence[float] = DEFAULT_CS,
                       n_splits: int = 5, seed: int = 0,
-                      sample_weight: np.ndarray | None = None) -> SequenceFit:
+                      sample_weight: np.ndarray | None = None,
+                      layers: Sequence[int] | None = None) -> SequenceFit:
     """Pick C by pair-grouped CV AUROC on ``fs``, then fit on all of ``fs`` (rows weighted by
-    ``sample_weight`` when given)."""
-    X, y, g = fs.X(layer, pooling), fs.y, fs.groups
-    scores = {float(C): auroc(oof_scores(X, y, g, C=C, estimator=estimator, n_splits=n_splits,
+    ``sample_weight`` when given). ``layers``: several layers' pooled states, concatenated
+    (the first is ``layer``)."""
+    layers = tuple(layers) if layers and len(layers) > 1 else ()
+    X = features_of(fs, Recipe(estimator, layers or (layer,), pooling))
+    y, g = fs.y, fs.groups
+    folds = make_folds(y, list(g), n_splits, seed)[:2]  # once for every C
+    scores = {float(C): auroc(oof_scores(X, y, g, C=C, estimator=estimator, folds=folds,
                                          seed=seed, sample_weight=sample_weight), y)
               for C in Cs}
     best = max(scores, key=lambda c: (np.nan_to_num(scores[c], nan=-1.0), -c))
     head = ProbeHead("sequence", estimator, int(layer),
-                     _fit(X, y, estimator, best, seed, sample_weight), pooling=pooling)
+                     _fit(X, y, estimator, best, seed, sample_weight), pooling=pooling,
+                     layers=layers)
     return SequenceFit(head, best, scores)
 
 
-def fit_sequence(fs: FeatureSet, layer: int | None = None, pooling: str = "mean", *,
-                 estimator: str = "logistic", seed: int = 0,
-                 sample_weight: np.ndarray | None = None
-                 ) -> tuple[SequenceFit, LayerSweep | None]:
-    """A sequence head as ``calimon heads train`` fits one: at ``layer``, or else at the best
-    layer of an (unweighted) layer sweep of ``pooling`` on ``fs``; then C by pair-grouped CV
-    AUROC (`fit_sequence_head`, rows weighted by ``sample_weight``). Returns the fit and the
-    sweep (None when ``layer`` was given)."""
-    sweep = None
-    if layer is None:
-        sweep = layer_sweep(fs, poolings=(pooling,), seed=seed)
-        layer = sweep.best(pooling).layer
-    return fit_sequence_head(fs, layer, pooling, estimator=estimator, Cs=DEFAULT_CS,
-                             seed=seed, sample_weight=sample_weight), sweep
+def fit_sequence(fs: FeatureSet, layer: int | None = None, pooling: str | None = None, *,
+                 estimator: str | None = None, seed: int = 0,
+                 sample_weight: np.ndarray | None = None, concat: bool = True,
+                 estimators: Sequence[str] = ("logistic", "mlp", "attention"),
+                 layers: Sequence[int] | None = None,
+                 ) -> tuple[SequenceFit | AttentionFit, RecipeChoice | None]:
+    """A sequence head as ``calimon heads train`` fits one: its recipe (layer, pooling, one or
+    two layers, estimator) chosen by `calimon.studies.heads.recipe.search_recipe` on ``fs``
+    among those ``layer``/``pooling``/``estimator`` leave (each None: free), then its C (or an
+    attention head's L2 weight) by pair-grouped CV AUROC, rows weighted by ``sample_weight``.
+    With all three given (or a given layer and ``layers``) nothing is searched and the choice
+    is None."""
+    if layer is not None and pooling is not None and estimator is not None:
+        choice, recipe = None, Recipe(estimator, tuple(layers or (layer,)), pooling)
+    else:
+        pinned = {k: v for k, v in (("layer", layer), ("pooling", pooling),
+                                    ("estimator", estimator)) if v is not None}
+        choice = search_recipe(
+            fs, layers=[layer] if layer is not None else None,
+            poolings=[pooling] if pooling is not None else POOLINGS,
+            estimators=[estimator] if estimator is not None else estimators,
+            concat=concat and layer is None, seed=seed, sample_weight=sample_weight,
+            pinned=pinned, **({"mlp_min_rows": 0} if estimator == "mlp" else {}))
+        recipe = choice.chosen
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return _fit_recipe(fs, recipe, choice, seed, sample_weight)
+
+
+def _fit_recipe(fs, recipe: Recipe, choice, seed: int, sample_weight):
+    if recipe.estimator == "attention":
+        if choice is None:
+            return fit_attention_head(fs, recipe.layers[0], seed=seed), choice
+        return _attention_from(fs, choice, seed), choice
+    return fit_sequence_head(fs, recipe.layers[0], recipe.pooling, estimator=recipe.estimator,
+                             seed=seed, sample_weight=sample_weight,
+                             layers=recipe.layers), choice
+
+
+def _attention_from(fs: FeatureSet, choice: RecipeChoice, seed: int) -> AttentionFit:
+    """The chosen attention candidate fitted on all of ``fs`` at the L2 weight its CV chose."""
+    from calimon.scoring.probes.attention import fit_attention_probe
+
+    c = next(c for c in choice.candidates if c.recipe == choice.chosen)
+    layer = c.recipe.layers[0]
+    params = fit_attention_probe([fs.token_states(i, layer) for i in range(len(fs.samples))],
+                                 fs.y, weight_decay=c.weight_decay, epochs=ATTENTION_EPOCHS,
+                                 seed=seed)
+    head = ProbeHead("sequence", "attention", int(layer), params, pooling=ATTENTION_POOLING)
+    return AttentionFit(head, float(c.weight_decay), {float(c.weight_decay): c.cv_auroc})
 
 
 @dataclass(frozen=True)
@@ -284,6 +333,6 @@ def head_scores(head: ProbeHead, fs: FeatureSet) -> np.ndarray:
         return head.score_states([fs.token_states(i, head.layer)
                                   for i in range(len(fs.samples))])
     if head.kind == "sequence":
-        return head.predict_proba(fs.X(head.layer, head.pooling))
+        return head.predict_proba(head.pooled_features(fs.X))
     return np.array([head.sequence_score(token_probs(head, fs, i))
                      for i in range(len(fs.samples))])

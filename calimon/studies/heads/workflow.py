@@ -42,7 +42,7 @@ from calimon.studies.heads.train import (
     ATTENTION_EPOCHS,
     ATTENTION_WDS,
     DEFAULT_CS,
-    LayerSweep,
+    RecipeChoice,
     fit_attention_head,
     fit_sequence,
     fit_token_head,
@@ -59,9 +59,11 @@ class HeadTrainSettings(RunSettings):
 
     name: str
     kind: str = "sequence"
-    layer: int | None = None  # None: pick by the layer sweep
-    pooling: str = "mean"
-    estimator: str = "logistic"
+    layer: int | None = None  # None: chosen by CV (calimon.studies.heads.recipe)
+    pooling: str | None = None  # None: chosen by CV
+    estimator: str | None = None  # None: chosen by CV (logistic, mlp; attention at attention_layers)
+    attention_layers: tuple[int, ...] = ()  # recipe search: attention candidates at these layers
+    concat: bool = True  # recipe search: two-layer candidates too
     max_input_tokens: int = 1024
     eval_limit: int | None = None  # at most this many calib and test samples each
     categories: tuple[str, ...] | None = None
@@ -78,11 +80,11 @@ class HeadTrainSettings(RunSettings):
 
 @dataclass(frozen=True)
 class TrainedHead:
-    """A saved head: its card's path, the card and the layer sweep (when one picked the layer)."""
+    """A saved head: its card's path, the card and the recipe search (when one chose it)."""
 
     card_path: Path
     card: HeadCard
-    sweep: LayerSweep | None = field(default=None, repr=False)
+    recipe: RecipeChoice | None = field(default=None, repr=False)
 
 
 def default_token_layers(num_layers: int) -> tuple[int, ...]:
@@ -94,9 +96,10 @@ def _check(s: HeadTrainSettings) -> None:
     check_name(s.name)
     if s.kind not in ("sequence", "token"):
         raise InputError(f"expected 'sequence' or 'token', got {s.kind!r}", field="kind")
-    if s.pooling not in POOLINGS and s.estimator != "attention":
+    if s.pooling is not None and s.pooling not in POOLINGS and s.estimator != "attention":
         raise InputError(f"expected one of {list(POOLINGS)}, got {s.pooling!r}", field="pooling")
-    if s.estimator not in ESTIMATORS or (s.kind == "token" and s.estimator != "logistic"):
+    if (s.estimator is not None and s.estimator not in ESTIMATORS) or \
+            (s.kind == "token" and s.estimator not in (None, "logistic")):
         raise InputError(f"expected one of {list(ESTIMATORS)} (token heads: logistic), got "
                          f"{s.estimator!r}", field="estimator")
     if s.augment:
@@ -106,9 +109,9 @@ def _check(s: HeadTrainSettings) -> None:
         if isinstance(s.augment_copies, bool) or s.augment_copies < 1:
             raise InputError(f"expected an integer >= 1, got {s.augment_copies!r}",
                              field="augment_copies")
-    if s.from_review is not None and (s.kind, s.estimator, s.augment) != ("sequence",
-                                                                          "logistic", ()):
-        raise InputError("training on reviewed labels weights a logistic sequence head; got "
+    if s.from_review is not None and (s.kind != "sequence" or s.augment
+                                      or s.estimator == "attention"):
+        raise InputError("training on reviewed labels weights a pooled sequence head; got "
                          f"kind {s.kind!r}, estimator {s.estimator!r}, augment "
                          f"{list(s.augment)}", field="from_review")
     if s.engine != "local":
@@ -151,6 +154,8 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
     if s.kind == "token" or s.estimator == "attention":
         token_layers = (s.token_layers or ((s.layer,) if s.layer is not None
                                            else default_token_layers(backend.num_layers)))
+    elif s.estimator is None and s.attention_layers:
+        token_layers = tuple(sorted(set(s.attention_layers)))
 
     def features(rows: list[Sample], label: str) -> FeatureSet:
         tick = progress(f"features {label}", len(rows)) if progress else None
@@ -171,7 +176,7 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
         weights = review_weights(fs.y[:len(train)], fs.y[len(train):], s.review_weight)
     start = time.perf_counter()
     tracemalloc.start()
-    head, sweep, metrics, params = _fit(fs, s, token_layers, weights)
+    head, choice, metrics, params = _fit(fs, s, token_layers, weights)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     seconds = time.perf_counter() - start
@@ -188,12 +193,13 @@ def train_head(s: HeadTrainSettings, progress: Progress | None = None,
     card = _card(s, head, backend, prompt, train, fs, params, metrics, seconds, peak,
                  _augmentation_ref(s, added) if s.augment else None,
                  reviews.ref(weight=s.review_weight, eval_share=s.review_eval_share,
-                             source=s.review_source) if reviews else None)
+                             source=s.review_source) if reviews else None,
+                 choice.ref() if choice is not None else None)
     path = save_head(head, card, s.out)
     from calimon.scoring.probes.artifacts import load_head
 
     _, saved = load_head(path)
-    return TrainedHead(path, saved, sweep)
+    return TrainedHead(path, saved, choice)
 
 
 def _review_set(s: HeadTrainSettings, train: list[Sample]):
@@ -238,7 +244,7 @@ def _augmentation_ref(s: HeadTrainSettings, added: list[Sample]) -> Augmentation
 
 def _card(s: HeadTrainSettings, head, backend, prompt, train: list[Sample], fs: FeatureSet,
           params: dict, metrics: dict, seconds: float, peak_bytes: int,
-          augmentation: AugmentationRef | None = None, reviews=None) -> HeadCard:
+          augmentation: AugmentationRef | None = None, reviews=None, recipe=None) -> HeadCard:
     """The card of a head fitted on ``train`` (``fs``: its features, augmented copies
     included) in ``seconds`` with ``peak_bytes`` of traced memory; its weights fields are
     filled when it is saved. Non-finite metrics become None."""
@@ -256,7 +262,7 @@ def _card(s: HeadTrainSettings, head, backend, prompt, train: list[Sample], fs: 
                              categories=sorted({x.category for x in train}), seed=s.seed,
                              params=params, seconds=round(seconds, 3),
                              peak_memory_mb=round(peak_bytes / 2**20, 1),
-                             augmentation=augmentation, reviews=reviews),
+                             augmentation=augmentation, reviews=reviews, recipe=recipe),
         metrics={k: (None if v is None or not np.isfinite(v) else float(v))
                  for k, v in metrics.items()},
         weights_file="", weights_sha256="", calimon_version=__version__, created=now())
@@ -264,29 +270,31 @@ def _card(s: HeadTrainSettings, head, backend, prompt, train: list[Sample], fs: 
 
 def _fit(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...],
          weights: np.ndarray | None = None):
-    """(head, layer sweep or None, cross-validated metrics, fit parameters) on the train
-    features: a sequence head at ``s.layer`` (or the sweep's best layer, unweighted), or a
-    token or attention head at the candidate layer with the best CV AUROC. ``weights``: the
-    sequence head's sample weights (reviewed labels)."""
-    sweep, metrics, params = None, {}, {}
+    """(head, recipe search or None, cross-validated metrics, fit parameters) on the train
+    features: a sequence head of the recipe the search chooses among what ``s`` leaves free
+    (`fit_sequence`), or a token or attention head at the candidate layer with the best CV
+    AUROC. ``weights``: the sequence head's sample weights (reviewed labels)."""
     if s.estimator == "attention":
         return _fit_attention(fs, s, token_layers)
     if s.kind == "sequence":
-        fit, sweep = fit_sequence(fs, s.layer, s.pooling, estimator=s.estimator, seed=s.seed,
-                                  sample_weight=weights)
-        metrics["cv_auroc"] = fit.cv_auroc[fit.C]
+        fit, choice = fit_sequence(fs, s.layer, s.pooling, estimator=s.estimator, seed=s.seed,
+                                   sample_weight=weights, concat=s.concat)
+        if fit.head.estimator == "attention":
+            params = {"weight_decay": fit.weight_decay, "weight_decays": list(ATTENTION_WDS),
+                      "epochs": ATTENTION_EPOCHS, "cv_folds": 5}
+            return fit.head, choice, {"cv_auroc": fit.cv_auroc[fit.weight_decay]}, params
         params = {"C": fit.C, "Cs": list(DEFAULT_CS), "cv_folds": 5}
-        return fit.head, sweep, metrics, params
+        return fit.head, choice, {"cv_auroc": fit.cv_auroc[fit.C]}, params
     fits = {layer: fit_token_head(fs, layer, seed=s.seed) for layer in token_layers}
     layer = max(fits, key=lambda k: (np.nan_to_num(max(fits[k].cv_auroc.values()),
                                                    nan=-1.0), -k))
     tf = fits[layer]
     head = tf.head
-    metrics["cv_auroc"] = tf.cv_auroc[head.aggregate]
-    metrics["cv_span_f1"] = tf.cv_span_f1[head.span_threshold]
+    metrics = {"cv_auroc": tf.cv_auroc[head.aggregate],
+               "cv_span_f1": tf.cv_span_f1[head.span_threshold]}
     params = {"C": 0.1, "cv_folds": 3, "n_tokens": tf.n_tokens,
               "n_positive_tokens": tf.n_positive_tokens, "candidate_layers": list(token_layers)}
-    return head, sweep, metrics, params
+    return head, None, metrics, params
 
 
 def _fit_attention(fs: FeatureSet, s: HeadTrainSettings, token_layers: tuple[int, ...]):
