@@ -245,7 +245,8 @@ def _conversion_lock(target: Path):
     """Hold an exclusive lock on ``<target>.lock`` so that processes resolving the same model at
     once (test workers, replicas) convert it once and never see each other's scratch files."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.with_name(f".{target.name}.lock"), "a") as fh:
+    lock = target.with_name(f".{target.name}.lock")
+    with open(lock, "a") as fh:
         try:
             import fcntl
         except ImportError:  # no POSIX locks: the rename below still keeps one copy
@@ -255,6 +256,10 @@ def _conversion_lock(target: Path):
         try:
             yield
         finally:
+            # Once the marker exists nobody takes the lock again (they return on the marker),
+            # so the file can go; a process still waiting holds the old file and sees the marker.
+            if (target / CONVERSION_MARKER).is_file():
+                lock.unlink(missing_ok=True)
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 

@@ -159,6 +159,34 @@ def test_an_assembled_gguf_is_converted_from_a_scratch_folder_then_deleted(
     assert models._resolve_wheel_gguf(_assembled_cfg()).revision == "gguf-test"
 
 
+def test_two_resolving_at_once_convert_once_and_leave_no_scratch(fake_assembler, monkeypatch,
+                                                                 tmp_path):
+    """Two workers resolving the same model at once (test workers, replicas): the second waits
+    for the first's conversion and uses it; no scratch folder or lock file is left."""
+    import threading
+    import time
+
+    calls = []
+
+    def slow_convert(folder: Path, gguf: Path, target: Path, marker: Path, fmt: str) -> str:
+        calls.append(gguf)
+        time.sleep(0.5)
+        target.mkdir(parents=True)
+        marker.write_text(json.dumps({"revision": "gguf-test", "prompt_format": fmt}))
+        return "gguf-test"
+
+    monkeypatch.setattr(models, "_convert_gguf", slow_convert)
+    got = []
+    workers = [threading.Thread(target=lambda: got.append(
+        models._resolve_wheel_gguf(_assembled_cfg()).revision)) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=30)
+    assert got == ["gguf-test", "gguf-test"] and len(calls) == 1
+    assert sorted(p.name for p in (tmp_path / "home" / "models").iterdir()) == ["m"]
+
+
 def test_a_first_use_conversion_says_so_and_a_cached_model_says_nothing(
         fake_assembler, monkeypatch, capsys):
     def fake_convert(folder: Path, gguf: Path, target: Path, marker: Path, fmt: str) -> str:
