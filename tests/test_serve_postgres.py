@@ -216,7 +216,9 @@ def test_shadow_decisions_and_policy_changes_round_trip_and_survive_reopening(ta
     changes = again.changes()
     assert [(c.seq, c.kind, c.by_whom) for c in changes] == [(1, "deploy", "server"),
                                                                (2, "promote", "ada")]
-    assert changes[1].detail == {"mr": {"difference": 0.25}}
+    from calimon import __version__
+
+    assert changes[1].detail == {"mr": {"difference": 0.25}, "calimon_version": __version__}
     assert [s.path for s in history(changes)] == ["/p/a.yaml", "/p/b.yaml"]
     again.close()
 

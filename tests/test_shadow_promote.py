@@ -263,6 +263,9 @@ def test_a_restart_serves_the_policy_the_log_says_is_live(tmp_path):
     path, previous, change = start_policy(log, a, "review-test")
     assert path == str(b) and [p.path for p in previous] == [str(a)]
     assert (change.kind, change.seq) == ("promote", 2)
+    from calimon import __version__  # each change records the calimon that logged it
+
+    assert [c.detail["calimon_version"] for c in log.changes()] == [__version__] * 2
     b.write_text(b.read_text() + "\n# edited\n")
     with pytest.raises(InputError, match="has changed") as err:
         start_policy(log, a, "review-test")

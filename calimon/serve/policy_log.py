@@ -87,10 +87,15 @@ class PolicyChange:
     seq: int = 0
 
     def values(self) -> tuple:
-        """The insert's values (``seq`` is taken by the insert)."""
+        """The insert's values (``seq`` is taken by the insert); ``detail`` gains the version
+        of the calimon that logs the change (the installed package's metadata), unless it has
+        one."""
+        from calimon import __version__
+
+        detail = {"calimon_version": __version__, **self.detail}
         return (self.at or time.time(), self.kind, self.policy_name, self.policy_hash,
                 self.policy_path, self.previous_hash, self.by_whom,
-                json.dumps(self.detail, sort_keys=True, allow_nan=False))
+                json.dumps(detail, sort_keys=True, allow_nan=False))
 
     @classmethod
     def from_row(cls, row: tuple) -> PolicyChange:
