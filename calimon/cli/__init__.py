@@ -23,7 +23,7 @@ import typer
 from calimon.cli.conventions import conform
 
 BUILTIN = ("curve", "score", "models", "data", "deploy", "serve", "review", "shift", "report",
-           "compare", "spans", "heads", "robustness")
+           "compare", "spans", "heads", "robustness", "safety")
 ENTRY_POINT_GROUP = "calimon.commands"
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,

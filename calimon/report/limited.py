@@ -34,7 +34,10 @@ def render_limited_page(data: RunData) -> str:
     """One self-contained HTML page (no script) for a run without a curve."""
     prov = data.result.provenance
     title = f"calimon report · {prov.model} · {prov.benchmark}"
-    parts = [_rates(data), _policy(data), _provenance(data)]
+    from calimon.report.safety import safety_section
+
+    safety = safety_section(data.run_dir)
+    parts = [_rates(data), _policy(data), *([safety] if safety else []), _provenance(data)]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             f'<meta http-equiv="Content-Security-Policy" content="{csp()}">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
