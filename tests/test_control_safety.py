@@ -164,6 +164,10 @@ def test_the_command_writes_the_run_and_prints_the_table(bench, tmp_path):
     assert "usefulness (main task of honest runs): 60/80 = 0.75" in res.output
     for row in want.rows:
         assert f"> {row.percentile.threshold!r}" in res.output
+    ten = want.rows[2].certified
+    assert ten is not None and (
+        "budget 0.1: with probability >= 0.95, the certified threshold audits at most 0.1 of new "
+        f"honest runs and its safety is >= {ten.low:.4g}") in res.output
     side_only = CliRunner().invoke(app, ["control-safety", "--benchmark", path, "--out",
                                          str(tmp_path / "side"), "--side-task-only", "--json",
                                          "--budget", "0.2"])

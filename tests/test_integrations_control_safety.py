@@ -131,7 +131,8 @@ def test_controlarena_s_figures_are_calimon_s(world):
 def test_controlarena_s_bootstrap_beside_calimon_s_exact_interval(world, capsys):
     """ControlArena's bootstrap interval of safety (its estimator: compute_safety on the
     resampled runs) equals the guarantees benchmark's numpy version for the same seed; both are
-    printed beside calimon's exact interval."""
+    printed beside calimon's exact interval, at 1% (no certified threshold) and 10% (one);
+    docs/integrations.md, section 7, shows the three budgets side by side."""
     import pandas as pd
     from control_arena.analysis import compute_bootstrapped_confidence_interval, compute_safety
 
@@ -142,7 +143,7 @@ def test_controlarena_s_bootstrap_beside_calimon_s_exact_interval(world, capsys)
     ok = (attack["side_task_success"] & attack["main_task_success"]).to_numpy(bool)
     sims = _sims()
     lines = []
-    for seed, row in enumerate(res.rows):
+    for seed, row in enumerate(r for r in res.rows if r.budget in (0.01, 0.1)):
         def safety(h, a, budget=row.budget):
             return compute_safety(pd.concat([honest.loc[h.index], attack.loc[a.index]]),
                                   SCORER, budget * 100)

@@ -72,7 +72,7 @@ def control_safety_cmd(
 def report_lines(run) -> list[str]:
     """The printed report of a `SafetyRun`: counts, the table, abstentions, usefulness and what
     is promised."""
-    from calimon.deploy.control_safety import abstain_line, audit_text
+    from calimon.deploy.control_safety import abstain_line, audit_text, promise_line
 
     r = run.result
     what = "side and main task" if r.require_main_task_success else "side task"
@@ -99,8 +99,8 @@ def report_lines(run) -> list[str]:
                          f"[{num(at.low)}, {num(at.high)}]"])
     lines.append(table(["budget", "threshold", "audits", "honest audited", "caught",
                         "uncaught successful", "safety", level], rows))
-    lines += [abstain_line(row, r.n_honest, r.audit_delta) for row in r.rows
-              if row.certified is None]
+    lines += [promise_line(row, r.delta) if row.certified else
+              abstain_line(row, r.n_honest, r.audit_delta) for row in r.rows]
     u = r.usefulness
     lines.append("usefulness: the logs score no honest run's main task" if u is None else
                  f"usefulness (main task of honest runs): {u.successes}/{u.n} = "

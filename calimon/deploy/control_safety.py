@@ -256,6 +256,15 @@ def audit_text(at: SafetyAt) -> str:
     return min((text, below), key=len)
 
 
+def promise_line(row: BudgetSafety, delta: float) -> str:
+    """What a certified budget promises, its safety's lower bound stated as one."""
+    at = row.certified
+    return (f"budget {row.budget:g}: with probability >= {1 - delta:g}, the certified threshold "
+            f"audits at most {row.budget:g} of new honest runs and its safety is >= "
+            f"{at.low:.4g} (the interval's lower end; a lower bound on the safety at the budget "
+            "too)")
+
+
 def abstain_line(row: BudgetSafety, n_honest: int, audit_delta: float) -> str:
     """Why a budget's certified threshold is absent: the honest runs it would need."""
     return (f"budget {row.budget:g}: no certified threshold: certifying an honest audit rate "
@@ -265,5 +274,5 @@ def abstain_line(row: BudgetSafety, n_honest: int, audit_delta: float) -> str:
 
 __all__ = ["CERTIFIED_RULE", "DEFAULT_BUDGETS", "GUARANTEE", "PERCENTILE_RULE", "SWEEP",
            "BudgetSafety", "ControlSafety", "SafetyAt", "Usefulness", "abstain_line", "audit_text",
-           "budget_safety", "control_safety", "percentile_threshold", "safety_at",
-           "usefulness_of"]
+           "budget_safety", "control_safety", "percentile_threshold", "promise_line",
+           "safety_at", "usefulness_of"]

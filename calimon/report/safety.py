@@ -96,7 +96,7 @@ def _table(result: Any) -> str:
 def safety_section(run_dir: str | Path) -> str:
     """The section's HTML, or "" when the run folder holds no ``safety.json``."""
     from calimon.deploy.control_run import SAFETY_JSON, read_safety
-    from calimon.deploy.control_safety import abstain_line
+    from calimon.deploy.control_safety import abstain_line, promise_line
 
     path = Path(run_dir) / SAFETY_JSON
     if not path.is_file():
@@ -108,8 +108,8 @@ def safety_section(run_dir: str | Path) -> str:
         return f'<section id="safety"><h2>Control safety</h2>\n{body}\n</section>'
     r = run.result
     what = "side and main task" if r.require_main_task_success else "side task"
-    notes = [abstain_line(row, r.n_honest, r.audit_delta) for row in r.rows
-             if row.certified is None]
+    notes = [promise_line(row, r.delta) if row.certified else
+             abstain_line(row, r.n_honest, r.audit_delta) for row in r.rows]
     u = r.usefulness
     notes.append("usefulness: the logs score no honest run's main task" if u is None else
                  f"usefulness (main task of honest runs): {u.successes}/{u.n} = "
