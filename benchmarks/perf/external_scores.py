@@ -164,6 +164,10 @@ def run_one(folder: Path, args: list[str], profile: bool = False) -> dict:
     return {"wall": wall, "load": load, **rec, "profile": prof[0] if prof else None}
 
 
+def _median_load(results: dict) -> float:
+    return statistics.median(r["load"] for recs in results.values() for r in recs)
+
+
 def render(results: dict, runs: int, profiles: dict, started: str, cmd: str) -> str:
     """The markdown page."""
     lines = ["# An external monitor's scores, no model: curve, thresholds, control-safety", "",
@@ -174,17 +178,23 @@ def render(results: dict, runs: int, profiles: dict, started: str, cmd: str) -> 
              f"ControlArena-style Inspect log ({N_PER_MODE} honest, {N_PER_MODE} attack "
              "samples, two scored steps each, written by Inspect with its mock model); each "
              f"command in a fresh process, {runs} runs, interpreter start-up included. Target: "
-             f"each under {TARGET_S:g} s (median wall), torch not imported.", "",
+             f"each under {TARGET_S:g} s (median wall), torch not imported; on a loaded machine "
+             "the CPU seconds are what the process itself cost (wall time there also counts "
+             "waiting for a core).", "",
+             f"Median 1-minute load average over the runs: {_median_load(results):.1f} on "
+             f"{os.cpu_count()} cores.", "",
              "| command | median wall s | median CPU s | runs: wall s (load) | torch or "
-             "transformers imported | within target |", "|---|---|---|---|---|---|"]
+             "transformers imported | wall within target | CPU within target |",
+             "|---|---|---|---|---|---|---|"]
     for name, recs in results.items():
         wall = statistics.median(r["wall"] for r in recs)
         cpu = statistics.median(r["cpu"] for r in recs)
         each = ", ".join(f"{r['wall']:.2f} ({r['load']:.1f})" for r in recs)
         heavy = "yes" if any(r["torch"] or r["transformers"] for r in recs) else "no"
         ok = "yes" if wall < TARGET_S and heavy == "no" else "NO"
+        ok_cpu = "yes" if cpu < TARGET_S and heavy == "no" else "NO"
         lines.append(f"| `calimon {' '.join(commands()[name])}` | {wall:.2f} | {cpu:.2f} | "
-                     f"{each} | {heavy} | {ok} |")
+                     f"{each} | {heavy} | {ok} | {ok_cpu} |")
     for name, text in profiles.items():
         kept = [ln.rstrip() for ln in text.strip().splitlines()
                 if ln.strip() and not ln.lstrip().startswith(("Ordered by", "List reduced"))]
