@@ -43,14 +43,14 @@ def stratified_group_folds(y: np.ndarray, groups: np.ndarray, k: int, seed: int)
 
 def _best_fold(per_fold: np.ndarray, scale: np.ndarray, added: np.ndarray) -> int:
     """The fold a group joins: the lowest mean over classes of the spread of the folds' class
-    shares with the group in it, the emptier fold among near ties (``np.isclose``), the first
-    among equals."""
-    evals = np.mean(np.std((per_fold[None] + added) / scale, axis=1), axis=1)
-    sizes = per_fold.sum(axis=1)
+    shares with the group in it, the emptier fold among near ties (``np.isclose``'s test, on
+    finite floats), the first among equals."""
+    evals = np.mean(np.std((per_fold[None] + added) / scale, axis=1), axis=1).tolist()
+    sizes = per_fold.sum(axis=1).tolist()
     best, low, size = 0, evals[0], sizes[0]
-    for i in range(1, evals.size):
+    for i in range(1, len(evals)):
         e = evals[i]
-        if e < low or (np.isclose(e, low) and sizes[i] < size):
+        if e < low or (abs(e - low) <= 1e-08 + 1e-05 * abs(low) and sizes[i] < size):
             best, low, size = i, e, sizes[i]
     return best
 
