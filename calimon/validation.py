@@ -42,6 +42,9 @@ def as_labels(labels: Any, n: int | None = None, name: str = "labels",
     value are refused, naming the item."""
     if isinstance(labels, np.ndarray) and labels.dtype == bool and labels.ndim == 1:
         out = labels
+    elif (isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.dtype.kind in "iuf"
+          and bool(((labels == 0) | (labels == 1)).all())):
+        out = labels == 1  # 0/1 numbers: the item-by-item check below would pass each
     else:
         if isinstance(labels, np.ndarray) and labels.ndim != 1:
             raise InputError(f"expected a 1-D array of labels, got shape {labels.shape}",

@@ -145,6 +145,17 @@ def test_both_formats_give_the_same_transcripts(logs):
     assert {s.id.split(":")[0] for s in a} != {s.id.split(":")[0] for s in b}  # two evals
 
 
+@pytest.mark.parametrize("fmt", ["eval", "json"])
+def test_a_whole_log_read_in_one_pass_gives_what_the_per_sample_reader_gives(logs, fmt,
+                                                                             monkeypatch):
+    import calimon.data.inspect_log as inspect_log
+
+    monkeypatch.setattr(inspect_log, "read_eval_zip", lambda path: None)  # Inspect's reader
+    whole = [s.to_dict() for s in load_benchmark(logs[fmt])]
+    monkeypatch.setattr(inspect_log, "WHOLE_LOG_SAMPLES", 0)  # every log sample by sample
+    assert [s.to_dict() for s in load_benchmark(logs[fmt])] == whole
+
+
 def test_labels_from_a_scorer(logs):
     samples = load_benchmark(logs["eval"] + "?scorer=hardcoded&positive=I")
     assert [s.label for s in samples] == [k % 2 == 1 for k in range(N)]
@@ -191,6 +202,7 @@ def test_errors_name_the_file_and_field(logs, tmp_path):
 
 
 def test_without_inspect_ai_says_which_extra(logs, monkeypatch):
+    monkeypatch.setitem(sys.modules, "inspect_ai", None)  # as if not installed
     monkeypatch.setitem(sys.modules, "inspect_ai.log", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'calimon\[inspect\]'"):
         load_inspect_log(logs["eval"])

@@ -159,6 +159,10 @@ def render(offline, live, labels, runs: int, label_runs: int, seconds: float, cm
         "said \"holds\" (\"breaks\", an alarm) at all. Rows marked *contrast* (readings calimon "
         "no longer offers), *no claim* (outside the guarantee's assumption) or *reported* (no "
         "rate is promised) are not held to the target.", "",
+        "Control-evaluation safety (`calimon control-safety`: its certified audit threshold and "
+        "exact safety intervals, beside ControlArena's percentile threshold and bootstrap) has "
+        "its own page: benchmarks/results/guarantees-control.md "
+        "(`python benchmarks/guarantees/control.py`).", "",
         "| guarantee | scenario | wrong | 95% interval | within | said |",
         "|---|---|---|---|---|---|",
     ]

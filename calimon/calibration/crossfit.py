@@ -2,7 +2,7 @@
 
 Every sample gets an out-of-fold calibrated score from a map that never saw its pair
 (``groups`` = pair ids): folds come from scikit-learn's ``StratifiedGroupKFold`` (shuffled
-with ``seed``), so all members of a pair share one fold and the folds keep the label balance.
+with ``seed``; computed by `calimon.calibration.group_folds`, the same folds), so all members of a pair share one fold and the folds keep the label balance.
 
 Each training fold must hold both classes. If a split breaks that, fewer folds are tried
 (``n_splits`` down to 2). If no split works (e.g. every positive sits in one pair), the
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from calimon.calibration.group_folds import stratified_group_folds
 from calimon.calibration.maps import Calibrator, make_calibrator
 from calimon.errors import InputError
 from calimon.numerics.metrics import as_probabilities, calibration_report
@@ -46,15 +47,7 @@ def _check_groups(groups: Any, n: int) -> np.ndarray:
 
 
 def _sgkf_folds(y: np.ndarray, codes: np.ndarray, k: int, seed: int) -> np.ndarray:
-    from sklearn.model_selection import StratifiedGroupKFold
-
-    folds = np.full(y.shape[0], -1, dtype=np.int64)
-    splitter = StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed)
-    with warnings.catch_warnings():  # "least populated class < n_splits": checked below
-        warnings.simplefilter("ignore", UserWarning)
-        for i, (_, test) in enumerate(splitter.split(np.zeros(y.shape[0]), y, codes)):
-            folds[test] = i
-    return folds
+    return stratified_group_folds(y, codes, k, seed)  # scikit-learn's, without importing it
 
 
 def _training_ok(y: np.ndarray, folds: np.ndarray, k: int) -> bool:

@@ -291,7 +291,8 @@ class BetaCalibration(Calibrator):
 
 
 class IsotonicCalibration(Calibrator):
-    """Increasing isotonic regression (scikit-learn), values outside the fit range clipped.
+    """Increasing isotonic regression (scikit-learn's fit, computed by
+    `calimon.calibration.isotonic`), values outside the fit range clipped.
 
     The breakpoints are stored; ``predict`` is linear interpolation between them
     (``np.interp``), which is what scikit-learn's ``IsotonicRegression.predict`` computes.
@@ -301,12 +302,9 @@ class IsotonicCalibration(Calibrator):
     fitted_params = ("x_thresholds", "y_thresholds")
 
     def _fit(self, p: np.ndarray, y: np.ndarray) -> None:
-        from sklearn.isotonic import IsotonicRegression
+        from calimon.calibration.isotonic import isotonic_breakpoints  # scikit-learn's
 
-        iso = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip")
-        iso.fit(p, y)
-        self.x_thresholds_ = np.asarray(iso.X_thresholds_, dtype=np.float64)
-        self.y_thresholds_ = np.asarray(iso.y_thresholds_, dtype=np.float64)
+        self.x_thresholds_, self.y_thresholds_ = isotonic_breakpoints(p, y)
 
     def _load(self, fitted: dict[str, Any]) -> None:
         x = _vector(fitted["x_thresholds"], "x_thresholds", lo=0.0, hi=1.0)

@@ -67,6 +67,11 @@ COMMANDS: dict[str, Entry] = {
                      "table (AUROC, MR at fixed FAR, ECE, binary-protocol points, samples/s)."),
     "robustness": Entry("robustness", "Measure how often adversarial text in a response flips "
                         "a flagged transcript to a pass."),
+    "control-safety": Entry("safety", "Certified safety of a ControlArena evaluation: audit "
+                            "thresholds whose honest audit rate is certified at most each "
+                            "budget, beside ControlArena's percentile threshold; caught and "
+                            "uncaught successful attacks and safety with exact intervals at "
+                            "both; usefulness."),
     "models": Entry("models", "Model configs and their availability."),
     "data": Entry("data", "Build, list, audit and import benchmarks."),
     "spans": Entry("spans", "Evidence spans: occlusion spans and grounded quotes vs gold "

@@ -1,5 +1,6 @@
-"""UK AISI Inspect eval logs (``.eval`` or ``.json``) as benchmarks, read with inspect_ai's own
-log reader (the ``inspect`` extra).
+"""UK AISI Inspect eval logs (``.eval`` or ``.json``) as benchmarks (the ``inspect`` extra): a
+complete ``.eval`` log read directly (`calimon.data.inspect_files`, the same samples), any other
+with inspect_ai's own log reader.
 
 A benchmark spec names one log, a folder of logs, or a glob pattern of logs, optionally followed
 by options as a query string::
@@ -11,7 +12,7 @@ by options as a query string::
     logs/control?label=eval_mode&attacks=successful
     logs/control/*attack*.eval?label=eval_mode
 
-A folder is every log Inspect's own listing finds in it, sub-folders included (``.eval`` files,
+A folder is every log Inspect's own listing would find in it, sub-folders included (``.eval`` files,
 and ``.json`` files named as Inspect names logs, so its ``logs.json`` or ``eval-set.json`` are not
 read); a pattern (``*``, ``**``, ``[...]``) is every ``.eval`` / ``.json`` file it matches. The
 logs are read in path order as one benchmark; a folder or pattern without a log is an error
@@ -65,6 +66,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from calimon.data.eval_modes import ATTACKS, control_meta, eval_mode, keep_sample
+from calimon.data.inspect_files import folder_logs, read_eval_zip
 from calimon.data.trajectory import Part, render_parts
 from calimon.errors import InputError, MissingExtraError
 from calimon.samples import Sample, sample_from_dict
@@ -129,9 +131,7 @@ def log_paths(path: Path) -> list[Path]:
     logs), or every ``.eval`` / ``.json`` file a glob pattern matches; sorted by path. A folder
     or pattern with no log raises InputError naming it."""
     if path.is_dir():
-        from inspect_ai.log import list_eval_logs
-
-        found = sorted(Path(_local(info.name)) for info in list_eval_logs(str(path)))
+        found = folder_logs(path)
         if not found:
             raise InputError("no Inspect log in this folder (.eval files, or .json files named "
                              "as Inspect names logs, sub-folders included)", path=str(path))
@@ -146,15 +146,6 @@ def log_paths(path: Path) -> list[Path]:
     if not path.is_file():
         raise InputError("no such file", path=str(path))
     return [path]
-
-
-def _local(name: str) -> str:
-    """A local path from the name Inspect's listing gives a log (a ``file://`` URI or a path)."""
-    if name.startswith("file://"):
-        from urllib.parse import unquote, urlparse
-
-        return unquote(urlparse(name).path)
-    return name
 
 
 def parse_options(query: str) -> InspectOptions:
@@ -211,6 +202,16 @@ def _label_option(given: dict[str, str]) -> bool:
     return label == "eval_mode"
 
 
+def _require_inspect() -> None:
+    """MissingExtraError unless inspect_ai is installed (found, not imported: a log this module
+    reads directly needs none of it)."""
+    from importlib.util import find_spec
+
+    if find_spec("inspect_ai") is None:
+        raise MissingExtraError("reading Inspect logs needs inspect_ai: "
+                                "pip install 'calimon[inspect]'")
+
+
 def _reader():
     try:
         from inspect_ai.log import read_eval_log, read_eval_log_samples
@@ -226,7 +227,7 @@ def load_inspect_log(spec: str) -> list[Sample]:
     field)."""
     path, query = split_spec(spec)
     opts = parse_options(query)
-    _reader()  # the extra's error before anything else
+    _require_inspect()  # the extra's error before anything else
     return load_logs(log_paths(path), opts)
 
 
@@ -249,9 +250,22 @@ def load_logs(paths: Iterable[Path], opts: InspectOptions) -> list[Sample]:
 def log_samples(path: Path, opts: InspectOptions) -> list[Sample]:
     """The samples of one log file under ``opts`` (those ``attacks=successful`` leaves out
     dropped); an unreadable file raises InputError naming it."""
-    read_eval_log, read_eval_log_samples = _reader()
     if not path.is_file():
         raise InputError("no such file", path=str(path))
+    header, samples = read_eval_zip(path) or _read_with_inspect(path)
+    out: list[Sample] = []
+    for es in samples:
+        sample = convert_sample(es, header.eval, opts, path)
+        mode = sample.meta.get("control_arena", {}).get("eval_mode")
+        if mode is None or keep_sample(es, mode, opts.attacks, str(path)):
+            out.append(sample)
+    return out
+
+
+def _read_with_inspect(path: Path) -> tuple[Any, Iterable[Any]]:
+    """The header and samples of a log by Inspect's own reader (a log `read_eval_zip` does not
+    read); an unreadable file raises InputError naming it."""
+    read_eval_log, read_eval_log_samples = _reader()
     try:
         header = read_eval_log(str(path), header_only=True)
     except Exception as exc:  # the reader raises pydantic, JSON, zip and key errors alike
@@ -259,16 +273,28 @@ def log_samples(path: Path, opts: InspectOptions) -> list[Sample]:
         hint = "; a samples file is read as one when named .jsonl" if path.suffix == ".json" else ""
         raise InputError(f"not an Inspect eval log ({type(exc).__name__}: {first}){hint}",
                          path=str(path)) from None
-    out: list[Sample] = []
-    # events (often most of an agent log) and the store are not read; attachments are, to
-    # resolve the messages' deduplicated content
-    for es in read_eval_log_samples(str(path), all_samples_required=False,
-                                    resolve_attachments=True, exclude_fields={"events", "store"}):
-        sample = convert_sample(es, header.eval, opts, path)
-        mode = sample.meta.get("control_arena", {}).get("eval_mode")
-        if mode is None or keep_sample(es, mode, opts.attacks, str(path)):
-            out.append(sample)
-    return out
+    return header, _eval_samples(path, header, read_eval_log, read_eval_log_samples)
+
+
+WHOLE_LOG_SAMPLES = 5000  # a complete log up to this size is read in one pass
+
+
+def _eval_samples(path: Path, header: Any, read_eval_log: Any, read_eval_log_samples: Any
+                  ) -> Iterable[Any]:
+    """The samples of a log in its dataset's order (sample ids, then epochs). Events (often
+    most of an agent log) and the store are not read; attachments are, to resolve the
+    messages' deduplicated content. A complete log of at most `WHOLE_LOG_SAMPLES` samples is
+    read in one pass (Inspect's per-sample reader runs an event loop per sample: four times
+    the time on 1,000 samples); a larger or incomplete one, sample by sample."""
+    fields = {"events", "store"}
+    ids = header.eval.dataset.sample_ids
+    size = len(ids or ()) * (header.eval.config.epochs or 1)
+    if header.status != "success" or header.invalidated or not ids or size > WHOLE_LOG_SAMPLES:
+        return read_eval_log_samples(str(path), all_samples_required=False,
+                                     resolve_attachments=True, exclude_fields=fields)
+    order = {sid: i for i, sid in enumerate(ids)}
+    log = read_eval_log(str(path), resolve_attachments=True, exclude_fields=fields)
+    return sorted(log.samples or (), key=lambda es: (order.get(es.id, len(order)), es.epoch))
 
 
 def convert_sample(es: Any, spec: Any, opts: InspectOptions, path: Path) -> Sample:

@@ -11,6 +11,9 @@ Modules (see ``docs/deployment.md``):
   ``coverage_risk_curve``; ``policy_file``: the ``Policy`` YAML, ``apply_policy``;
   ``escalation``: ``escalate_run``, ``apply_policy_file``.
 - ``cascade``: ``evaluate_cascade``, ``design_cascade``, ``align_stages``.
+- ``control_safety``: ``control_safety`` (certified audit thresholds and safety of a control
+  evaluation); ``control_run``: ``control_safety_run``, ``read_safety`` (ControlArena logs in,
+  a run folder out).
 
 Names are imported lazily from their modules on first use.
 """
@@ -37,6 +40,8 @@ _EXPORTS = {
     "escalation": ("apply_policy_file", "escalate_run"),
     "cascade": ("CascadeDesign", "CascadeStats", "align_stages", "design_cascade",
                 "evaluate_cascade"),
+    "control_safety": ("ControlSafety", "control_safety"),
+    "control_run": ("SafetyRun", "control_safety_run", "read_safety"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

@@ -43,7 +43,7 @@ import numpy as np
 from calimon.errors import InputError
 
 # The bounds live in calimon.numerics.binomial (numerics); they stay importable from here.
-from calimon.numerics.binomial import check_rate, cp_upper
+from calimon.numerics.binomial import binom_cdf, check_rate, cp_upper
 from calimon.numerics.binomial import clopper_pearson as clopper_pearson
 from calimon.numerics.binomial import cp_lower as cp_lower
 from calimon.numerics.binomial import samples_needed as samples_needed
@@ -148,20 +148,16 @@ def _scores(x: Any, name: str) -> np.ndarray:
 def _fixed_sequence(errors: np.ndarray, n: int, alpha: float, delta: float) -> int:
     """Index of the last hypothesis rejected when testing ``errors`` (error counts, ordered
     strictest first) in sequence and stopping at the first failure; -1 if the first fails."""
-    from scipy.stats import binom  # on demand: importing scipy.stats costs over a second
-
-    p = binom.cdf(errors, n, alpha)
+    p = binom_cdf(errors, n, alpha)
     fails = np.flatnonzero(p > delta)
     return (errors.size - 1) if fails.size == 0 else int(fails[0]) - 1
 
 
 def _certificate(rate: str, thr: float, k: int, n: int, alpha: float, delta: float,
                  ok: bool) -> CertifiedThreshold:
-    from scipy.stats import binom
-
     return CertifiedThreshold(rate=rate, threshold=float(thr), certified=ok,
                               bound=cp_upper(k, n, delta), empirical=k / n, n=n, k=k,
-                              alpha=alpha, delta=delta, p_value=float(binom.cdf(k, n, alpha)))
+                              alpha=alpha, delta=delta, p_value=float(binom_cdf(k, n, alpha)))
 
 
 def certify_far(scores_benign: Any, alpha: float, delta: float = 0.05) -> CertifiedThreshold:

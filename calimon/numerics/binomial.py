@@ -56,6 +56,21 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return cp_lower(k, n, tail), cp_upper(k, n, tail)
 
 
+def binom_cdf(k: Any, n: int, p: float) -> Any:
+    """``scipy.stats.binom.cdf(k, n, p)`` for counts ``0 <= k`` (an int or an array), ``n >= 1``
+    and ``0 < p < 1``: the same Boost function that scipy.stats calls, without importing
+    scipy.stats (over a second; tests/test_binomial.py checks the values are its own)."""
+    try:
+        from scipy.special._ufuncs import _binom_cdf  # where scipy.stats.binom._cdf finds it
+    except ImportError:  # a scipy that keeps it elsewhere
+        from scipy.stats import binom
+
+        return binom.cdf(k, n, p)
+    k = np.floor(np.asarray(k, dtype=float))
+    out = np.where(k >= n, 1.0, _binom_cdf(np.minimum(k, n), n, p))
+    return out if out.ndim else float(out)
+
+
 def samples_needed(alpha: float, delta: float, k: int = 0) -> int:
     """Smallest ``n`` such that ``k`` events in ``n`` trials certify ``rate <= alpha`` at
     ``1 - delta`` (one-sided Clopper-Pearson upper bound ``<= alpha``).
@@ -74,15 +89,13 @@ def samples_needed(alpha: float, delta: float, k: int = 0) -> int:
         while 1.0 - delta ** (1.0 / n) > alpha:
             n += 1
         return n
-    from scipy.stats import binom
-
-    # binom.cdf(k, n, alpha) is decreasing in n: exponential then binary search
+    # binom_cdf(k, n, alpha) is decreasing in n: exponential then binary search
     lo, hi = k + 1, k + 1
-    while binom.cdf(k, hi, alpha) > delta:
+    while binom_cdf(k, hi, alpha) > delta:
         lo, hi = hi, hi * 2
     while lo < hi:
         mid = (lo + hi) // 2
-        if binom.cdf(k, mid, alpha) <= delta:
+        if binom_cdf(k, mid, alpha) <= delta:
             hi = mid
         else:
             lo = mid + 1

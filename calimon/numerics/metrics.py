@@ -28,6 +28,7 @@ __all__ = [
     "as_probabilities",
     "auprc",
     "auroc",
+    "average_ranks",
     "brier",
     "calibration_report",
     "ece",

@@ -54,7 +54,11 @@ def render_limited_page(data: RunData, rows: tuple = (), tick: Callable | None =
     options = thresholds(data)
     viewer = viewer_section(data, rows, options, options[0][0] if options else None, tick) \
         if rows else ""
-    parts = [_rates(data), _policy(data), viewer, _provenance(data)]
+    from calimon.report.safety import safety_section
+
+    safety = safety_section(data.run_dir)
+    parts = [_rates(data), _policy(data), *([safety] if safety else []), viewer,
+             _provenance(data)]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             f'<meta http-equiv="Content-Security-Policy" content="{csp()}">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'

@@ -364,15 +364,19 @@ def render_page(data: RunData, figs: Figures, rows: tuple, point: OperatingPoint
                 tick: Callable | None = None) -> str:
     """The whole report as one self-contained HTML page (inline style and script under a CSP);
     ``tick`` is called per transcript card written."""
+    from calimon.report.safety import safety_section
+
+    safety = safety_section(data.run_dir)
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (
         ("curves", "curves"), ("points", "operating points"), ("calibration", "calibration"),
-        ("scores", "scores"), ("policy", "policy"), ("transcripts", "transcripts"),
-        ("provenance", "provenance")))
+        ("scores", "scores"), ("policy", "policy"), *([("safety", "control safety")]
+                                                      if safety else []),
+        ("transcripts", "transcripts"), ("provenance", "provenance")))
     prov = data.result.provenance
     title = f"calimon report · {shown(prov.model)} · {shown(prov.benchmark)}"
     parts = [_curves(data, figs), _points(data, figs), _calibration(data, figs),
-             _scores(data, figs), _policy(data), _viewer(data, rows, None if point is None
-                                                         else point, tick),
+             _scores(data, figs), _policy(data), safety,
+             _viewer(data, rows, None if point is None else point, tick),
              _provenance(data)]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             f'<meta http-equiv="Content-Security-Policy" content="{csp()}">\n'
