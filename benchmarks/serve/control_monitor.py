@@ -14,9 +14,11 @@ the monitor only:
 - ``basic-local``: ControlArena's ``basic_monitor_builder()`` with SmolLM2-135M-Instruct as its
   trusted model, through Inspect's local Hugging Face provider (``hf/smollm2-135m`` with
   ``model_path=`` the folder calimon converts the embedded GGUF into: the float32 weights
-  calimon's monitor runs; CPU; no hub access) and ControlArena's and Inspect's defaults
-  otherwise (ControlArena's default prompt; Inspect's hf provider samples up to 2048 new
-  tokens);
+  calimon's monitor runs; CPU; no hub access), its new tokens capped at 512
+  (``GenerateConfig(max_tokens=512)``; Inspect's hf provider would sample up to 2048, and a
+  first batch of six requests had not finished after nine minutes on the 2 shared cores), and ControlArena's
+  and Inspect's defaults otherwise (ControlArena's default prompt, which asks for the
+  reasoning and then the score, fits in 512 tokens);
 - ``calimon``: ``calimon_monitor_builder(model="smollm2-135m", readout="probe:amb-open-monitor")``,
   the shipped monitor in this process with its bundle's map, one session per trajectory;
 - ``calimon-whole``: the same monitor with a fresh run store, which scores each step's whole
@@ -58,7 +60,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # integrations_support: the mock agent and grader
 
-from control_page import MODEL, NAMES, READOUT, render  # noqa: E402
+from control_page import MAX_TOKENS, MODEL, NAMES, READOUT, render  # noqa: E402
 from control_safety import parse_failures, safety_at_budgets  # noqa: E402
 from integrations_support import control_trusted as trusted  # noqa: E402
 from integrations_support import control_untrusted as untrusted  # noqa: E402
@@ -101,16 +103,16 @@ def local_trusted_model():
     """Inspect's local Hugging Face provider on the folder calimon converts the embedded GGUF
     into (the same float32 weights calimon's monitor runs), on the CPU as calimon's, with the
     torch threads calimon's backend would pick now (the free cores: two threads on a busy
-    2-core machine run several times slower than one; on a quiet one it is torch's default);
-    and that thread count."""
-    from inspect_ai.model import get_model
+    2-core machine run several times slower than one; on a quiet one it is torch's default),
+    its new tokens capped at ``MAX_TOKENS``; and that thread count."""
+    from inspect_ai.model import GenerateConfig, get_model
 
     from calimon.models import resolve_model
     from calimon.scoring.backends.threads import apply_threads
 
     threads = apply_threads(None)
-    return get_model(f"hf/{MODEL}", model_path=str(resolve_model(MODEL).path),
-                     device="cpu"), threads
+    return get_model(f"hf/{MODEL}", config=GenerateConfig(max_tokens=MAX_TOKENS),
+                     model_path=str(resolve_model(MODEL).path), device="cpu"), threads
 
 
 def build_monitor(arm: str, log_dir: Path, url: str | None):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 
 MODEL, READOUT = "smollm2-135m", "probe:amb-open-monitor"
+MAX_TOKENS = 512  # the basic monitor's new tokens: Inspect's hf provider's 2048 is too slow
 TARGET = 0.5  # calimon's monitor against the basic monitor on the same local model
 TARGET_MOCK = 2.0  # the earlier target, against the basic monitor on the mock model
 MONITORS = ("basic-local", "calimon", "calimon-url", "calimon-whole", "basic")
@@ -15,7 +16,7 @@ NAMES = {
              "nothing)",
     "basic-local": "ControlArena's `basic_monitor_builder()`, its trusted model "
                    f"SmolLM2-135M-Instruct (`hf/{MODEL}`, Inspect's local Hugging Face provider "
-                   "on calimon's converted folder, CPU)",
+                   f"on calimon's converted folder, CPU, `max_tokens={MAX_TOKENS}`)",
     "calimon": f"`calimon_monitor_builder(model=\"{MODEL}\", readout=\"{READOUT}\")`, one "
                "session per trajectory",
     "calimon-whole": "the same, each step's whole trajectory scored (a fresh run store)",
@@ -83,7 +84,10 @@ def generation(m: dict) -> list[str]:
         out.append(f"Its steps' new tokens (Inspect's `hf` provider reports a batch's longest "
                    f"for each request in it): median {med(toks):.0f}, fewest {min(toks)}, most "
                    f"{max(toks)}, over {len(toks)} steps of all rounds; the provider samples "
-                   "(`do_sample`) up to its default of 2048 new tokens and batches the "
+                   f"(`do_sample`) up to `GenerateConfig(max_tokens={MAX_TOKENS})`, set on the "
+                   "trusted model (with the provider's default of 2048, the first batch of six "
+                   "requests had not finished after nine minutes on these cores; a step cut at "
+                   "the cap is unparsed if its score was not yet written) and batches the "
                    "requests that arrive together; ControlArena's prompt (a median "
                    f"{med(t for r in runs for t in r['input_tokens']):.0f} tokens with the "
                    "task, the batch's longest) asks for the reasoning before the score.")
