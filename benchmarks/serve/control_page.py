@@ -63,7 +63,8 @@ def targets(m: dict, got: dict[str, dict[str, float]]) -> list[str]:
                  for arm, where in ways if arm in got[ref]]
         out.append(f"Target: calimon's monitor at most {limit:g}x the wall time of the basic "
                    f"monitor {what}: " + "; ".join(parts) + ".")
-    if "calimon-url" in m["arms"]:
+    if "calimon-url" in m["arms"] and all("server_start_s" in r["calimon-url"]
+                                         for r in m["rounds"]):
         start = med(r["calimon-url"]["server_start_s"] for r in m["rounds"])
         out.append(f"The server's own start-up ({start:.1f} s median) is paid once per server, "
                    "not per evaluation, and is not counted.")
