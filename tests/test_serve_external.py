@@ -390,3 +390,16 @@ def test_an_external_policy_is_served_without_importing_torch(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "CODES [200, 200, 200, 200, 200]" in done.stdout
     assert "LOADED []" in done.stdout, done.stdout
+
+
+def test_an_in_process_integration_refuses_an_external_policy_saying_where_it_runs(tmp_path):
+    """The Inspect scorer and approver and the ControlArena monitor run their monitor in the
+    process; an externally scored policy has none, and the error says to serve it instead."""
+    from calimon.errors import InputError
+    from calimon.integrations.local import LocalMonitor
+
+    path = write_external_policy(tmp_path)
+    with pytest.raises(InputError, match=r"monitor is external \(score:guard") as err:
+        LocalMonitor.from_policy(path)
+    assert err.value.field == "readout" and err.value.path == str(path)
+    assert "calimon serve POLICY" in str(err.value) and "'score' field" in str(err.value)

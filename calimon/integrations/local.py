@@ -89,6 +89,7 @@ class LocalMonitor:
         resolved = resolve_policy(policy, calibration_map=calibration_map, prompt=prompt,
                                   force=force)
         pinned = resolved.monitor
+        _refuse_external(policy, pinned.readout)
         return cls._build(pinned.model, pinned.readout, resolved.prompt, resolved.stored_map,
                           policy=resolved, backend=backend, store=store, force=force,
                           max_input_tokens=pinned.max_input_tokens,
@@ -192,6 +193,20 @@ class LocalMonitor:
                           evidence=tuple(verdict.evidence), error=verdict.error,
                           tokens=verdict.tokens, latency_ms=latency_ms,
                           transcript_hash=sample.transcript_hash, provenance=self.provenance)
+
+
+def _refuse_external(policy: str | Path, readout: str) -> None:
+    """An externally scored policy has no monitor to run in this process: say where it runs."""
+    from calimon.score_readout import is_score_readout
+
+    if is_score_readout(readout):
+        from calimon.errors import InputError
+
+        raise InputError(
+            f"the policy's monitor is external ({readout}): calimon has no model to run for it "
+            "in this process; serve the policy (`calimon serve POLICY`) and send each "
+            "transcript's score in the request's 'score' field (docs/serve.md), or use a "
+            "policy whose monitor calimon runs", path=str(policy), field="readout")
 
 
 def span_record(sample: Sample, start: int, end: int, score: float | None = None,
