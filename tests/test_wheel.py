@@ -130,7 +130,7 @@ def test_the_wheel_ships_every_file_calimon_reads_at_run_time(dist):
     with zipfile.ZipFile(dist["wheel"]) as z:
         (points,) = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
         text = z.read(points).decode()
-    assert "calimon = calimon.cli:app" in text
+    assert "calimon = calimon.__main__:main" in text  # Ctrl-C exits 130 from imports on
     assert "[inspect_ai]\ncalimon = calimon.integrations._registry" in text
 
 
