@@ -67,7 +67,11 @@ demo: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon curve --model smollm2-135m --split test $(DEMO_SIZE) --readout probe:$(DEMO_MONITOR) --no-binary --out runs/demo-monitor
 	HF_HUB_OFFLINE=1 $(VENV)/bin/calimon compare runs/demo runs/demo-monitor --out runs/demo-compare
 
+# calimon's own modules are byte-compiled before the tests (a no-op when they are up to date):
+# with PYTHONDONTWRITEBYTECODE set, each `calimon` process the tests start would compile them
+# again (0.2 s of a command's start).
 test: setup
+	$(PY) -m compileall -q calimon
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "$(PYTEST_MARKS)" \
 	    $(if $(filter-out 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist worksteal) $(PYTEST_ARGS)
 

@@ -21,6 +21,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ class Sample:
     split: str | None = None
     meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
-    @property
+    @cached_property
     def transcript_hash(self) -> str:
         """Hash of what a monitor reads (request and response), the run store's sample key. A
         sample that holds no transcript (``meta["no_transcript"]``: a row of scores only,
