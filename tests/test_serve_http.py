@@ -210,7 +210,9 @@ def test_a_retried_request_id_is_answered_from_the_log(server):
 
 
 def test_metrics_cover_requests_decisions_latency_queue_truncations_errors(server):
-    with server.client() as c:
+    with server.client() as c:  # decisions of its own: the module's tests may run elsewhere
+        assert c.post("/v1/score", json=code_answer(5)).status_code == 200
+        _steps(c, "metrics", trajectory(2, "metrics"), check=False)  # reuses step 0's tokens
         text = c.get("/metrics").text
     for name in ("calimon_requests_total{", "calimon_decisions_total{",
                  "calimon_request_seconds_bucket{", "calimon_queue_depth ",

@@ -48,6 +48,17 @@ def test_the_banner_names_the_keys_it_enforces_and_never_a_key(served):
         assert c.get("/v1/info").status_code == 200
 
 
+def test_the_banner_names_the_http_stack_uvicorn_runs(served, monkeypatch):
+    """The serve extra's httptools and uvloop are what uvicorn picks; without them the server
+    says which pair it fell back to and how to get the faster one."""
+    from calimon.serve import runner
+
+    assert "calimon serve: HTTP httptools, event loop uvloop" in _lines(served)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    assert runner.http_stack() == ("HTTP h11, event loop asyncio (install 'calimon[serve]' "
+                                   "for httptools and uvloop, the faster pair)")
+
+
 def test_listening_is_said_once_uvicorn_listens(served):
     """It was said before the server started (and before a port in use was found)."""
     lines = _lines(served)

@@ -226,7 +226,9 @@ def external_part(folder: Path, args, log) -> dict:
     policy, made = make_policy(folder)
     log(f"external: policy made ({made})")
     runs: dict = {kind: [] for kind in KINDS}
-    runs.update(policy=made, clients=CLIENTS, warmup=WARMUP)
+    from calimon.serve.runner import http_stack
+
+    runs.update(policy=made, clients=CLIENTS, warmup=WARMUP, http_stack=http_stack())
     with postgres_server() as pg:
         for r in range(args.external_rounds):
             for kind in KINDS[r % 4:] + KINDS[:r % 4]:

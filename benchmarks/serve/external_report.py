@@ -14,9 +14,10 @@ NAMES = {"sqlite": "`calimon serve`, SQLite log", "postgres": "`calimon serve`, 
 
 
 def _loaded(m: dict) -> bool:
-    """Whether other work held the cores during the run (1-minute load above 1.5 at either end
-    on a 2-core machine, scaled by the cores)."""
-    return max(m["load"]) > 0.75 * m["cores"]
+    """Whether other work held the cores when the run began (1-minute load above 1.5 on a
+    2-core machine, scaled by the cores). The load at the end counts the run's own server,
+    clients and PostgreSQL, so it says nothing of other work."""
+    return m["load"][0] > 0.75 * m["cores"]
 
 
 def _med(runs: list[dict], key: str) -> float | None:
@@ -77,7 +78,7 @@ def external_section(meta: dict, measured: dict) -> tuple[list[str], list[str]]:
         "## Externally scored decisions: bound by the log", "",
         f"Measured {m['date']} by `{m['command']}` ({m['minutes']:.1f} minutes; 1-minute load "
         f"average {m['load'][0]:.1f} at the start and {m['load'][1]:.1f} at the end, on "
-        f"{m['cores']} cores" + (": other jobs were running, the rates below are depressed "
+        f"{m['cores']} cores; the load at the end is the run's own" + (": other jobs were running, the rates below are depressed "
                                  "by them, and the figure to hold against the target is a run "
                                  "on a quiet machine" if _loaded(m) else ", a quiet machine")
         + "). The policy: "
@@ -89,7 +90,8 @@ def external_section(meta: dict, measured: dict) -> tuple[list[str], list[str]]:
         "a commit is on disk go in the next one); after each run every answered request id "
         "was looked up in the log and compared with the answer the client got. Latency is "
         "what a client saw; CPU is the server process's (user and system, from /proc) per "
-        "answer.", "",
+        "answer. Both servers (calimon's and the framework alone) are uvicorn running "
+        f"{runs.get('http_stack', 'its defaults')}.", "",
         f"- SQLite: {durable['sqlite']}.",
         f"- PostgreSQL 15 (a local server started for the run): {durable['postgres']}.", "",
         "Medians over the rounds:", "", median_table(runs), "", "Each run:", "",
@@ -103,7 +105,8 @@ def external_section(meta: dict, measured: dict) -> tuple[list[str], list[str]]:
         verdict.append(
             f"- Target: >= {TARGET_RATE:.0f} externally scored decisions per second on one "
             f"server with {runs['clients']} clients, each durable before it is answered "
-            f"({kind}). Measured {rate:.0f}/s at load {m['load'][0]:.1f}: "
+            f"({kind}). Measured {rate:.0f}/s at load {m['load'][0]:.1f} (median; rounds "
+            + ", ".join(f"{r['throughput']:.0f}" for r in runs[kind]) + "/s): "
             + ("met." if rate >= TARGET_RATE else
                ("missed on this loaded machine" if _loaded(m) else "missed")
                + (f" (the framework alone answered {floor:.0f}/s in the same rounds)"

@@ -240,7 +240,7 @@ def serve(settings: ServeSettings, *, echo: Callable[[str], None] = print) -> No
     sockets = listen(settings.host, settings.port)
     try:
         service = build_service(settings)
-        for line in startup_lines(service):
+        for line in [*startup_lines(service), http_stack()]:
             echo(f"calimon serve: {line}")
         port = sockets[0].getsockname()[1]
         logging.getLogger("calimon.serve").setLevel(logging.INFO)
@@ -253,6 +253,18 @@ def serve(settings: ServeSettings, *, echo: Callable[[str], None] = print) -> No
     finally:
         for sock in sockets:
             sock.close()
+
+
+def http_stack() -> str:
+    """Which HTTP parser and event loop uvicorn picks ("auto"): httptools and uvloop when
+    installed (the serve extra brings them), else h11 and asyncio."""
+    from importlib.util import find_spec
+
+    http = "httptools" if find_spec("httptools") else "h11"
+    loop = "uvloop" if find_spec("uvloop") else "asyncio"
+    slow = "" if (http, loop) == ("httptools", "uvloop") else (
+        " (install 'calimon[serve]' for httptools and uvloop, the faster pair)")
+    return f"HTTP {http}, event loop {loop}{slow}"
 
 
 def _announcing(server_class, said: Callable[[], None]):
