@@ -63,3 +63,82 @@ def test_a_rebuild_reads_every_check_back_and_writes_the_same_benchmark(home, tm
     b = humaneval.build(tmp_path / "b", seed=0, limit=2)
     assert ran == [] and _rows(home) > 0
     assert a.read_bytes() == b.read_bytes()
+
+
+SLOW_NOISE = "import os, time\ntime.sleep(2)\nprint(os.urandom(8).hex())\n"
+OTHER_BUILD = (
+    "import sys\nfrom calimon.data.codegen import results\n"
+    "print(results.run_checked(sys.argv[1], timeout_s=30).stdout, end='')\n")
+
+
+def _claims(home) -> list[tuple]:
+    with sqlite3.connect(home / "sandbox-results.sqlite") as conn:
+        return conn.execute("SELECT key, pid FROM claims").fetchall()
+
+
+def _claim_for(home, key: str, pid: int) -> None:
+    import socket
+    import time
+
+    results._get(key)  # makes the file, at the schema's version
+    with sqlite3.connect(home / "sandbox-results.sqlite") as conn:
+        conn.execute("INSERT INTO claims VALUES (?, ?, ?, ?)",
+                     (key, pid, socket.gethostname(), time.time()))
+
+
+def _never_run(monkeypatch) -> list[str]:
+    ran: list[str] = []
+    real = results.run_python
+    monkeypatch.setattr(results, "run_python",
+                        lambda code, **kw: ran.append(code) or real(code, **kw))
+    return ran
+
+
+def test_a_script_another_process_is_running_is_awaited_not_run_again(home, monkeypatch):
+    """Two builds at once: the second reads the first's result of a script it claimed."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    other = subprocess.Popen([sys.executable, "-c", OTHER_BUILD, SLOW_NOISE],
+                             stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "CALIMON_HOME": str(home)})
+    deadline = time.monotonic() + 60
+    while not (home / "sandbox-results.sqlite").exists() or not _claims(home):
+        assert other.poll() is None and time.monotonic() < deadline, "no claim was made"
+        time.sleep(0.02)
+    assert _claims(home)[0][1] == other.pid
+    ran = _never_run(monkeypatch)
+    mine = results.run_checked(SLOW_NOISE, timeout_s=30)
+    theirs, _ = other.communicate(timeout=60)
+    assert ran == [] and mine.ok and mine.stdout == theirs
+    assert _claims(home) == [] and _rows(home) == 1
+
+
+def test_a_claim_whose_process_is_gone_is_taken_over(home, monkeypatch):
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    _claim_for(home, results.result_key(NOISE, 30), gone.pid)
+    ran = _never_run(monkeypatch)
+    assert results.run_checked(NOISE, timeout_s=30).ok and len(ran) == 1
+    assert _claims(home) == [] and _rows(home) == 1
+
+
+def test_a_claim_that_outlives_the_time_limit_is_run_anyway(home, monkeypatch):
+    import subprocess
+    import time
+
+    stuck = subprocess.Popen(["sleep", "60"])
+    try:
+        _claim_for(home, results.result_key(NOISE, 1), stuck.pid)
+        monkeypatch.setattr(results, "CLAIM_MARGIN_S", 0.5)
+        ran = _never_run(monkeypatch)
+        started = time.monotonic()
+        assert results.run_checked(NOISE, timeout_s=1).ok and len(ran) == 1
+        assert 1.5 <= time.monotonic() - started < 30
+    finally:
+        stuck.kill()
+        stuck.wait()

@@ -8,9 +8,15 @@ under the SHA-256 of those and read back by the next build that runs the same sc
 rebuild, another version of the benchmark, or another benchmark over the same problems. A run
 that hit the wall-clock limit is never stored (that depends on the machine's load).
 
+Two builds at once share their checks: a process claims a script before it runs it, and
+another process that needs the same script while the claim stands (the claimant alive, on this
+machine) waits for its result instead of running it again, at most the script's time limit and
+`CLAIM_MARGIN_S` more; a claim whose process is gone is taken over. Two builds started together
+on a fresh machine (a test suite's, two users') then cost about one build's checks, not two.
+
 The cache is ``$CALIMON_HOME/sandbox-results.sqlite``. ``$CALIMON_SANDBOX_CACHE`` chooses
-how it is used: ``on`` (default: read and write), ``refresh`` (run everything, write the
-results) or ``off`` (neither).
+how it is used: ``on`` (default: read and write, waiting on claims), ``refresh`` (run
+everything, write the results) or ``off`` (neither).
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import sys
 import threading
+import time
 from pathlib import Path
 
 from calimon.data.paths import calimon_home
@@ -41,7 +49,16 @@ def m001_results(db: sqlite3.Connection) -> None:
                "returncode INTEGER, stdout TEXT, stderr TEXT, seconds REAL)")
 
 
-SCHEMA = Schema("sandbox-results cache", (m001_results,))  # append only (calimon.migrations)
+def m002_claims(db: sqlite3.Connection) -> None:
+    """The scripts under way: which process (pid, host) runs each, since when."""
+    db.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, pid INTEGER, "
+               "host TEXT, since REAL)")
+
+
+# append only (calimon.migrations)
+SCHEMA = Schema("sandbox-results cache", (m001_results, m002_claims))
+CLAIM_MARGIN_S = 30.0  # a claimed script's result is awaited its time limit and this long
+POLL_S = 0.05
 
 
 def cache_mode() -> str:
@@ -72,10 +89,70 @@ def run_checked(code: str, *, timeout_s: float) -> SandboxResult:
         hit = _get(key)
         if hit is not None:
             return hit
-    result = run_python(code, timeout_s=timeout_s)
-    if not result.timed_out:
-        _put(key, result)
+        if not _claim(key):  # another process runs it now: its result, unless that goes
+            hit = _await(key, timeout_s)
+            if hit is not None:
+                return hit
+            _claim(key, take_over=True)
+    else:
+        _claim(key, take_over=True)
+    try:
+        result = run_python(code, timeout_s=timeout_s)
+        if not result.timed_out:
+            _put(key, result)
+    finally:
+        _release(key)
     return result
+
+
+def _claim(key: str, take_over: bool = False) -> bool:
+    """Claim ``key`` for this process; False when another claim stands (``take_over``:
+    replace it)."""
+    verb = "INSERT OR REPLACE" if take_over else "INSERT OR IGNORE"
+    with _LOCK:
+        conn = _connection()
+        cur = conn.execute(f"{verb} INTO claims VALUES (?, ?, ?, ?)",
+                           (key, os.getpid(), socket.gethostname(), time.time()))
+        conn.commit()
+    return cur.rowcount == 1
+
+
+def _release(key: str) -> None:
+    with _LOCK:
+        conn = _connection()
+        conn.execute("DELETE FROM claims WHERE key = ? AND pid = ? AND host = ?",
+                     (key, os.getpid(), socket.gethostname()))
+        conn.commit()
+
+
+def _await(key: str, timeout_s: float) -> SandboxResult | None:
+    """The result of ``key`` once the process that claimed it stores it; None when the claim
+    goes without one (the run timed out, or its process died) or the wait passes the script's
+    time limit and `CLAIM_MARGIN_S`."""
+    deadline = time.monotonic() + float(timeout_s) + CLAIM_MARGIN_S
+    while True:
+        hit = _get(key)
+        if hit is not None:
+            return hit
+        with _LOCK:
+            claim = _connection().execute("SELECT pid, host FROM claims WHERE key = ?",
+                                          (key,)).fetchone()
+        if claim is None or not _alive(*claim) or time.monotonic() > deadline:
+            return _get(key)
+        time.sleep(POLL_S)
+
+
+def _alive(pid: int, host: str) -> bool:
+    """Whether the claimant may still be running (a process on another host is assumed to)."""
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _connection() -> sqlite3.Connection:
