@@ -115,6 +115,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def pg_cpu_seconds(data: Path) -> float:
+    """CPU seconds of a PostgreSQL server: its postmaster (with the children it has reaped)
+    and every process it runs now (the backends, the WAL writer, the checkpointer)."""
+    pid = int((data / "postmaster.pid").read_text().split()[0])
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # a process that ended meanwhile
+            continue
+        own = int(stat.parent.name) == pid
+        if own or int(fields[1]) == pid:
+            ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14])
+                                                           if own else 0)
+            total += ticks / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def _metric(text: str, name: str) -> float:
     for line in text.splitlines():
         if line.startswith(name + " "):
@@ -146,9 +164,9 @@ def review_flags(folder: Path, tag: str) -> tuple[str, ...]:
 
 
 def measure(policy: Path, target: str, folder: Path, tag: str, args, seed: int,
-            flags: tuple[str, ...] = ()) -> dict:
+            flags: tuple[str, ...] = (), db_cpu=None) -> dict:
     """One run on the decision log ``target`` (module docstring), the server started with
-    ``flags``."""
+    ``flags``; ``db_cpu``: the database server's CPU seconds so far (PostgreSQL's)."""
     import httpx
 
     out = folder / f"{tag}.out"
@@ -158,9 +176,11 @@ def measure(policy: Path, target: str, folder: Path, tag: str, args, seed: int,
         load(server.url, bodies(WARMUP, f"{tag}-warm", seed), 120)
         metrics0 = httpx.get(f"{server.url}/metrics", headers=server.headers()).text
         cpu0, client0 = cpu_seconds(server.proc.pid), time.process_time()
+        db0 = db_cpu() if db_cpu else None
         answers, wall = load(server.url, bodies(args.external_n, tag, seed + 1),
                              args.external_s)
         cpu1, client1 = cpu_seconds(server.proc.pid), time.process_time()
+        db1 = db_cpu() if db_cpu else None
         metrics1 = httpx.get(f"{server.url}/metrics", headers=server.headers()).text
     finally:
         server.stop()
@@ -177,6 +197,8 @@ def measure(policy: Path, target: str, folder: Path, tag: str, args, seed: int,
             "commits": commits, "per_commit": decided / commits if commits else None,
             "server_cpu_ms": 1000 * (cpu1 - cpu0) / max(len(answers), 1),
             "client_cpu_ms": 1000 * (client1 - client0) / max(len(answers), 1),
+            "db_cpu_ms": (None if db0 is None else
+                          1000 * (db1 - db0) / max(len(answers), 1)),
             "load": [load_start, os.getloadavg()[0]],
             "durability": said.split("(", 1)[1].split(";")[0] if "(" in said else said,
             **check_logged(target, answers)}
@@ -203,9 +225,9 @@ def floor(folder: Path, args, seed: int) -> dict:
                 time.sleep(0.3)
         load_start = os.getloadavg()[0]
         load(url, bodies(WARMUP, "bare-warm", seed), 120)
-        cpu0 = cpu_seconds(proc.pid)
+        cpu0, client0 = cpu_seconds(proc.pid), time.process_time()
         answers, wall = load(url, bodies(args.external_n, "bare", seed + 1), args.external_s)
-        cpu1 = cpu_seconds(proc.pid)
+        cpu1, client1 = cpu_seconds(proc.pid), time.process_time()
     finally:
         proc.terminate()
         proc.wait(30)
@@ -215,6 +237,7 @@ def floor(folder: Path, args, seed: int) -> dict:
             "p50_ms": 1000 * _quantile([a[0] for a in ok], 0.5),
             "p99_ms": 1000 * _quantile([a[0] for a in ok], 0.99), "per_commit": None,
             "server_cpu_ms": 1000 * (cpu1 - cpu0) / max(len(answers), 1),
+            "client_cpu_ms": 1000 * (client1 - client0) / max(len(answers), 1),
             "load": [load_start, os.getloadavg()[0]]}
 
 
@@ -239,8 +262,10 @@ def external_part(folder: Path, args, log) -> dict:
                     target = (pg.create_schema(f"bench{r}") if kind == "postgres" else
                               str(folder / f"{tag}.sqlite"))
                     flags = review_flags(folder, tag) if kind == "review" else ()
+                    db_cpu = ((lambda: pg_cpu_seconds(pg.data)) if kind == "postgres"
+                              else None)
                     runs[kind].append(measure(policy, target, folder, tag, args,
-                                              seed=10 * r, flags=flags))
+                                              seed=10 * r, flags=flags, db_cpu=db_cpu))
                 got = runs[kind][-1]
                 log(f"external round {r + 1}, {kind}: {got['throughput']:.0f}/s, p50 "
                     f"{got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, "

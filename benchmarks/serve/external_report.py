@@ -47,6 +47,24 @@ def median_table(runs: dict) -> str:
     return "\n".join(lines)
 
 
+def cpu_table(runs: dict) -> str:
+    """Where the 2 cores went, per answer (medians): the server, the database server, the
+    clients, and the cores those kept busy at the measured rate."""
+    lines = ["| server | server CPU ms | PostgreSQL CPU ms | clients' CPU ms | cores busy at "
+             "the measured rate |", "|---|---|---|---|---|"]
+    for kind in NAMES:
+        rs = [r for r in runs.get(kind) or [] if "client_cpu_ms" in r]
+        if not rs:
+            continue
+        per = [r["server_cpu_ms"] + r["client_cpu_ms"] + (r.get("db_cpu_ms") or 0) for r in rs]
+        busy = statistics.median(p * r["throughput"] / 1000 for p, r in zip(per, rs, strict=True))
+        db = [r for r in rs if r.get("db_cpu_ms") is not None]
+        lines.append(f"| {NAMES[kind]} | {_med(rs, 'server_cpu_ms'):.2f} | "
+                     f"{_fmt(_med(db, 'db_cpu_ms'), '.2f')} | {_med(rs, 'client_cpu_ms'):.2f} | "
+                     f"{busy:.2f} |")
+    return "\n".join(lines)
+
+
 def rounds_table(runs: dict) -> str:
     """Every run, in the order of the rounds, with the load average around it."""
     lines = ["| round | server | answers | errors | decisions/s | p50 ms | p99 ms | per "
@@ -94,7 +112,9 @@ def external_section(meta: dict, measured: dict) -> tuple[list[str], list[str]]:
         f"{runs.get('http_stack', 'its defaults')}.", "",
         f"- SQLite: {durable['sqlite']}.",
         f"- PostgreSQL 15 (a local server started for the run): {durable['postgres']}.", "",
-        "Medians over the rounds:", "", median_table(runs), "", "Each run:", "",
+        "Medians over the rounds:", "", median_table(runs), "",
+        "Where the CPU went, per answer (the 16 clients run on the same 2 cores; PostgreSQL's "
+        "is every process of its server):", "", cpu_table(runs), "", "Each run:", "",
         rounds_table(runs), ""]
     verdict = []
     for kind in ("sqlite", "postgres"):
