@@ -128,6 +128,41 @@ def test_racing_writers_answer_the_same_logged_decision(target):
         log.close()
 
 
+def test_a_group_logs_each_id_once_as_one_entry_at_a_time_would(target):
+    """A group of plain decisions (PostgreSQL: one multi-row insert) and the same group with a
+    session step in it (one statement each) give what `record` one by one gives: an id logged
+    before, or earlier in the group, keeps its first answer."""
+    log = target.open()
+    log.record(_entry("old", "block", digest="d-old"))
+    plain = log.record_many([_entry("new", "pass"), _entry("old", "pass"),
+                             _entry("new", "block", digest="d2"), _entry("next", "block")])
+    assert [(e.request_id, e.response["decision"], e.request_sha256) for e in plain] == [
+        ("new", "pass", "d"), ("old", "block", "d-old"), ("new", "pass", "d"),
+        ("next", "block", "d")]
+    mixed = log.record_many([_entry("m", "block"), _entry("new", "block", digest="d3"),
+                             _entry("step", session_id="sess", step=0)])
+    assert [(e.request_id, e.response["decision"]) for e in mixed] == [
+        ("m", "block"), ("new", "pass"), ("step", "pass")]
+    assert log.count() == 5 and log.lookup("next").response["decision"] == "block"
+    log.close()
+
+
+@pytest.mark.postgres
+def test_a_lookup_never_waits_for_a_commit_under_way(pg_target):
+    """Lookups have a connection of their own: the next requests are looked up while the
+    writer's connection is busy with a commit."""
+    log = pg_target.open()
+    log.record(_entry("a"))
+    found: list = []
+    with log._lock:  # the writer's connection, held as a commit on disk holds it
+        reader = threading.Thread(target=lambda: found.append(log.lookup_many(["a", "b"])))
+        reader.start()
+        reader.join(30)
+        assert not reader.is_alive(), "the lookup waited for the writer"
+    assert list(found[0]) == ["a"] and found[0]["a"].response["decision"] == "pass"
+    log.close()
+
+
 def test_a_retried_request_is_answered_from_the_log(target, tmp_path):
     """Through the app: a retry of an answered id is the logged answer, scored once; a second
     server on the same log (another replica) answers it from the log without scoring."""

@@ -25,9 +25,13 @@ Durability and idempotency: each `record` (and each group of `record_many`) is o
 answered is on PostgreSQL's disk. Under
 READ COMMITTED, an insert racing another writer's uncommitted insert of the same id waits for it
 and then does nothing; the ``SELECT`` after it reads the row that won, so two replicas scoring one
-request id answer the client with the same logged decision. One connection per log, used by one
-thread at a time; a connection PostgreSQL dropped (a restart, a failover) is opened again and the
-call retried once, which is safe because both calls are idempotent.
+request id answer the client with the same logged decision. A group of plain decisions (no
+session step, no shadow decision) is one multi-row ``INSERT ... RETURNING``, not a statement
+each. Two connections per log, each used by one thread at a time: one writes (and reads what
+the writes need), the other looks up request ids, so the lookups of the next requests never wait
+for a commit on disk (they see committed decisions only, as before; one still being committed is
+found by the insert's conflict). A connection PostgreSQL dropped (a restart, a failover) is
+opened again and the call retried once, which is safe because every call is idempotent.
 """
 
 from __future__ import annotations
@@ -151,7 +155,9 @@ class PostgresDecisionLog:
                         f"({', '.join(['%s'] * len(columns))}) ON CONFLICT (request_id) DO "
                         "NOTHING")
         self._sql = Statements("%s", returning=", ".join(columns))
-        self._lock = threading.Lock()
+        self._columns = columns
+        self._lock, self._read_lock = threading.Lock(), threading.Lock()
+        self._read_conn = None  # the lookups' connection, opened by the first lookup
         self._conn = self._connect()
         try:
             migrate_postgres(self._conn, schema, self.shown)
@@ -172,31 +178,37 @@ class PostgresDecisionLog:
         conn.execute("SET synchronous_commit = on")
         return conn
 
-    def _call(self, work):
-        """``work(connection)`` under the lock; a dropped connection is opened again and
-        ``work`` retried once."""
+    def _call(self, work, *, read: bool = False):
+        """``work(connection)`` under its lock (``read``: the lookups' connection); a dropped
+        connection is opened again and ``work`` retried once."""
         psycopg = self._psycopg
-        with self._lock:
-            if self._conn.closed:
-                self._conn = self._connect()
+        with self._read_lock if read else self._lock:
+            attr = "_read_conn" if read else "_conn"
+            conn = getattr(self, attr)
+            if conn is None or conn.closed:
+                conn = self._connect()
+                setattr(self, attr, conn)
             try:
-                return work(self._conn)
+                return work(conn)
             except psycopg.OperationalError:
-                if not self._conn.closed and not self._conn.broken:
+                if not conn.closed and not conn.broken:
                     raise
-            self._conn.close()
-            self._conn = self._connect()
-            return work(self._conn)
+            conn.close()
+            conn = self._connect()
+            setattr(self, attr, conn)
+            return work(conn)
 
     def lookup(self, request_id: str) -> Any:
         """The entry logged under ``request_id``; None when there is none."""
-        row = self._call(lambda c: c.execute(self._select, (request_id,)).fetchone())
+        row = self._call(lambda c: c.execute(self._select, (request_id,)).fetchone(),
+                         read=True)
         return None if row is None else self._from_row(row)
 
     def lookup_many(self, request_ids: list[str]) -> dict[str, Any]:
         """The entries logged under any of ``request_ids``, by id (one query)."""
         select = self._select.replace("= %s", "= ANY(%s)")
-        rows = self._call(lambda c: c.execute(select, (list(request_ids),)).fetchall())
+        rows = self._call(lambda c: c.execute(select, (list(request_ids),)).fetchall(),
+                          read=True)
         return {row[0]: self._from_row(row) for row in rows}
 
     def record(self, entry: Entry) -> Any:
@@ -211,13 +223,36 @@ class PostgresDecisionLog:
         """`record` for each of ``entries`` in one transaction, one commit (``synchronous_commit
         = on``: on PostgreSQL's disk before this returns); a session step another request id
         holds is `StepTaken` in its place (its savepoint rolled back), the others logged."""
+        plain = all(e.body is None and getattr(e, "shadow_row", None) is None
+                    for e in entries)
+
         def work(conn):
             with conn.transaction():
+                if plain:
+                    return self._insert_plain(conn, entries)
                 return write_group(conn, self._sql, self._insert, self._select, entries,
                                    conn.transaction)
 
         rows = self._call(work)
         return [r if isinstance(r, StepTaken) else self._from_row(r) for r in rows]
+
+    def _insert_plain(self, conn, entries: list[Entry]) -> list[tuple]:
+        """Inside the caller's transaction: plain decisions (no session step, no shadow row)
+        in one ``INSERT ... ON CONFLICT DO NOTHING RETURNING``; each entry's row is the one the
+        log holds under its id, as `write_group` gives (an id logged before, or earlier in the
+        group, keeps its first row)."""
+        rows = [e.row() for e in entries]
+        one = "(" + ", ".join(["%s"] * len(self._columns)) + ")"
+        insert = (f"INSERT INTO decisions ({', '.join(self._columns)}) VALUES "
+                  f"{', '.join([one] * len(rows))} ON CONFLICT (request_id) DO NOTHING "
+                  f"RETURNING {self._sql.returning}")
+        held = {r[0]: r for r in conn.execute(insert, [v for row in rows for v in row])}
+        missing = list(dict.fromkeys(e.request_id for e in entries
+                                     if e.request_id not in held))
+        if missing:
+            select = self._select.replace("= %s", "= ANY(%s)")
+            held.update((r[0], r) for r in conn.execute(select, (missing,)).fetchall())
+        return [held[e.request_id] for e in entries]
 
     def steps(self, session_id: str, since: int = 0) -> list[LoggedStep]:
         """The logged steps of a session from index ``since`` on, in order."""
@@ -293,9 +328,12 @@ class PostgresDecisionLog:
         return said + ": NOT durable, a commit may be lost when PostgreSQL's machine fails"
 
     def close(self) -> None:
-        """Close the connection; safe to call twice."""
+        """Close the connections; safe to call twice."""
         with self._lock:
             self._conn.close()
+        with self._read_lock:
+            if self._read_conn is not None:
+                self._read_conn.close()
 
 
 def _first_line(exc: Exception) -> str:
