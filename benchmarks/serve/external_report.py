@@ -47,6 +47,19 @@ def median_table(runs: dict) -> str:
     return "\n".join(lines)
 
 
+def _bound(rs: list[dict], rate: float, cores: int) -> str:
+    """What held a missed rate: the server process's share of a core at the measured rate,
+    and the cores busy altogether (`cpu_table`)."""
+    server = _med(rs, "server_cpu_ms")
+    per = [r["server_cpu_ms"] + r.get("client_cpu_ms", 0) + (r.get("db_cpu_ms") or 0)
+           for r in rs]
+    busy = statistics.median(p * r["throughput"] / 1000 for p, r in zip(per, rs, strict=True))
+    return (f"the server is one Python process, busy {server * rate / 1000:.2f} of a core at "
+            f"{server:.2f} ms of CPU per answer, and each decision also waits for its commit; "
+            f"{busy:.2f} of the {cores} cores were busy, so it is the decision's own "
+            "work and the log, not the framework or the machine, that bound it here.")
+
+
 def cpu_table(runs: dict) -> str:
     """Where the 2 cores went, per answer (medians): the server, the database server, the
     clients, and the cores those kept busy at the measured rate."""
@@ -132,6 +145,5 @@ def external_section(meta: dict, measured: dict) -> tuple[list[str], list[str]]:
                + (f" (the framework alone answered {floor:.0f}/s in the same rounds)"
                   if floor is not None else "")
                + ("; to be measured again on a quiet one." if _loaded(m) else
-                  ": the log's commit and the decision's own work, not the framework, bound "
-                  "it here.")))
+                  f": {_bound(runs.get(kind) or [], rate, m['cores'])}")))
     return section, verdict
