@@ -1,12 +1,12 @@
 """Ctrl-C exits 130 (`ExitCode.INTERRUPTED`) with one line and no traceback at any moment of a
-command, the imports of its first second included: a real SIGINT is sent to a real
-``python -m calimon`` process while it is importing typer, a command's module, and typer's
-help renderer (each moment found from the process's own ``-X importtime`` lines)."""
+command, the imports of its first second included: a real ``python -m calimon`` process sends
+itself a real SIGINT as it starts importing typer, a command's module, and typer's help
+renderer (an audit hook on the ``import`` event, installed by a ``sitecustomize`` on its path:
+a signal sent from outside after an import line arrives may come after a fast process ended)."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,26 +18,29 @@ from calimon.errors import ExitCode
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _interrupt_when(module: str, args: list[str]) -> tuple[int, list[str]]:
-    """Run ``python -X importtime -m calimon ARGS``, send it SIGINT as soon as it has imported
-    ``module``; its exit code and its stderr lines other than the import timings."""
-    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "calimon", *args],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "COLUMNS": "80"})
-    lines, sent = [], False
-    try:
-        for line in proc.stderr:
-            if line.startswith("import time:"):
-                if not sent and line.split("|")[-1].strip() == module:
-                    proc.send_signal(signal.SIGINT)
-                    sent = True
-                continue
-            lines.append(line.rstrip("\n"))
-        code = proc.wait(timeout=120)
-    finally:
-        proc.kill()
-    assert sent, f"{module} was never imported"
-    return code, lines
+HOOK = """import os, signal, sys
+
+def _hook(event, args, _at=os.environ.get("CALIMON_TEST_SIGINT_AT")):
+    if event == "import" and args[0] == _at:
+        print("SIGINT sent", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+
+sys.addaudithook(_hook)
+"""
+
+
+def _interrupt_when(module: str, args: list[str], tmp: Path) -> tuple[int, list[str]]:
+    """Run ``python -m calimon ARGS``, which sends itself SIGINT as it starts importing
+    ``module``; its exit code and its stderr lines (the hook's report of the signal apart)."""
+    (tmp / "sitecustomize.py").write_text(HOOK, encoding="utf-8")
+    path = os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-m", "calimon", *args], cwd=ROOT, text=True,
+                       capture_output=True, timeout=120,
+                       env={**os.environ, "COLUMNS": "80", "PYTHONPATH": path,
+                            "CALIMON_TEST_SIGINT_AT": module})
+    lines = r.stderr.splitlines()
+    assert "SIGINT sent" in lines, f"{module} was never imported: {lines}"
+    return r.returncode, [ln for ln in lines if ln != "SIGINT sent"]
 
 
 @pytest.mark.parametrize(("module", "args"), [
@@ -45,8 +48,8 @@ def _interrupt_when(module: str, args: list[str]) -> tuple[int, list[str]]:
     ("calimon.cli.options", ["curve", "--help"]),      # importing a command's module
     ("rich.table", ["thresholds", "--help"]),          # importing typer's help renderer
 ])
-def test_ctrl_c_during_the_imports_exits_130_with_one_line(module, args):
-    code, lines = _interrupt_when(module, args)
+def test_ctrl_c_during_the_imports_exits_130_with_one_line(module, args, tmp_path):
+    code, lines = _interrupt_when(module, args, tmp_path)
     assert code == ExitCode.INTERRUPTED, lines
     assert lines == ["calimon: interrupted"]
 
