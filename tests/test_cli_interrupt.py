@@ -7,6 +7,7 @@ a signal sent from outside after an import line arrives may come after a fast pr
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +35,11 @@ def _interrupt_when(module: str, args: list[str], tmp: Path) -> tuple[int, list[
     ``module``; its exit code and its stderr lines (the hook's report of the signal apart)."""
     (tmp / "sitecustomize.py").write_text(HOOK, encoding="utf-8")
     path = os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")])
+    # SIGINT as a terminal leaves it (a job started in the background by a script ignores it,
+    # and a Python started so installs no KeyboardInterrupt handler)
     r = subprocess.run([sys.executable, "-m", "calimon", *args], cwd=ROOT, text=True,
                        capture_output=True, timeout=120,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                        env={**os.environ, "COLUMNS": "80", "PYTHONPATH": path,
                             "CALIMON_TEST_SIGINT_AT": module})
     lines = r.stderr.splitlines()
