@@ -47,13 +47,17 @@ def median_table(runs: dict) -> str:
     return "\n".join(lines)
 
 
+def _busy(rs: list[dict]) -> float:
+    """The cores kept busy at each run's rate (server, clients and database server), median."""
+    return statistics.median((r["server_cpu_ms"] + r.get("client_cpu_ms", 0)
+                              + (r.get("db_cpu_ms") or 0)) * r["throughput"] / 1000 for r in rs)
+
+
 def _bound(rs: list[dict], rate: float, cores: int) -> str:
     """What held a missed rate: the server process's share of a core at the measured rate,
     and the cores busy altogether (`cpu_table`)."""
     server = _med(rs, "server_cpu_ms")
-    per = [r["server_cpu_ms"] + r.get("client_cpu_ms", 0) + (r.get("db_cpu_ms") or 0)
-           for r in rs]
-    busy = statistics.median(p * r["throughput"] / 1000 for p, r in zip(per, rs, strict=True))
+    busy = _busy(rs)
     return (f"the server is one Python process, busy {server * rate / 1000:.2f} of a core at "
             f"{server:.2f} ms of CPU per answer, and each decision also waits for its commit; "
             f"{busy:.2f} of the {cores} cores were busy, so it is the decision's own "
@@ -69,8 +73,7 @@ def cpu_table(runs: dict) -> str:
         rs = [r for r in runs.get(kind) or [] if "client_cpu_ms" in r]
         if not rs:
             continue
-        per = [r["server_cpu_ms"] + r["client_cpu_ms"] + (r.get("db_cpu_ms") or 0) for r in rs]
-        busy = statistics.median(p * r["throughput"] / 1000 for p, r in zip(per, rs, strict=True))
+        busy = _busy(rs)
         db = [r for r in rs if r.get("db_cpu_ms") is not None]
         lines.append(f"| {NAMES[kind]} | {_med(rs, 'server_cpu_ms'):.2f} | "
                      f"{_fmt(_med(db, 'db_cpu_ms'), '.2f')} | {_med(rs, 'client_cpu_ms'):.2f} | "

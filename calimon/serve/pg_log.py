@@ -151,6 +151,7 @@ class PostgresDecisionLog:
         self.url, self.shown = url, redact(url)
         self._from_row, self._timeout = from_row, connect_timeout
         self._select = f"SELECT {', '.join(columns)} FROM decisions WHERE request_id = %s"
+        self._select_many = self._select.replace("= %s", "= ANY(%s)")
         self._insert = (f"INSERT INTO decisions ({', '.join(columns)}) VALUES "
                         f"({', '.join(['%s'] * len(columns))}) ON CONFLICT (request_id) DO "
                         "NOTHING")
@@ -206,8 +207,8 @@ class PostgresDecisionLog:
 
     def lookup_many(self, request_ids: list[str]) -> dict[str, Any]:
         """The entries logged under any of ``request_ids``, by id (one query)."""
-        select = self._select.replace("= %s", "= ANY(%s)")
-        rows = self._call(lambda c: c.execute(select, (list(request_ids),)).fetchall(),
+        rows = self._call(lambda c: c.execute(self._select_many, (list(request_ids),))
+                          .fetchall(),
                           read=True)
         return {row[0]: self._from_row(row) for row in rows}
 
@@ -250,8 +251,7 @@ class PostgresDecisionLog:
         missing = list(dict.fromkeys(e.request_id for e in entries
                                      if e.request_id not in held))
         if missing:
-            select = self._select.replace("= %s", "= ANY(%s)")
-            held.update((r[0], r) for r in conn.execute(select, (missing,)).fetchall())
+            held.update((r[0], r) for r in conn.execute(self._select_many, (missing,)))
         return [held[e.request_id] for e in entries]
 
     def steps(self, session_id: str, since: int = 0) -> list[LoggedStep]:
