@@ -156,10 +156,16 @@ def test_the_console_table_shows_one_auroc_per_figure(tmp_path):
 
 
 def test_an_unknown_model_prompt_or_readout_is_named_as_its_flag(tmp_path):
-    for flag, field in (("--model", "model"), ("--prompt", "prompt")):
+    """...before any work: on an empty $CALIMON_HOME no weights are converted and no benchmark
+    is built first (an unknown prompt once cost a model conversion and a humaneval build)."""
+    home = tmp_path / "home"
+    for flag, field in (("--model", "model"), ("--prompt", "prompt"),
+                        ("--binary-prompt", "prompt")):
         code, out = invoke("curve", flag, "x", "--store", tmp_path / "s.sqlite",
-                           "--out", tmp_path / "o")
+                           "--out", tmp_path / "o", CALIMON_HOME=str(home),
+                           CALIMON_DATA_DIR=None, CALIMON_MODELS_DIR=None)
         assert code == 2 and f"field '{field}': unknown {field} 'x'" in out, out
+        assert not (home / "data").exists() and not (home / "models").exists(), flag
 
 
 def test_a_bad_split_of_the_span_study_offers_what_its_help_offers(tmp_path):

@@ -286,7 +286,7 @@ def test_code_checks_inside_a_step_move_its_bar(monkeypatch):
     from calimon.sandbox import SandboxResult
 
     monkeypatch.setenv("CALIMON_SANDBOX_CACHE", "off")
-    monkeypatch.setattr(results, "run_python", lambda code, timeout_s: SandboxResult(
+    monkeypatch.setattr(results, "run_python", lambda code, timeout_s, hash_seed: SandboxResult(
         returncode=0, stdout="", stderr="", timed_out=False, seconds=0.0))
     stream = io.StringIO()
     bars = Bars(stream)

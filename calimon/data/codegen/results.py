@@ -35,7 +35,7 @@ from calimon.data.paths import calimon_home
 from calimon.errors import InputError
 from calimon.migrations import Schema, migrate
 from calimon.progress import pulse
-from calimon.sandbox import SandboxResult, run_python, sandbox_layers
+from calimon.sandbox import PYTHON_FLAGS, SandboxResult, run_python, sandbox_layers
 
 CACHE_ENV = "CALIMON_SANDBOX_CACHE"
 MODES = ("on", "refresh", "off")
@@ -70,21 +70,24 @@ def cache_mode() -> str:
     return mode
 
 
-def result_key(code: str, timeout_s: float) -> str:
-    """SHA-256 of the script, its time limit, the interpreter and the sandbox's layers."""
+def result_key(code: str, timeout_s: float, hash_seed: int | None = None) -> str:
+    """SHA-256 of the script, its time limit and hash seed, the interpreter, its flags and the
+    sandbox's layers."""
     layers = json.dumps(sandbox_layers(), sort_keys=True, default=str)
-    text = json.dumps([code, float(timeout_s), sys.version, sys.executable, layers])
+    text = json.dumps([code, float(timeout_s), sys.version, sys.executable, layers,
+                       list(PYTHON_FLAGS), hash_seed])
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def run_checked(code: str, *, timeout_s: float) -> SandboxResult:
+def run_checked(code: str, *, timeout_s: float, hash_seed: int | None = None
+                ) -> SandboxResult:
     """`calimon.sandbox.run_python`'s result for ``code``: read from the cache when the same
     script ran before (mode ``on``), else run and stored (unless it timed out)."""
     pulse()  # one more check on the bar of the build that runs it
     mode = cache_mode()
     if mode == "off":
-        return run_python(code, timeout_s=timeout_s)
-    key = result_key(code, timeout_s)
+        return run_python(code, timeout_s=timeout_s, hash_seed=hash_seed)
+    key = result_key(code, timeout_s, hash_seed)
     if mode == "on":
         hit = _get(key)
         if hit is not None:
@@ -97,7 +100,7 @@ def run_checked(code: str, *, timeout_s: float) -> SandboxResult:
     else:
         _claim(key, take_over=True)
     try:
-        result = run_python(code, timeout_s=timeout_s)
+        result = run_python(code, timeout_s=timeout_s, hash_seed=hash_seed)
         if not result.timed_out:
             _put(key, result)
     finally:

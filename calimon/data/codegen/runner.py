@@ -12,9 +12,9 @@ Two harnesses:
 - ``proxy_passes``: the grader the request describes: the submission followed by the visible
   tests, run as a script; it passes when the process exits with status 0.
 
-Both scripts first re-execute the interpreter with ``PYTHONHASHSEED=0`` (the sandbox's isolated
-mode otherwise randomizes string hashing), so outputs that depend on set order are reproducible,
-and a script that ran before is read back from `calimon.data.codegen.results`.
+The honest evaluation runs with ``PYTHONHASHSEED=0`` (string hashing is otherwise random), so
+outputs that depend on set order are reproducible, and a script that ran before is read back
+from `calimon.data.codegen.results`.
 """
 
 from __future__ import annotations
@@ -24,16 +24,6 @@ from dataclasses import dataclass, field
 
 from calimon.data.codegen.problem import CodeProblem
 from calimon.data.codegen.results import run_checked
-
-# /proc/self/exe: the interpreter's own file, reachable even when the sandbox user may not walk
-# the directories on the way to sys.executable
-_REEXEC = r'''import os as _os, sys as _sys
-if _os.environ.get("PYTHONHASHSEED") != "0":
-    _exe = "/proc/self/exe" if _os.path.exists("/proc/self/exe") else _sys.executable
-    _os.execve(_exe, [_sys.executable, "-s", "-P", "-B", __file__],
-               dict(_os.environ, PYTHONHASHSEED="0"))
-del _os, _sys
-'''
 
 _EVALUATE = r'''
 import io, json, random, resource, signal, sys
@@ -188,8 +178,8 @@ def evaluate(problem: CodeProblem, variants: list[str], calls: list[str] = (), *
     seconds = 0.0
     for _ in range(3):
         spec = {**base, "variants": [variants[i] for i in active]}
-        code = _REEXEC + _EVALUATE.replace("__SPEC__", repr(json.dumps(spec)))
-        res = run_checked(code, timeout_s=timeout_s)
+        code = _EVALUATE.replace("__SPEC__", repr(json.dumps(spec)))
+        res = run_checked(code, timeout_s=timeout_s, hash_seed=0)
         seconds += res.seconds
         parsed = _parse(res.stdout)
         if not res.timed_out or not parsed["loaded"]:
@@ -250,7 +240,7 @@ def proxy_script(problem: CodeProblem, solution: str) -> str:
 
 def proxy_passes(problem: CodeProblem, solution: str, *, timeout_s: float = 60.0) -> bool:
     """True when the proxy grader (`proxy_script`) exits with status 0 in the sandbox."""
-    # No hash-seed re-exec here: the visible tests compare fixed literals, and a special-cased
+    # No fixed hash seed here: the visible tests compare fixed literals, and a special-cased
     # answer is the reference output that already passed them in the honest run.
     res = run_checked(proxy_script(problem, solution), timeout_s=timeout_s)
     return res.ok

@@ -15,6 +15,7 @@ from calimon.errors import InputError
 from calimon.jsonio import dump_json, json_default
 from calimon.numerics.class_support import MIN_PER_CLASS_CALIBRATION, MIN_PER_CLASS_CURVE
 from calimon.progress import Progress, note
+from calimon.prompts import load_prompt
 from calimon.readings import status_counts, usable
 from calimon.samples import Sample
 from calimon.score_readout import ScoreReadout, is_score_readout
@@ -162,11 +163,15 @@ def binary_label(prompt: str, decoding: str) -> str:
 
 
 def binary_monitors(s: CurveSettings) -> list[tuple[str, str]]:
-    """(prompt, decoding) of every binary point of a run, checked before any scoring."""
+    """(prompt, decoding) of every binary point of a run, checked (the decoding, and that each
+    prompt's config exists) before any scoring."""
     from calimon.decoding import check_decoding
+    from calimon.prompts import load_prompt
 
     for decoding in s.binary_decodings:
         check_decoding(decoding, "binary")
+    for name in s.binary_prompts:
+        load_prompt(name)
     return [(name, d) for name in s.binary_prompts for d in dict.fromkeys(s.binary_decodings)]
 
 
@@ -272,8 +277,9 @@ def run_curve(s: CurveSettings, progress: Progress | None = None,
                          "readout; a model's binary points come from --binary-prompt",
                          field="binary_score")
     spec = monitor_spec(s)
-    binary_monitors(s)  # an unknown decoding fails before any work
-    resolved = model_for(spec)  # first: a missing model fails before any other work
+    load_prompt(s.prompt)  # an unknown prompt, decoding or model fails before any other work:
+    binary_monitors(s)  # no weights converted, no benchmark built
+    resolved = model_for(spec)
     owned = backend is None
     if owned:
         backend = spec.build_backend()  # then a bad backend name or option (no weights yet)
