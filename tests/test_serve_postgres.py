@@ -129,7 +129,8 @@ def test_racing_writers_answer_the_same_logged_decision(target):
 
 
 def test_a_group_logs_each_id_once_as_one_entry_at_a_time_would(target):
-    """A group of plain decisions (PostgreSQL: one multi-row insert) and the same group with a
+    """A group of plain decisions (PostgreSQL: one insert of one array per column) and the same
+    group with a
     session step in it (one statement each) give what `record` one by one gives: an id logged
     before, or earlier in the group, keeps its first answer."""
     log = target.open()
@@ -144,6 +145,26 @@ def test_a_group_logs_each_id_once_as_one_entry_at_a_time_would(target):
     assert [(e.request_id, e.response["decision"]) for e in mixed] == [
         ("m", "block"), ("new", "pass"), ("step", "pass")]
     assert log.count() == 5 and log.lookup("next").response["decision"] == "block"
+    log.close()
+
+
+def test_a_group_keeps_every_value_exactly_as_one_entry_at_a_time_would(target):
+    """Quotes, backslashes, braces, commas and non-ASCII text, None in every row of a column,
+    a float's every digit and steps and times, through a group (on PostgreSQL: arrays sent in
+    binary) and through `record` alone: the same entries come back."""
+    odd = 'a "quoted" \\ back{slash}, comma; é 漢 \t tab'
+    def entry(rid, p_raw, **kw):
+        e = _entry(rid, **kw)
+        e.response.update(p_raw=p_raw, p_cal=None, policy_hash=odd, model_revision="NULL")
+        return replace(e, received_at=1764000000.123456789)
+    group = [entry(f"{odd}-{i}", p) for i, p in enumerate((0.1 + 0.2, 1e-300, 1.0, None))]
+    log = target.open()
+    got = log.record_many(group)
+    alone = [target.open().lookup(e.request_id) for e in group]
+    assert got == alone
+    for e, g in zip(group, got, strict=True):
+        assert (g.request_id, g.response, g.received_at, g.session_id, g.step) == (
+            e.request_id, e.response, e.received_at, None, None)
     log.close()
 
 
