@@ -42,7 +42,15 @@ def test_the_folds_are_scikit_learns(n, groups, d):
                 assert np.array_equal(a_te, b_te) and np.array_equal(a_tr, b_tr)
 
 
-def test_more_folds_than_groups_is_refused_as_scikit_learn_refuses_it():
-    with pytest.raises(ValueError, match="greater than the number of groups"):
-        list(stratified_group_splits(np.array([0, 1, 0, 1]), np.array(["a", "a", "b", "b"]),
-                                     3, 0))
+def test_more_folds_than_groups_or_class_members_is_refused_as_scikit_learn_refuses_it():
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    for y, groups in (([0, 1, 0, 1, 0, 1], ["a", "a", "b", "b", "a", "b"]),  # 2 groups
+                      ([0, 1, 0, 1], ["a", "a", "b", "c"])):  # 2 of each class
+        y, groups = np.array(y), np.array(groups)
+        with pytest.raises(ValueError) as want:
+            list(StratifiedGroupKFold(3, shuffle=True, random_state=0)
+                 .split(np.zeros(len(y)), y, groups))
+        with pytest.raises(ValueError) as got:
+            list(stratified_group_splits(y, groups, 3, 0))
+        assert str(got.value) == str(want.value)
