@@ -27,8 +27,9 @@ READ COMMITTED, an insert racing another writer's uncommitted insert of the same
 and then does nothing; the ``SELECT`` after it reads the row that won, so two replicas scoring one
 request id answer the client with the same logged decision. A group of plain decisions (no
 session step, no shadow decision) is one ``INSERT ... RETURNING`` of one array per column, not a
-statement each, and is its own transaction (one round trip, no ``BEGIN`` and ``COMMIT``). Two connections per log, each used by one thread at a time: one writes (and reads what
-the writes need), the other looks up request ids, so the lookups of the next requests never wait
+statement each, and is its own transaction (one round trip, no ``BEGIN`` and ``COMMIT``). Two
+connections per log, each used by one thread at a time: one writes (and reads what the writes
+need), the other looks up request ids, so the lookups of the next requests never wait
 for a commit on disk (they see committed decisions only, as before; one still being committed is
 found by the insert's conflict). A connection PostgreSQL dropped (a restart, a failover) is
 opened again and the call retried once, which is safe because every call is idempotent.
@@ -156,7 +157,6 @@ class PostgresDecisionLog:
                         f"({', '.join(['%s'] * len(columns))}) ON CONFLICT (request_id) DO "
                         "NOTHING")
         self._sql = Statements("%s", returning=", ".join(columns))
-        self._columns = columns
         self._lock, self._read_lock = threading.Lock(), threading.Lock()
         self._read_conn = None  # the lookups' connection, opened by the first lookup
         self._conn = self._connect()
