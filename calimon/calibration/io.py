@@ -124,10 +124,6 @@ class StoredMap:
         """Calibrated probabilities for raw probabilities ``p`` (the stored map applied)."""
         return self.calibrator.predict(p)
 
-    def predict_one(self, p: float) -> float:
-        """The calibrated probability of one raw probability (`Calibrator.predict_one`)."""
-        return self.calibrator.predict_one(p)
-
     def document(self) -> dict[str, Any]:
         """The map as the JSON object :func:`save_map` writes (what a policy pins)."""
         d = self.calibrator.to_dict()

@@ -213,14 +213,3 @@ def apply_policy(policy: Policy, scores: Any) -> np.ndarray:
     a = policy.actions
     return decide(scores, policy.t_low, policy.t_high, below=a.below, band=a.band,
                   above=a.above, unscored=a.unscored)
-
-
-def apply_policy_one(policy: Policy, score: float | None) -> str:
-    """`apply_policy` of one score (None or NaN: no score), with `decide`'s comparisons in
-    the same order, without building arrays (a served request's decision)."""
-    a = policy.actions
-    if score is None or math.isnan(score):
-        return a.unscored
-    if score >= policy.t_high:
-        return a.above
-    return a.below if score < policy.t_low else a.band

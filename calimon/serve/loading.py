@@ -14,12 +14,15 @@ is the readout (`calimon.serve.external.ExternalMonitor`), and each request carr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from calimon.calibration.io import StoredMap
 from calimon.deploy.pinned import monitor_identity, resolve_policy
-from calimon.deploy.policy_file import Policy, apply_policy_one
+from calimon.deploy.policy_file import Policy, apply_policy
 from calimon.errors import ModelNotAvailableError
 from calimon.samples import Sample
 from calimon.serve.external import ExternalMonitor, is_external_pin
@@ -111,7 +114,7 @@ class ServedMonitor:
         """The calibrated score of ``p_raw`` (None stays None; no map: None)."""
         if p_raw is None or self.stored_map is None:
             return None
-        return self.stored_map.predict_one(p_raw)
+        return float(np.clip(self.stored_map.predict(np.array([p_raw])), 0.0, 1.0)[0])
 
     def decide(self, verdict: Verdict, audit_id: str) -> dict[str, Any]:
         """The policy's answer to a reading: p_raw, p_cal, the action and decision (a reading
@@ -120,7 +123,7 @@ class ServedMonitor:
         p_raw = verdict.p_raw if verdict.scored else None
         p_cal = self.calibrate(p_raw)
         score = p_cal if self.policy.score == "p_cal" else p_raw
-        action = apply_policy_one(self.policy, score)
+        action = str(apply_policy(self.policy, [math.nan if score is None else score])[0])
         audit = action != "human_review" and self.policy.audit.includes(audit_id)
         return {"p_raw": p_raw, "p_cal": p_cal, "score": self.policy.score, "action": action,
                 "decision": DECISIONS[action], "audit": bool(audit)}
