@@ -166,7 +166,6 @@ def binary_monitors(s: CurveSettings) -> list[tuple[str, str]]:
     """(prompt, decoding) of every binary point of a run, checked (the decoding, and that each
     prompt's config exists) before any scoring."""
     from calimon.decoding import check_decoding
-    from calimon.prompts import load_prompt
 
     for decoding in s.binary_decodings:
         check_decoding(decoding, "binary")
