@@ -72,7 +72,11 @@ OTHER_BUILD = (
 
 
 def _claims(home) -> list[tuple]:
+    """The claims in the cache; none while another process is still creating its schema (the
+    file exists from the moment it is opened, its tables from the migration's commit)."""
     with sqlite3.connect(home / "sandbox-results.sqlite") as conn:
+        if conn.execute("PRAGMA user_version").fetchone()[0] < results.SCHEMA.version:
+            return []
         return conn.execute("SELECT key, pid FROM claims").fetchall()
 
 
