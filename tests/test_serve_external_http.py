@@ -151,8 +151,9 @@ def test_an_external_policy_through_the_review_loop_over_http(tmp_path, monkeypa
     assert f'role="live",policy="candidate",sha256="{cand_hash}"' in metrics
     assert torchless  # no model, no torch: the server never loaded them
 
-    # a server restarted on the same log serves the promoted policy
-    again = start_server(live, log, out, *flags, key=None, cwd=tmp_path)
+    # a server restarted on the same log serves the promoted policy (with no access log)
+    said = server.log_text()
+    again = start_server(live, log, out, *flags, "--no-access-log", key=None, cwd=tmp_path)
     try:
         with httpx.Client(base_url=again.url, headers=auth("ada"), timeout=120) as c:
             replay = c.post("/v1/score", json={"request_id": "r0", "id": "t0",
@@ -166,6 +167,8 @@ def test_an_external_policy_through_the_review_loop_over_http(tmp_path, monkeypa
     assert replay.json() == answers[0]  # from the log, as first answered
     assert fresh[0]["policy_hash"] == cand_hash and "live policy from the decision log" \
         in again.log_text()
+    assert '"POST /v1/score HTTP/1.1" 200' in said
+    assert "POST /v1/score" not in again.log_text()[len(said):]  # the output is appended to
 
 
 N, CLIENTS, KILL_AFTER = 400, 16, 120

@@ -163,6 +163,7 @@ def deployment(settings: ServeSettings, replicas: Replicas):
         # the replica's own queue answers 429 past max_queue: let that many through to it
         max_ongoing_requests=settings.batching.max_queue,
         graceful_shutdown_timeout_s=GRACEFUL_S,
+        logging_config={"enable_access_log": settings.access_log},
         **session_routing(),
     ).bind()
 

@@ -245,7 +245,7 @@ def serve(settings: ServeSettings, *, echo: Callable[[str], None] = print) -> No
         port = sockets[0].getsockname()[1]
         logging.getLogger("calimon.serve").setLevel(logging.INFO)
         config = uvicorn.Config(create_app(service), host=settings.host, port=port,
-                                log_level="info", access_log=True, lifespan="on",
+                                log_level="info", access_log=settings.access_log, lifespan="on",
                                 timeout_graceful_shutdown=5)
         _announcing(uvicorn.Server, lambda: echo(
             f"calimon serve: listening on http://{settings.host}:{port} "

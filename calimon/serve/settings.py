@@ -76,7 +76,9 @@ class ServeSettings:
     ``shadow``: a candidate policy scored and logged beside the live one, never answered
     (`calimon.serve.policies`). ``deployment``: the name of the servers sharing this decision
     log as one service, whose ``/metrics`` give their totals
-    (`calimon.serve.deployment_metrics`; None: this server's)."""
+    (`calimon.serve.deployment_metrics`; None: this server's). ``access_log``: one line per
+    request on stderr (uvicorn's, or Ray Serve's with replicas); the decision log records every
+    decision either way."""
 
     policy: Path
     calibration_map: Path | None = None
@@ -97,6 +99,7 @@ class ServeSettings:
     review: ReviewSettings | None = None
     shadow: Path | None = None
     deployment: str | None = None
+    access_log: bool = True
 
     def __post_init__(self):
         if isinstance(self.prefix_pool_mib, bool) or not self.prefix_pool_mib >= 0:
