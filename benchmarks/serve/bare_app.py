@@ -1,9 +1,10 @@
 """The framework alone, for ``run_serve.py --parts external``: a FastAPI route on uvicorn (as
-`calimon serve` runs them: its access log on) that validates a `/v1/score` body with the same
+`calimon serve` runs them; its access log on, or off with ``off``, as the benchmark's calimon
+servers run) that validates a `/v1/score` body with the same
 request model and answers a small JSON, with no decision, no log and no middleware. What the
 benchmark's clients get from it is the most one process of this framework answers here.
 
-    python benchmarks/serve/bare_app.py PORT
+    python benchmarks/serve/bare_app.py PORT [on|off]
 """
 
 from __future__ import annotations
@@ -32,4 +33,4 @@ async def healthz() -> dict:
 
 if __name__ == "__main__":
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="info",
-                access_log=True)
+                access_log=sys.argv[2:3] != ["off"])

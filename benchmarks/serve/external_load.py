@@ -8,7 +8,9 @@ score and is answered once its decision is committed (group commits, docs/serve.
 clients (asyncio, one keep-alive HTTP/1.1 connection each, a request sent as soon as the last
 one is answered) send requests with distinct request ids over loopback: a warm-up, then up to
 ``--external-n`` requests or ``--external-s`` seconds, whichever ends first. Latency is what a
-client saw from sending a request to reading its whole answer. After each run every answered
+client saw from sending a request to reading its whole answer. The servers write no access log
+(`calimon serve --no-access-log`; ``--external-access-log``: they do, as by default; its cost
+on its own: benchmarks/serve/access_log.py). After each run every answered
 request id is looked up in the log and its logged answer compared with the one the client got.
 
 PostgreSQL is Debian's server, started here for the run (tests/pg_server.py: a fresh data
@@ -171,7 +173,8 @@ def measure(policy: Path, target: str, folder: Path, tag: str, args, seed: int,
 
     out = folder / f"{tag}.out"
     load_start = os.getloadavg()[0]
-    server = start_server(policy, target, out, *flags, key=KEY, cwd=folder)
+    quiet = () if args.external_access_log else ("--no-access-log",)
+    server = start_server(policy, target, out, *flags, *quiet, key=KEY, cwd=folder)
     try:
         load(server.url, bodies(WARMUP, f"{tag}-warm", seed), 120)
         metrics0 = httpx.get(f"{server.url}/metrics", headers=server.headers()).text
@@ -213,7 +216,8 @@ def floor(folder: Path, args, seed: int) -> dict:
 
     port, out = free_port(), (folder / "bare.out").open("ab")
     proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("bare_app.py")),
-                             str(port)], stdout=out, stderr=subprocess.STDOUT)
+                             str(port), "on" if args.external_access_log else "off"],
+                            stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120

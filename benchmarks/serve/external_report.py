@@ -125,7 +125,12 @@ def external_section(meta: dict, measured: dict) -> tuple[list[str], list[str]]:
         "was looked up in the log and compared with the answer the client got. Latency is "
         "what a client saw; CPU is the server process's (user and system, from /proc) per "
         "answer. Both servers (calimon's and the framework alone) are uvicorn running "
-        f"{runs.get('http_stack', 'its defaults')}.", "",
+        f"{runs.get('http_stack', 'its defaults')}, "
+        + ("each writing its access log (a line per request), as `calimon serve` does by "
+           "default" if m["args"].get("external_access_log") else
+           "with no access log (`calimon serve --no-access-log`; a server writing it, as by "
+           "default, spends more CPU per answer: benchmarks/results/perf-access-log.md)")
+        + ".", "",
         f"- SQLite: {durable['sqlite']}.",
         f"- PostgreSQL 15 (a local server started for the run): {durable['postgres']}.", "",
         "Medians over the rounds:", "", median_table(runs), "",
@@ -141,7 +146,8 @@ def external_section(meta: dict, measured: dict) -> tuple[list[str], list[str]]:
         verdict.append(
             f"- Target: >= {TARGET_RATE:.0f} externally scored decisions per second on one "
             f"server with {runs['clients']} clients, each durable before it is answered "
-            f"({kind}). Measured {rate:.0f}/s at load {m['load'][0]:.1f} (median; rounds "
+            f"({kind}{'' if m['args'].get('external_access_log') else '; --no-access-log'}). "
+            f"Measured {rate:.0f}/s at load {m['load'][0]:.1f} (median; rounds "
             + ", ".join(f"{r['throughput']:.0f}" for r in runs[kind]) + "/s): "
             + ("met." if rate >= TARGET_RATE else
                ("missed on this loaded machine" if _loaded(m) else "missed")

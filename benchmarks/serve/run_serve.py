@@ -152,6 +152,10 @@ def main() -> None:
                                         "external: part 6 alone, the others kept from the "
                                         "last run")
     ap.add_argument("--external-rounds", type=int, default=3)
+    ap.add_argument("--external-access-log", action="store_true",
+                    help="part 6: the servers write their access log (default: "
+                         "--no-access-log on calimon's, none on the framework's; its cost: "
+                         "benchmarks/serve/access_log.py)")
     ap.add_argument("--external-n", type=int, default=6000,
                     help="requests per run of part 6 (at most)")
     ap.add_argument("--external-s", type=float, default=30.0,
