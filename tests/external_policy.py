@@ -1,7 +1,8 @@
 """Helpers of the externally scored `calimon serve` tests and benchmark: a version-2 policy that
 pins an external monitor (model ``external``, a ``score:NAME`` readout, as `calimon escalate`
 writes on a ``calimon curve --readout score:NAME`` run), a CSV of such scores with transcripts,
-and the served app of such a policy in this process, built by the server's own loader."""
+the served app of such a policy in this process, built by the server's own loader, and the
+action such a policy takes on a raw score, computed as its file says (`deciding`)."""
 
 from __future__ import annotations
 
@@ -106,3 +107,24 @@ def body(i: int, value: float | None, **extra) -> dict:
     if value is not None:
         out["score"] = value
     return out
+
+
+def deciding(policy: Path):
+    """The action ``policy`` takes on a raw guard score, computed here as the policy file
+    says: the readout's map onto [0, 1], the pinned calibration map, the thresholds."""
+    import numpy as np
+
+    from calimon.deploy.pinned import resolve_policy
+    from calimon.deploy.policy_file import apply_policy
+    from calimon.score_readout import ScoreReadout
+
+    resolved = resolve_policy(policy)
+    readout = ScoreReadout.parse(resolved.policy.readout)
+
+    def action(raw: float) -> str:
+        p = readout.to_p(raw)
+        score = (float(resolved.stored_map.predict(np.array([p]))[0]) if resolved.stored_map
+                 else p)
+        return str(apply_policy(resolved.policy, [score])[0])
+
+    return action

@@ -12,18 +12,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
-from external_policy import READOUT, write_scores_csv
+from external_policy import READOUT, deciding, write_scores_csv
 from review_fakes import KEYS, auth, keys_file
 from serve_server import start_server
 from typer.testing import CliRunner
 
 from calimon.cli import app
 from calimon.deploy.pinned import resolve_policy
-from calimon.deploy.policy_file import apply_policy, load_policy, save_policy
+from calimon.deploy.policy_file import load_policy, save_policy
 from calimon.review.labels import item_id_of
-from calimon.score_readout import ScoreReadout
 from calimon.serve.decision_log import open_log
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -33,21 +31,6 @@ def cli(*args: str) -> str:
     result = CliRunner().invoke(app, list(args))
     assert result.exit_code == 0, result.output
     return result.output
-
-
-def deciding(policy: Path):
-    """The action ``policy`` takes on a raw guard score, computed here as the policy file
-    says: the readout's map onto [0, 1], the pinned calibration map, the thresholds."""
-    resolved = resolve_policy(policy)
-    readout = ScoreReadout.parse(resolved.policy.readout)
-
-    def action(raw: float) -> str:
-        p = readout.to_p(raw)
-        score = (float(resolved.stored_map.predict(np.array([p]))[0]) if resolved.stored_map
-                 else p)
-        return str(apply_policy(resolved.policy, [score])[0])
-
-    return action
 
 
 def design(folder: Path) -> tuple[Path, Path]:

@@ -85,15 +85,17 @@ class RayServer:
     """`calimon serve --replicas 2` as a subprocess in its own session (so that stopping it
     stops the Ray processes it started)."""
 
-    def __init__(self, policy: Path, map_path: Path, url: str, output: Path):
+    def __init__(self, policy: Path, map_path: Path | None, url: str, output: Path,
+                 args: tuple[str, ...] = ARGS, env: dict | None = None):
         self.port, self.output = free_port(), output
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "CALIMON_API_KEY": KEY, "RAY_DEDUP_LOGS": "0"}
+               "CALIMON_API_KEY": KEY, "RAY_DEDUP_LOGS": "0", **(env or {})}
+        pinned = ("--map", str(map_path)) if map_path else ()
         with output.open("ab") as fh:
             self.proc = subprocess.Popen(
-                [str(CALIMON), "serve", str(policy), "--map", str(map_path), "--log", url,
-                 "--port", str(self.port), *ARGS],
+                [str(CALIMON), "serve", str(policy), *pinned, "--log", url,
+                 "--port", str(self.port), *args],
                 stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
                 start_new_session=True)
 
@@ -340,3 +342,42 @@ def test_a_session_is_answered_on_either_replica_and_past_a_killed_one(tmp_path,
                                           strict=True)) <= 1e-5
     assert [r.json() for r in again] == [r.json() for r in before]  # nothing answered lost
     assert all(r.headers["idempotent-replayed"] == "true" for r in again)
+
+
+# -- an externally scored policy ----------------------------------------------------------------
+
+def test_an_external_policy_on_two_replicas_with_no_access_log(tmp_path, pg):
+    """Scores sent with the requests are decided by either replica as the policy file says,
+    one without its score is 422 naming the field, and with --no-access-log neither Ray Serve's
+    proxy nor a replica writes a line per request to Ray's logs."""
+    import shutil
+    import tempfile
+
+    from external_policy import deciding, write_external_policy
+
+    policy = write_external_policy(tmp_path / "policy", score="p_cal", t_low=0.3, t_high=0.7)
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths
+    server = RayServer(policy, None, pg.create_schema("external"), tmp_path / "server.out",
+                       args=("--replicas", "2", "--cpus-per-replica", "0.5",
+                             "--no-access-log"), env={"RAY_TMPDIR": str(ray_tmp)})
+    scores = [i * 2.5 for i in range(41)]
+    try:
+        server.wait_listening()
+        with server.client() as c:
+            answers = [c.post("/v1/score", json={"request_id": f"x{i}", "score": s,
+                                                 "request": f"task {i}", "response": "done"})
+                       for i, s in enumerate(scores)]
+            missing = c.post("/v1/score", json={"request": "task", "response": "done"})
+    finally:
+        server.stop()  # Ray's logs are read once it has stopped writing them
+        serve_logs = {p.name: p.read_text(errors="replace")
+                      for p in ray_tmp.glob("ray/session_2*/logs/serve/*.log")}
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    action = deciding(policy)
+    assert [a.status_code for a in answers] == [200] * len(scores)
+    assert [a.json()["action"] for a in answers] == [action(s) for s in scores]
+    assert len({a.json()["action"] for a in answers}) == 3  # all three actions were taken
+    assert len({a.headers[REPLICA] for a in answers}) == 2  # both replicas decided
+    assert missing.status_code == 422 and missing.json()["error"]["field"] == "score"
+    assert any(name.startswith("proxy_") for name in serve_logs), list(serve_logs)
+    assert not [name for name, text in serve_logs.items() if "POST /" in text]

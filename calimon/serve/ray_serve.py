@@ -208,7 +208,8 @@ def start(settings: ServeSettings, replicas: Replicas, *,
         ray.init(address=replicas.address, include_dashboard=False, configure_logging=False,
                  runtime_env=runtime_env())
     try:
-        serve.start(http_options={"host": settings.host, "port": settings.port})
+        serve.start(http_options={"host": settings.host, "port": settings.port},
+                    logging_config={"enable_access_log": settings.access_log})  # the proxy's
         echo(f"calimon serve: starting {replicas.count} replica(s) of policy "
              f"{str(settings.policy)!r} on Ray Serve, {replicas.cpus:g} CPU each; decision log "
              f"{redact(settings.log)}; API key "
