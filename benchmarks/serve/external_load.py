@@ -173,8 +173,7 @@ def measure(policy: Path, target: str, folder: Path, tag: str, args, seed: int,
 
     out = folder / f"{tag}.out"
     load_start = os.getloadavg()[0]
-    quiet = () if args.external_access_log else ("--no-access-log",)
-    server = start_server(policy, target, out, *flags, *quiet, key=KEY, cwd=folder)
+    server = start_server(policy, target, out, *flags, key=KEY, cwd=folder)
     try:
         load(server.url, bodies(WARMUP, f"{tag}-warm", seed), 120)
         metrics0 = httpx.get(f"{server.url}/metrics", headers=server.headers()).text
@@ -253,6 +252,7 @@ def external_part(folder: Path, args, log) -> dict:
     policy, made = make_policy(folder)
     log(f"external: policy made ({made})")
     runs: dict = {kind: [] for kind in KINDS}
+    quiet = () if args.external_access_log else ("--no-access-log",)
     from calimon.serve.runner import http_stack
 
     runs.update(policy=made, clients=CLIENTS, warmup=WARMUP, http_stack=http_stack())
@@ -265,7 +265,7 @@ def external_part(folder: Path, args, log) -> dict:
                 else:
                     target = (pg.create_schema(f"bench{r}") if kind == "postgres" else
                               str(folder / f"{tag}.sqlite"))
-                    flags = review_flags(folder, tag) if kind == "review" else ()
+                    flags = (review_flags(folder, tag) if kind == "review" else ()) + quiet
                     db_cpu = ((lambda: pg_cpu_seconds(pg.data)) if kind == "postgres"
                               else None)
                     runs[kind].append(measure(policy, target, folder, tag, args,
